@@ -1,0 +1,156 @@
+//! `Blob`: the content of one file of the mounted tree, produced at most once.
+//!
+//! A blob is either ready (a range of a memory map, or bytes we already hold) or lazy: a producer
+//! that maps a source file, slices another blob, synthesises metadata or text, or decodes a
+//! foreign compressed array. Lazy blobs run their producer on first access and cache the result,
+//! so every view that shows the same blob shares one copy (or one mapped range). A blob's length
+//! may be known before it is produced (`st_size` without work); otherwise asking for the length
+//! produces it.
+
+use std::fmt;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use super::bytes::Bytes;
+use super::StoreError;
+
+type Producer = Box<dyn Fn() -> Result<Bytes, StoreError> + Send + Sync>;
+
+/// Content that is shared by every file that shows it.
+pub struct Blob {
+    known_len: Option<u64>,
+    value: OnceLock<Bytes>,
+    producer: Option<Producer>,
+    producing: Mutex<()>,
+}
+
+impl Blob {
+    /// A blob whose bytes are already there.
+    pub fn ready(bytes: Bytes) -> Arc<Blob> {
+        let value = OnceLock::new();
+        let known_len = Some(bytes.len());
+        let _ = value.set(bytes);
+        Arc::new(Blob { known_len, value, producer: None, producing: Mutex::new(()) })
+    }
+
+    /// A blob made on first access by `producer`. When `len` is given, the producer must return
+    /// exactly that many bytes (it is what `stat` reported).
+    pub fn lazy(
+        len: Option<u64>,
+        producer: impl Fn() -> Result<Bytes, StoreError> + Send + Sync + 'static,
+    ) -> Arc<Blob> {
+        Arc::new(Blob {
+            known_len: len,
+            value: OnceLock::new(),
+            producer: Some(Box::new(producer)),
+            producing: Mutex::new(()),
+        })
+    }
+
+    /// The exact byte range `[offset, offset+len)` of `parent`, without copying.
+    pub fn slice(parent: &Arc<Blob>, offset: u64, len: u64) -> Arc<Blob> {
+        if offset == 0 && parent.known_len == Some(len) {
+            return parent.clone();
+        }
+        let parent = parent.clone();
+        Blob::lazy(Some(len), move || {
+            parent.bytes()?.slice(offset, len).ok_or_else(|| {
+                StoreError::Produce(format!("range {offset}+{len} is outside its source"))
+            })
+        })
+    }
+
+    /// The length, producing the content if it is not known in advance.
+    pub fn len(&self) -> Result<u64, StoreError> {
+        match self.known_len {
+            Some(len) => Ok(len),
+            None => Ok(self.bytes()?.len()),
+        }
+    }
+
+    /// The length if it is known without producing anything.
+    pub fn known_len(&self) -> Option<u64> {
+        self.known_len.or_else(|| self.value.get().map(Bytes::len))
+    }
+
+    /// The content, produced on first call and cached.
+    pub fn bytes(&self) -> Result<Bytes, StoreError> {
+        if let Some(bytes) = self.value.get() {
+            return Ok(bytes.clone());
+        }
+        // One producer at a time per blob, so a costly decode is never done twice.
+        let _guard = self.producing.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(bytes) = self.value.get() {
+            return Ok(bytes.clone());
+        }
+        let producer = self
+            .producer
+            .as_ref()
+            .ok_or_else(|| StoreError::Produce("blob has neither bytes nor producer".into()))?;
+        let bytes = producer()?;
+        if let Some(expected) = self.known_len {
+            if bytes.len() != expected {
+                return Err(StoreError::Produce(format!(
+                    "produced {} bytes where {expected} were announced",
+                    bytes.len()
+                )));
+            }
+        }
+        let _ = self.value.set(bytes.clone());
+        Ok(bytes)
+    }
+
+    /// Whether the content has been produced (or was ready from the start).
+    pub fn is_materialized(&self) -> bool {
+        self.value.get().is_some()
+    }
+}
+
+impl fmt::Debug for Blob {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Blob")
+            .field("known_len", &self.known_len)
+            .field("materialized", &self.is_materialized())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn lazy_blobs_are_produced_once() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counter = calls.clone();
+        let blob = Blob::lazy(None, move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+            Ok(Bytes::from_vec(b"abc".to_vec()))
+        });
+        assert!(!blob.is_materialized());
+        assert_eq!(blob.len().unwrap(), 3);
+        assert_eq!(blob.bytes().unwrap().as_slice(), b"abc");
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn announced_length_is_enforced() {
+        let blob = Blob::lazy(Some(2), || Ok(Bytes::from_vec(b"abc".to_vec())));
+        assert_eq!(blob.len().unwrap(), 2);
+        assert!(blob.bytes().is_err());
+    }
+
+    #[test]
+    fn slices_share_bytes_with_their_parent() {
+        let parent = Blob::ready(Bytes::from_vec(b"0123456789".to_vec()));
+        let same = Blob::slice(&parent, 0, 10);
+        assert!(Arc::ptr_eq(&parent, &same));
+        let part = Blob::slice(&parent, 2, 3);
+        assert_eq!(part.bytes().unwrap().as_slice(), b"234");
+        assert_eq!(
+            part.bytes().unwrap().as_slice().as_ptr(),
+            parent.bytes().unwrap().as_slice()[2..].as_ptr()
+        );
+        assert!(Blob::slice(&parent, 8, 3).bytes().is_err());
+    }
+}

@@ -1,0 +1,183 @@
+//! Stores: where bytes come from.
+//!
+//! A source (a directory or a ZIP archive) is opened once into a [`StoreIndex`]: a sorted map from
+//! `/`-separated relative keys to [`Entry`]s, each holding a shared [`Blob`] and a timestamp. The
+//! format readers above this layer only ever see keys and blobs, so a FilesDaf or Zarr tree reads
+//! the same way from a directory, a ZIP, or a group inside a multi-data-set ZIP.
+
+pub mod blob;
+pub mod bytes;
+pub mod dir;
+pub mod zip;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+pub use blob::Blob;
+pub use bytes::Bytes;
+
+/// Errors of the store layer.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// An I/O error on a named path.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// A ZIP archive that cannot be read.
+    #[error("corrupt ZIP archive ({what}): {path}")]
+    CorruptZip {
+        /// The archive.
+        path: PathBuf,
+        /// What is wrong.
+        what: String,
+    },
+    /// Content that could not be produced on demand (decode, conversion, ...).
+    #[error("{0}")]
+    Produce(String),
+}
+
+impl StoreError {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> StoreError {
+        StoreError::Io { path: path.into(), source }
+    }
+}
+
+/// One stored object: its bytes (possibly lazy) and when it was last modified.
+#[derive(Clone, Debug)]
+pub struct Entry {
+    /// The content.
+    pub blob: Arc<Blob>,
+    /// Modification time, from the file or the ZIP entry.
+    pub mtime: SystemTime,
+}
+
+/// The keys of an opened source, sorted, with their entries.
+#[derive(Clone, Debug, Default)]
+pub struct StoreIndex {
+    entries: BTreeMap<String, Entry>,
+    /// Modification time of the source itself (root directory or archive file).
+    pub root_mtime: Option<SystemTime>,
+}
+
+impl StoreIndex {
+    /// An index over the given entries.
+    pub fn new(entries: BTreeMap<String, Entry>, root_mtime: Option<SystemTime>) -> StoreIndex {
+        StoreIndex { entries, root_mtime }
+    }
+
+    /// The entry stored under `key`.
+    pub fn get(&self, key: &str) -> Option<&Entry> {
+        self.entries.get(key)
+    }
+
+    /// Whether `key` is stored.
+    pub fn contains(&self, key: &str) -> bool {
+        self.entries.contains_key(key)
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the index is empty.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// All keys, sorted.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.entries.keys().map(String::as_str)
+    }
+
+    /// The names directly under directory `dir` ("" for the root): files and sub-directories,
+    /// sorted, each once. Jumps over whole sub-trees, so it costs one step per child.
+    pub fn children(&self, dir: &str) -> Vec<String> {
+        use std::ops::Bound::{Included, Unbounded};
+        let prefix = if dir.is_empty() { String::new() } else { format!("{dir}/") };
+        let mut names = Vec::new();
+        let mut cursor = prefix.clone();
+        while let Some((key, _)) = self.entries.range::<str, _>((Included(cursor.as_str()), Unbounded)).next() {
+            let Some(rest) = key.strip_prefix(&prefix) else { break };
+            match rest.split_once('/') {
+                Some((name, _)) => {
+                    // '0' follows '/': this skips every key under "prefix/name/".
+                    cursor = format!("{prefix}{name}0");
+                    if !name.is_empty() {
+                        names.push(name.to_string());
+                    }
+                }
+                None => {
+                    cursor = format!("{key}\u{0}");
+                    names.push(rest.to_string());
+                }
+            }
+        }
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    /// The entries whose key starts with `prefix/`, re-keyed without it (a group of a
+    /// multi-data-set archive). Blobs are shared, not copied.
+    pub fn subtree(&self, prefix: &str) -> StoreIndex {
+        let full = format!("{prefix}/");
+        let entries = self
+            .entries
+            .range::<str, _>((std::ops::Bound::Included(full.as_str()), std::ops::Bound::Unbounded))
+            .take_while(|(key, _)| key.starts_with(&full))
+            .map(|(key, entry)| (key[full.len()..].to_string(), entry.clone()))
+            .collect();
+        StoreIndex { entries, root_mtime: self.root_mtime }
+    }
+
+    /// The latest modification time among the entries under `dir` (and the entry `dir` itself).
+    pub fn latest_mtime_under(&self, dir: &str) -> Option<SystemTime> {
+        let full = format!("{dir}/");
+        let below = self
+            .entries
+            .range::<str, _>((std::ops::Bound::Included(full.as_str()), std::ops::Bound::Unbounded))
+            .take_while(|(key, _)| key.starts_with(&full))
+            .map(|(_, entry)| entry.mtime);
+        below.chain(self.get(dir).map(|e| e.mtime)).max()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn index(keys: &[&str]) -> StoreIndex {
+        let entries = keys
+            .iter()
+            .map(|k| {
+                let entry =
+                    Entry { blob: Blob::ready(Bytes::from_vec(k.as_bytes().to_vec())), mtime: SystemTime::UNIX_EPOCH };
+                (k.to_string(), entry)
+            })
+            .collect();
+        StoreIndex::new(entries, None)
+    }
+
+    #[test]
+    fn children_lists_files_and_directories_once() {
+        let idx = index(&["a/.zarray", "a/0", "a.b", "a-c/x/y", "b", "b/c", "c/d/e", "c/f"]);
+        assert_eq!(idx.children(""), vec!["a", "a-c", "a.b", "b", "c"]);
+        assert_eq!(idx.children("a"), vec![".zarray", "0"]);
+        assert_eq!(idx.children("c"), vec!["d", "f"]);
+        assert!(idx.children("zz").is_empty());
+    }
+
+    #[test]
+    fn subtree_strips_the_prefix() {
+        let idx = index(&["g1/daf.json", "g1/x/y", "g10/daf.json", "g2/z"]);
+        let sub = idx.subtree("g1");
+        assert_eq!(sub.keys().collect::<Vec<_>>(), vec!["daf.json", "x/y"]);
+    }
+}

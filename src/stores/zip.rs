@@ -1,0 +1,403 @@
+//! ZIP sources: the archive is mapped once; stored entries are ranges of that map.
+//!
+//! The reader parses the central directory itself (classic and ZIP64 end records, ZIP64 extra
+//! fields, data descriptors) because it needs exact data offsets into the map and, for the
+//! append path, the raw central-directory records of foreign archives. Rules, as Julia's
+//! ZipArchives and Python's `zipfile` read archives:
+//! - the last central-directory record of a duplicated name wins;
+//! - names ending in `/` are directory entries and are skipped;
+//! - stored entries are served straight from the map, whatever their alignment;
+//! - deflate, bzip2 and zstd entries are decompressed on first access (CRC-checked) and cached;
+//! - anything structurally wrong (no end record, a central directory or an entry outside the
+//!   file, a bad signature) is a [`StoreError::CorruptZip`] naming the archive.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use crate::sys::map_readonly;
+use super::{Blob, Bytes, Entry, StoreError, StoreIndex};
+
+const EOCD_SIG: u32 = 0x0605_4b50;
+const ZIP64_LOCATOR_SIG: u32 = 0x0706_4b50;
+const ZIP64_EOCD_SIG: u32 = 0x0606_4b50;
+const CENTRAL_SIG: u32 = 0x0201_4b50;
+const LOCAL_SIG: u32 = 0x0403_4b50;
+
+/// Compression methods we can serve.
+pub const METHOD_STORED: u16 = 0;
+const METHOD_DEFLATE: u16 = 8;
+const METHOD_BZIP2: u16 = 12;
+const METHOD_ZSTD: u16 = 93;
+
+/// One central-directory record, as found in the archive.
+#[derive(Clone, Debug)]
+pub struct CentralRecord {
+    /// Entry name.
+    pub name: String,
+    /// General-purpose flags.
+    pub flags: u16,
+    /// Compression method.
+    pub method: u16,
+    /// CRC-32 of the uncompressed data.
+    pub crc32: u32,
+    /// Stored (compressed) size.
+    pub compressed_size: u64,
+    /// Uncompressed size.
+    pub size: u64,
+    /// Offset of the local file header.
+    pub local_header_offset: u64,
+    /// Offset of the entry's data (after the local header).
+    pub data_offset: u64,
+    /// Modification time.
+    pub mtime: SystemTime,
+    /// Where the raw record lies in the archive (kept verbatim when the directory is rewritten).
+    pub raw_range: (u64, u64),
+}
+
+/// A parsed archive: its map and its central directory.
+#[derive(Debug)]
+pub struct ZipArchive {
+    /// Path of the archive.
+    pub path: PathBuf,
+    /// The whole archive, mapped.
+    pub bytes: Bytes,
+    /// Central-directory records in archive order (duplicates included).
+    pub records: Vec<CentralRecord>,
+    /// Offset of the central directory.
+    pub cd_offset: u64,
+    /// Size of the central directory.
+    pub cd_size: u64,
+    /// Modification time of the archive file.
+    pub file_mtime: SystemTime,
+}
+
+/// Opens and parses the archive at `path`.
+pub fn open_archive(path: &Path) -> Result<ZipArchive, StoreError> {
+    let file = File::open(path).map_err(|e| StoreError::io(path, e))?;
+    let meta = file.metadata().map_err(|e| StoreError::io(path, e))?;
+    let file_mtime = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+    let bytes = if meta.len() == 0 {
+        Bytes::empty()
+    } else {
+        Bytes::from_map(Arc::new(map_readonly(&file).map_err(|e| StoreError::io(path, e))?))
+    };
+    parse(path, bytes, file_mtime)
+}
+
+/// Opens the archive at `path` as a store index (one entry per distinct file name).
+pub fn open_zip(path: &Path) -> Result<StoreIndex, StoreError> {
+    Ok(open_archive(path)?.index())
+}
+
+impl ZipArchive {
+    /// The index of the archive's files: the last record of each name wins.
+    pub fn index(&self) -> StoreIndex {
+        let mut entries = BTreeMap::new();
+        for record in &self.records {
+            if record.name.ends_with('/') {
+                continue;
+            }
+            let blob = entry_blob(&self.path, &self.bytes, record);
+            entries.insert(record.name.clone(), Entry { blob, mtime: record.mtime });
+        }
+        StoreIndex::new(entries, Some(self.file_mtime))
+    }
+}
+
+fn corrupt(path: &Path, what: impl Into<String>) -> StoreError {
+    StoreError::CorruptZip { path: path.to_path_buf(), what: what.into() }
+}
+
+fn u16_at(data: &[u8], at: u64) -> Option<u16> {
+    let at = usize::try_from(at).ok()?;
+    data.get(at..at.checked_add(2)?).map(|b| u16::from_le_bytes([b[0], b[1]]))
+}
+
+fn u32_at(data: &[u8], at: u64) -> Option<u32> {
+    let at = usize::try_from(at).ok()?;
+    data.get(at..at.checked_add(4)?).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+fn u64_at(data: &[u8], at: u64) -> Option<u64> {
+    let at = usize::try_from(at).ok()?;
+    let b = data.get(at..at.checked_add(8)?)?;
+    let mut word = [0u8; 8];
+    word.copy_from_slice(b);
+    Some(u64::from_le_bytes(word))
+}
+
+/// Finds the end-of-central-directory record: the last signature whose comment fits the file.
+fn find_eocd(data: &[u8]) -> Option<u64> {
+    if data.len() < 22 {
+        return None;
+    }
+    let lowest = data.len().saturating_sub(22 + 0xFFFF);
+    (lowest..=data.len() - 22).rev().find(|&at| {
+        data[at..at + 4] == EOCD_SIG.to_le_bytes()
+            && at + 22 + usize::from(u16::from_le_bytes([data[at + 20], data[at + 21]])) <= data.len()
+    })
+    .map(|at| at as u64)
+}
+
+fn parse(path: &Path, bytes: Bytes, file_mtime: SystemTime) -> Result<ZipArchive, StoreError> {
+    let data = bytes.as_slice();
+    let eocd = find_eocd(data)
+        .ok_or_else(|| corrupt(path, "no end of central directory record: truncated or not a ZIP"))?;
+    let short = || corrupt(path, "end of central directory record is cut short");
+    let mut count = u64::from(u16_at(data, eocd + 10).ok_or_else(short)?);
+    let mut cd_size = u64::from(u32_at(data, eocd + 12).ok_or_else(short)?);
+    let mut cd_offset = u64::from(u32_at(data, eocd + 16).ok_or_else(short)?);
+    if eocd >= 20 && u32_at(data, eocd - 20) == Some(ZIP64_LOCATOR_SIG) {
+        let z64 = u64_at(data, eocd - 12).ok_or_else(short)?;
+        if u32_at(data, z64) != Some(ZIP64_EOCD_SIG) {
+            return Err(corrupt(path, "ZIP64 end record not where its locator says"));
+        }
+        let bad = || corrupt(path, "ZIP64 end record is cut short");
+        count = u64_at(data, z64 + 32).ok_or_else(bad)?;
+        cd_size = u64_at(data, z64 + 40).ok_or_else(bad)?;
+        cd_offset = u64_at(data, z64 + 48).ok_or_else(bad)?;
+    }
+    let cd_end = cd_offset.checked_add(cd_size).filter(|&end| end <= eocd);
+    if cd_end.is_none() {
+        return Err(corrupt(path, "central directory lies outside the file"));
+    }
+    let mut records = Vec::with_capacity(usize::try_from(count).unwrap_or(0).min(1 << 20));
+    let mut at = cd_offset;
+    for n in 0..count {
+        let record = parse_record(path, data, at, file_mtime)
+            .ok_or_else(|| corrupt(path, format!("central directory record {n} is damaged")))??;
+        at = record.raw_range.1;
+        records.push(record);
+    }
+    Ok(ZipArchive { path: path.to_path_buf(), bytes, records, cd_offset, cd_size, file_mtime })
+}
+
+/// Parses the central record at `at`; `None` when it is cut short.
+fn parse_record(
+    path: &Path,
+    data: &[u8],
+    at: u64,
+    archive_mtime: SystemTime,
+) -> Option<Result<CentralRecord, StoreError>> {
+    if u32_at(data, at)? != CENTRAL_SIG {
+        return Some(Err(corrupt(path, format!("bad central directory signature at offset {at}"))));
+    }
+    let flags = u16_at(data, at + 8)?;
+    let method = u16_at(data, at + 10)?;
+    let dos_time = u16_at(data, at + 12)?;
+    let dos_date = u16_at(data, at + 14)?;
+    let crc32 = u32_at(data, at + 16)?;
+    let mut compressed_size = u64::from(u32_at(data, at + 20)?);
+    let mut size = u64::from(u32_at(data, at + 24)?);
+    let name_len = u64::from(u16_at(data, at + 28)?);
+    let extra_len = u64::from(u16_at(data, at + 30)?);
+    let comment_len = u64::from(u16_at(data, at + 32)?);
+    let mut local_header_offset = u64::from(u32_at(data, at + 42)?);
+    let name_start = usize::try_from(at + 46).ok()?;
+    let name_bytes = data.get(name_start..name_start + usize::try_from(name_len).ok()?)?;
+    let name = String::from_utf8_lossy(name_bytes).into_owned();
+    let extra_start = at + 46 + name_len;
+    let end = extra_start + extra_len + comment_len;
+    if end > data.len() as u64 {
+        return None;
+    }
+    let mut unix_mtime = None;
+    let mut cursor = extra_start;
+    while cursor + 4 <= extra_start + extra_len {
+        let tag = u16_at(data, cursor)?;
+        let len = u64::from(u16_at(data, cursor + 2)?);
+        let body = cursor + 4;
+        if tag == 0x0001 {
+            // ZIP64: only the fields whose classic value is saturated are present, in order.
+            let mut field = body;
+            if size == 0xFFFF_FFFF {
+                size = u64_at(data, field)?;
+                field += 8;
+            }
+            if compressed_size == 0xFFFF_FFFF {
+                compressed_size = u64_at(data, field)?;
+                field += 8;
+            }
+            if local_header_offset == 0xFFFF_FFFF {
+                local_header_offset = u64_at(data, field)?;
+            }
+        } else if tag == 0x5455 && len >= 5 && data.get(usize::try_from(body).ok()?)? & 1 == 1 {
+            unix_mtime = Some(u32_at(data, body + 1)?);
+        }
+        cursor = body + len;
+    }
+    let mtime = match unix_mtime {
+        Some(secs) => SystemTime::UNIX_EPOCH + Duration::from_secs(u64::from(secs)),
+        None => dos_to_system_time(dos_date, dos_time).unwrap_or(archive_mtime),
+    };
+    // Julia's writer stamps every entry with 1980-01-01 00:00 ("no time"): use the archive's.
+    let mtime = if (dos_date, dos_time) == (0x0021, 0) && unix_mtime.is_none() { archive_mtime } else { mtime };
+    let data_offset = match local_data_offset(data, local_header_offset) {
+        Some(offset) => offset,
+        None => {
+            return Some(Err(corrupt(path, format!("local header of {name} is missing or damaged"))));
+        }
+    };
+    if data_offset.checked_add(compressed_size).is_none_or(|e| e > data.len() as u64) {
+        return Some(Err(corrupt(path, format!("data of {name} runs past the end of the file"))));
+    }
+    Some(Ok(CentralRecord {
+        name,
+        flags,
+        method,
+        crc32,
+        compressed_size,
+        size,
+        local_header_offset,
+        data_offset,
+        mtime,
+        raw_range: (at, end),
+    }))
+}
+
+/// Offset of the data that follows the local header at `at` (its own name and extra lengths).
+fn local_data_offset(data: &[u8], at: u64) -> Option<u64> {
+    if u32_at(data, at)? != LOCAL_SIG {
+        return None;
+    }
+    let name_len = u64::from(u16_at(data, at + 26)?);
+    let extra_len = u64::from(u16_at(data, at + 28)?);
+    Some(at + 30 + name_len + extra_len)
+}
+
+/// DOS date/time (taken as UTC) to a system time; `None` for impossible values.
+fn dos_to_system_time(date: u16, time: u16) -> Option<SystemTime> {
+    let year = i64::from(date >> 9) + 1980;
+    let month = i64::from((date >> 5) & 0xF);
+    let day = i64::from(date & 0x1F);
+    if !(1..=12).contains(&month) || day == 0 {
+        return None;
+    }
+    let secs_of_day = i64::from(time >> 11) * 3600 + i64::from((time >> 5) & 0x3F) * 60 + i64::from(time & 0x1F) * 2;
+    // Days from 1970-01-01 to the civil date (Howard Hinnant's algorithm).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = u64::try_from(days * 86_400 + secs_of_day).ok()?;
+    Some(SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
+}
+
+/// The blob of one entry: a slice of the map when stored, a cached decompression otherwise.
+fn entry_blob(path: &Path, archive: &Bytes, record: &CentralRecord) -> Arc<Blob> {
+    let name = record.name.clone();
+    let archive_path = path.display().to_string();
+    let Some(raw) = archive.slice(record.data_offset, record.compressed_size) else {
+        // Checked when parsing; keep the error lazy rather than failing the whole mount.
+        return Blob::lazy(Some(record.size), move || {
+            Err(StoreError::Produce(format!("{archive_path}: entry {name} lies outside the archive")))
+        });
+    };
+    if record.flags & 1 != 0 {
+        return Blob::lazy(Some(record.size), move || {
+            Err(StoreError::Produce(format!("{archive_path}: entry {name} is encrypted")))
+        });
+    }
+    let (method, size, crc) = (record.method, record.size, record.crc32);
+    if method == METHOD_STORED && record.compressed_size == size {
+        return Blob::ready(raw);
+    }
+    Blob::lazy(Some(size), move || {
+        let mut out = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+        let input = raw.as_slice();
+        let result = match method {
+            METHOD_DEFLATE => flate2::read::DeflateDecoder::new(input).read_to_end(&mut out),
+            METHOD_BZIP2 => bzip2::read::BzDecoder::new(input).read_to_end(&mut out),
+            METHOD_ZSTD => zstd::stream::read::Decoder::new(input).and_then(|mut d| d.read_to_end(&mut out)),
+            other => {
+                return Err(StoreError::Produce(format!(
+                    "{archive_path}: entry {name} uses ZIP compression method {other}; \
+                     supported are 0 (stored), 8 (deflate), 12 (bzip2) and 93 (zstd)"
+                )))
+            }
+        };
+        result.map_err(|e| StoreError::Produce(format!("{archive_path}: entry {name}: {e}")))?;
+        if crc32fast::hash(&out) != crc {
+            return Err(StoreError::Produce(format!("{archive_path}: entry {name} fails its CRC check")));
+        }
+        Ok(Bytes::from_vec(out))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/vectors");
+
+    #[test]
+    fn reads_the_julia_style_zip_fixture_zero_copy_and_aligned() {
+        let archive = open_archive(&Path::new(FIXTURES).join("zarr_v2.daf.zarr.zip")).unwrap();
+        assert_eq!(archive.records.len(), 74);
+        assert_eq!(archive.cd_offset, 8254);
+        let score = archive.records.iter().find(|r| r.name == "vectors/cell/score/0").unwrap();
+        assert_eq!(score.data_offset, 4392);
+        let idx = archive.index();
+        let bytes = idx.get("vectors/cell/score/0").unwrap().blob.bytes().unwrap();
+        assert!(bytes.is_mapped());
+        assert_eq!(bytes.as_slice(), &[0, 0, 0xc0, 0x3f, 0, 0, 0, 0x40, 0, 0, 0, 0xbf]);
+    }
+
+    #[test]
+    fn deflated_duplicates_and_descriptors_follow_zipfile_rules() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("x.zip");
+        // Python's zipfile writes data descriptors when streaming; emulate with a tiny writer.
+        let status = std::process::Command::new("python3")
+            .arg("-c")
+            .arg(
+                "import zipfile,sys,warnings\nwarnings.simplefilter('ignore')\n\
+                 z=zipfile.ZipFile(sys.argv[1],'w',zipfile.ZIP_DEFLATED)\n\
+                 z.writestr('a.txt', b'first'*100)\nz.writestr('a.txt', b'second'*100)\n\
+                 z.writestr('dir/', b'')\n\
+                 with z.open('s.bin','w') as f: f.write(b'streamed'*50)\nz.close()",
+            )
+            .arg(&path)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let idx = open_zip(&path).unwrap();
+        assert_eq!(idx.keys().collect::<Vec<_>>(), vec!["a.txt", "s.bin"]);
+        let a = idx.get("a.txt").unwrap().blob.bytes().unwrap();
+        assert_eq!(a.as_slice(), b"second".repeat(100).as_slice());
+        assert!(!a.is_mapped());
+        assert_eq!(idx.get("s.bin").unwrap().blob.bytes().unwrap().as_slice(), b"streamed".repeat(50).as_slice());
+    }
+
+    #[test]
+    fn truncated_and_garbage_archives_are_corrupt_errors() {
+        let tmp = tempfile::tempdir().unwrap();
+        let original = std::fs::read(Path::new(FIXTURES).join("zarr_v2.daf.zarr.zip")).unwrap();
+        for (name, data) in [
+            ("cut.zip", &original[..original.len() - 30]),
+            ("headless.zip", &original[100..]),
+            ("garbage.zip", &b"this is not a zip archive at all, not even close"[..]),
+        ] {
+            let path = tmp.path().join(name);
+            std::fs::File::create(&path).unwrap().write_all(data).unwrap();
+            let err = open_zip(&path).unwrap_err();
+            assert!(matches!(err, StoreError::CorruptZip { .. }), "{name}: {err}");
+            assert!(err.to_string().contains(name), "{err}");
+        }
+    }
+
+    #[test]
+    fn dos_times_convert() {
+        // 2024-03-15 13:45:30 → date ((44<<9)|(3<<5)|15), time ((13<<11)|(45<<5)|15)
+        let t = dos_to_system_time((44 << 9) | (3 << 5) | 15, (13 << 11) | (45 << 5) | 15).unwrap();
+        assert_eq!(t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs(), 1_710_510_330);
+    }
+}

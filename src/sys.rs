@@ -1,0 +1,50 @@
+//! The only module of daf-mount that contains `unsafe` code: read-only memory maps of source
+//! files, and the two C-Blosc calls that decode blosc-compressed foreign Zarr chunks.
+//!
+//! Everything above this module works with safe `&[u8]` views and `Vec<u8>` results.
+
+use std::fs::File;
+use std::io;
+
+pub use memmap2::Mmap;
+
+/// Maps the whole of `file` read-only.
+///
+/// The contract daf-mount documents (README, "Limits") is that a mounted source is not truncated
+/// or rewritten in place while mounted; new data is only ever added as new files or appended ZIP
+/// entries. If that contract is broken, a read through FUSE fails with `EFAULT` inside the
+/// kernel's copy, but code of ours that parses mapped bytes directly could take a `SIGBUS`.
+pub fn map_readonly(file: &File) -> io::Result<Mmap> {
+    // SAFETY: `Mmap::map` is unsafe because another process may modify or truncate the file while
+    // it is mapped, changing or invalidating memory we hand out as `&[u8]`. daf-mount never writes
+    // to or truncates a file it has mapped, and the documented contract is that nobody else does.
+    unsafe { Mmap::map(file) }
+}
+
+/// Decompresses one Blosc (version 1 format) buffer, as written by numcodecs' `Blosc` codec.
+pub fn blosc_decompress(src: &[u8]) -> Result<Vec<u8>, String> {
+    let mut nbytes: usize = 0;
+    // SAFETY: `src` is a valid readable buffer of `src.len()` bytes and `nbytes` a valid out
+    // pointer; `blosc_cbuffer_validate` only reads within `src.len()` and reports the
+    // uncompressed size, and is documented to make the subsequent decompression call safe.
+    let valid = unsafe {
+        blosc_src::blosc_cbuffer_validate(src.as_ptr().cast(), src.len(), &mut nbytes)
+    };
+    if valid != 0 {
+        return Err("not a valid blosc buffer".into());
+    }
+    let mut out = vec![0u8; nbytes];
+    if nbytes == 0 {
+        return Ok(out);
+    }
+    // SAFETY: the buffer was validated above; `out` is a writable buffer of exactly `nbytes`
+    // bytes and C-Blosc guarantees never to write beyond `destsize`. The context API takes no
+    // global lock and is safe to call from several threads at once.
+    let written = unsafe {
+        blosc_src::blosc_decompress_ctx(src.as_ptr().cast(), out.as_mut_ptr().cast(), nbytes, 1)
+    };
+    match usize::try_from(written) {
+        Ok(n) if n == nbytes => Ok(out),
+        _ => Err(format!("blosc decompression failed (code {written})")),
+    }
+}

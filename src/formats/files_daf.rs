@@ -1,0 +1,308 @@
+//! Reading a FilesDaf tree (`daf-formats.md` §2, §3) from any store: a directory, or the entries
+//! of a ZIP (ZipDaf, §6).
+//!
+//! Enumeration follows upstream: `scalars/*.json`, `axes/*.txt`, `vectors/A/*.json`,
+//! `matrices/R/C/*.json`; other names are ignored. Payloads become blobs of the store (mapped
+//! ranges), never copies; a `.data` file longer than its axis requires is cut to its logical size.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use serde_json::Value;
+
+use crate::stores::{Blob, Entry, StoreIndex};
+
+use super::json::{parse_descriptor, Descriptor};
+use super::model::{Axis, Dataset, Payload, Property, ScalarProperty, SparseIndex};
+use super::scalar::Scalar;
+use super::strings::{count_lines, densify_sparse_strings, SparsePositions, Strings};
+use super::types::{ElementType, NumType};
+use super::FormatError;
+
+/// Checks `daf.json` and reads the whole data set.
+pub fn read_files_daf(index: &StoreIndex, path: &Path) -> Result<Dataset, FormatError> {
+    let marker = index
+        .get("daf.json")
+        .ok_or_else(|| FormatError::NotDaf { path: path.to_path_buf(), why: "no daf.json".into() })?;
+    check_version(&marker.blob.bytes()?.as_slice().to_vec(), &path.join("daf.json"))?;
+    let mut dataset = Dataset { mtime: index.root_mtime, ..Dataset::default() };
+    for file in index.children("axes") {
+        let Some(name) = file.strip_suffix(".txt") else { continue };
+        let key = format!("axes/{file}");
+        match read_axis(index, &key) {
+            Ok(axis) => {
+                dataset.axes.insert(name.to_string(), axis);
+            }
+            Err(e) => log::warn!("skipping axis {name} ({key}: {e}) in {}", path.display()),
+        }
+    }
+    for file in index.children("scalars") {
+        let Some(name) = file.strip_suffix(".json") else { continue };
+        let key = format!("scalars/{file}");
+        let Some(entry) = index.get(&key) else { continue };
+        match entry.blob.bytes().map_err(FormatError::from).and_then(|b| Scalar::from_json(b.as_slice())) {
+            Ok(scalar) => {
+                dataset.scalars.insert(name.to_string(), ScalarProperty { scalar, mtime: entry.mtime });
+            }
+            Err(e) => log::warn!("skipping scalar {name} ({key}: {e}) in {}", path.display()),
+        }
+    }
+    for axis in index.children("vectors") {
+        let Some(len) = dataset.axes.get(&axis).map(Axis::len) else {
+            log::warn!("skipping vectors/{axis}/: no axis {axis} in {}", path.display());
+            continue;
+        };
+        let dir = format!("vectors/{axis}");
+        let props = read_properties(index, &dir, Shape::Vector(len), path);
+        dataset.vectors.insert(axis, props);
+    }
+    for rows in index.children("matrices") {
+        for cols in index.children(&format!("matrices/{rows}")) {
+            let (Some(nrows), Some(ncols)) =
+                (dataset.axes.get(&rows).map(Axis::len), dataset.axes.get(&cols).map(Axis::len))
+            else {
+                log::warn!("skipping matrices/{rows}/{cols}/: unknown axis in {}", path.display());
+                continue;
+            };
+            let dir = format!("matrices/{rows}/{cols}");
+            let props = read_properties(index, &dir, Shape::Matrix(nrows, ncols), path);
+            dataset.matrices.insert((rows.clone(), cols), props);
+        }
+    }
+    Ok(dataset)
+}
+
+fn check_version(bytes: &[u8], marker: &Path) -> Result<(), FormatError> {
+    let bad = |why: &str| FormatError::NotDaf { path: marker.to_path_buf(), why: why.to_string() };
+    let doc: Value = serde_json::from_slice(bytes).map_err(|_| bad("daf.json is not JSON"))?;
+    let version = doc.get("version").and_then(Value::as_array).ok_or_else(|| bad("daf.json has no version"))?;
+    let parts: Vec<u64> = version.iter().filter_map(Value::as_u64).collect();
+    match parts.as_slice() {
+        [1, 0] | [1, 1] => Ok(()),
+        [major, minor] => Err(FormatError::Version {
+            format: "FilesDaf",
+            version: format!("{major}.{minor}"),
+            supported: "1.0 and 1.1",
+            path: marker.to_path_buf(),
+        }),
+        _ => Err(bad("daf.json version is not [major, minor]")),
+    }
+}
+
+fn read_axis(index: &StoreIndex, key: &str) -> Result<Axis, FormatError> {
+    let entry = index.get(key).ok_or_else(|| FormatError::bad("missing"))?;
+    let count = count_lines(entry.blob.bytes()?.as_slice()).map_err(FormatError::Bad)?;
+    Ok(Axis { entries: Strings::from_lines(entry.blob.clone(), count), mtime: entry.mtime })
+}
+
+/// The dimensions a property must have.
+#[derive(Clone, Copy, Debug)]
+enum Shape {
+    Vector(u64),
+    Matrix(u64, u64),
+}
+
+impl Shape {
+    fn len(self) -> u64 {
+        match self {
+            Shape::Vector(n) => n,
+            Shape::Matrix(r, c) => r * c,
+        }
+    }
+}
+
+fn read_properties(
+    index: &StoreIndex,
+    dir: &str,
+    shape: Shape,
+    path: &Path,
+) -> std::collections::BTreeMap<String, Property> {
+    let mut props = std::collections::BTreeMap::new();
+    for file in index.children(dir) {
+        let Some(name) = file.strip_suffix(".json") else { continue };
+        let base = format!("{dir}/{name}");
+        match read_property(index, &base, shape) {
+            Ok(prop) => {
+                props.insert(name.to_string(), prop);
+            }
+            Err(e) => log::warn!("skipping {base} ({e}) in {}", path.display()),
+        }
+    }
+    props
+}
+
+/// The files of one property, tracking the latest mtime among those used.
+struct PropertyFiles<'a> {
+    index: &'a StoreIndex,
+    base: &'a str,
+    mtime: SystemTime,
+}
+
+impl PropertyFiles<'_> {
+    fn optional(&mut self, ext: &str) -> Option<Arc<Blob>> {
+        let entry: &Entry = self.index.get(&format!("{}.{ext}", self.base))?;
+        self.mtime = self.mtime.max(entry.mtime);
+        Some(entry.blob.clone())
+    }
+
+    fn required(&mut self, ext: &str) -> Result<Arc<Blob>, FormatError> {
+        self.optional(ext).ok_or_else(|| FormatError::bad(format!("no .{ext} file")))
+    }
+
+    /// A blob of exactly `count` elements of `t`.
+    fn sized(&mut self, ext: &str, t: NumType, count: u64) -> Result<Arc<Blob>, FormatError> {
+        let blob = self.required(ext)?;
+        let len = blob.len()?;
+        if len != count * t.size() {
+            return Err(FormatError::bad(format!(
+                ".{ext} has {len} bytes, {count} × {} expected",
+                t.julia_name()
+            )));
+        }
+        Ok(blob)
+    }
+
+    /// Number of `t` elements in a file that must hold a whole number of them.
+    fn count_of(&mut self, ext: &str, t: NumType) -> Result<(Arc<Blob>, u64), FormatError> {
+        let blob = self.required(ext)?;
+        let len = blob.len()?;
+        if len % t.size() != 0 {
+            return Err(FormatError::bad(format!(".{ext} size {len} is not a multiple of {}", t.size())));
+        }
+        Ok((blob, len / t.size()))
+    }
+}
+
+fn read_property(index: &StoreIndex, base: &str, shape: Shape) -> Result<Property, FormatError> {
+    let descriptor_entry = index.get(&format!("{base}.json")).ok_or_else(|| FormatError::bad("no descriptor"))?;
+    let descriptor = parse_descriptor(descriptor_entry.blob.bytes()?.as_slice())?;
+    let mut files = PropertyFiles { index, base, mtime: descriptor_entry.mtime };
+    let len = shape.len();
+    let payload = match descriptor {
+        Descriptor::Dense { eltype: ElementType::String } => {
+            Payload::DenseStrings(Strings::from_lines(files.required("txt")?, len))
+        }
+        Descriptor::Dense { eltype: ElementType::Num(t) } => {
+            let data = files.required("data")?;
+            let available = data.len()?;
+            if available < len * t.size() {
+                return Err(FormatError::bad(format!(".data has {available} bytes, {len} × {} needed", t.julia_name())));
+            }
+            // Julia may write a longer .data (constant fills); show exactly the logical size.
+            Payload::Dense { eltype: t, data: Blob::slice(&data, 0, len * t.size()) }
+        }
+        Descriptor::Sparse { eltype, indtype, nnz, has_nzval } => {
+            let (index, found_nnz) = match shape {
+                Shape::Vector(_) => {
+                    let (nzind, nnz) = files.count_of("nzind", indtype)?;
+                    (SparseIndex::Vector { nzind }, nnz)
+                }
+                Shape::Matrix(_, ncols) => {
+                    let colptr = files.sized("colptr", indtype, ncols + 1)?;
+                    let (rowval, nnz) = files.count_of("rowval", indtype)?;
+                    (SparseIndex::Matrix { colptr, rowval }, nnz)
+                }
+            };
+            if let Some(declared) = nnz.filter(|&n| n != found_nnz) {
+                return Err(FormatError::bad(format!("descriptor says {declared} stored values, index files hold {found_nnz}")));
+            }
+            if found_nnz > len {
+                return Err(FormatError::bad(format!("{found_nnz} stored values for {len} elements")));
+            }
+            match eltype {
+                ElementType::String => {
+                    let nztxt = files.required("nztxt")?;
+                    let positions = match (&index, shape) {
+                        (SparseIndex::Vector { nzind }, _) => SparsePositions::Vector { nzind: nzind.clone() },
+                        (SparseIndex::Matrix { colptr, rowval }, Shape::Matrix(nrows, ncols)) => {
+                            SparsePositions::Matrix { colptr: colptr.clone(), rowval: rowval.clone(), nrows, ncols }
+                        }
+                        _ => return Err(FormatError::bad("matrix index on a vector")),
+                    };
+                    let dense = densify_sparse_strings(positions, indtype, nztxt.clone(), found_nnz, len);
+                    Payload::SparseStrings { indtype, index, nztxt, dense }
+                }
+                ElementType::Num(t) => {
+                    // 1.0: the .nzval file decides (absent = all true); 1.1: the descriptor does.
+                    let nzval = match has_nzval {
+                        Some(false) => None,
+                        Some(true) => Some(files.sized("nzval", t, found_nnz)?),
+                        None if files.index.contains(&format!("{base}.nzval")) => Some(files.sized("nzval", t, found_nnz)?),
+                        None => None,
+                    };
+                    if nzval.is_none() && t != NumType::Bool {
+                        return Err(FormatError::bad("no .nzval file (only all-true Bool data may omit it)"));
+                    }
+                    Payload::Sparse { eltype: t, indtype, index, nzval }
+                }
+            }
+        }
+    };
+    Ok(Property { payload, mtime: files.mtime })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stores::dir::open_directory;
+
+    const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures");
+
+    #[test]
+    fn reads_the_seed_fixture() {
+        let root = Path::new(FIXTURES).join("vectors/files_v1_0.daf");
+        let ds = read_files_daf(&open_directory(&root).unwrap(), &root).unwrap();
+        assert_eq!(ds.scalars.keys().collect::<Vec<_>>(), vec!["ratio", "title"]);
+        assert_eq!(ds.axes["cell"].len(), 3);
+        assert_eq!(ds.axes["gene"].len(), 2);
+        let cell = &ds.vectors["cell"];
+        assert_eq!(cell.keys().collect::<Vec<_>>(), vec!["counts", "is_marker", "score", "type"]);
+        assert!(matches!(cell["is_marker"].payload, Payload::Sparse { nzval: None, eltype: NumType::Bool, .. }));
+        assert!(matches!(ds.matrices[&("cell".into(), "gene".into())]["umis"].payload, Payload::Sparse { .. }));
+    }
+
+    #[test]
+    fn reads_the_1_1_fixture_and_the_julia_fixture() {
+        let root = Path::new(FIXTURES).join("vectors/files_v1_1.daf");
+        let ds = read_files_daf(&open_directory(&root).unwrap(), &root).unwrap();
+        assert_eq!(ds.vectors["cell"].len(), 4);
+        let julia = Path::new(FIXTURES).join("julia-filesdaf");
+        let ds = read_files_daf(&open_directory(&julia).unwrap(), &julia).unwrap();
+        assert!(!ds.vectors["cell"].is_empty());
+        assert_eq!(ds.matrices[&("gene".into(), "cell".into())].len(), 3);
+    }
+
+    #[test]
+    fn versions_and_missing_markers_are_errors() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("daf.json"), "{\"version\":[2,0]}\n").unwrap();
+        let err = read_files_daf(&open_directory(tmp.path()).unwrap(), tmp.path()).unwrap_err();
+        assert!(err.to_string().contains("unsupported FilesDaf version 2.0"), "{err}");
+        std::fs::remove_file(tmp.path().join("daf.json")).unwrap();
+        let err = read_files_daf(&open_directory(tmp.path()).unwrap(), tmp.path()).unwrap_err();
+        assert!(err.to_string().starts_with("not a daf data set"), "{err}");
+    }
+
+    #[test]
+    fn inconsistent_properties_are_skipped_and_long_data_is_cut() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path();
+        for d in ["scalars", "axes", "vectors/a", "matrices/a/a"] {
+            std::fs::create_dir_all(p.join(d)).unwrap();
+        }
+        std::fs::write(p.join("daf.json"), "{\"version\":[1,0]}\n").unwrap();
+        std::fs::write(p.join("axes/a.txt"), "x\ny\n").unwrap();
+        std::fs::write(p.join("vectors/a/long.json"), "{\"format\":\"dense\",\"eltype\":\"UInt8\"}\n").unwrap();
+        std::fs::write(p.join("vectors/a/long.data"), [1u8, 2, 3, 4]).unwrap();
+        std::fs::write(p.join("vectors/a/short.json"), "{\"format\":\"dense\",\"eltype\":\"Int64\"}\n").unwrap();
+        std::fs::write(p.join("vectors/a/short.data"), [1u8, 2, 3]).unwrap();
+        std::fs::write(p.join("vectors/a/nonzval.json"), "{\"format\":\"sparse\",\"eltype\":\"Int8\",\"indtype\":\"UInt8\"}\n").unwrap();
+        std::fs::write(p.join("vectors/a/nonzval.nzind"), [1u8]).unwrap();
+        let ds = read_files_daf(&open_directory(p).unwrap(), p).unwrap();
+        let vectors = &ds.vectors["a"];
+        assert_eq!(vectors.keys().collect::<Vec<_>>(), vec!["long"]);
+        let Payload::Dense { data, .. } = &vectors["long"].payload else { panic!() };
+        assert_eq!(data.bytes().unwrap().as_slice(), &[1, 2]);
+    }
+}

@@ -1,0 +1,195 @@
+//! Scalars: typed values, their FilesDaf JSON file and their one-element Zarr chunk.
+
+use serde_json::Value;
+
+use super::json::quote;
+use super::strings::encode_vlen;
+use super::types::{ElementType, NumType};
+use super::FormatError;
+
+/// A scalar's value, kept exact (64-bit integers never go through a float).
+#[derive(Clone, Debug, PartialEq)]
+pub enum ScalarValue {
+    /// A Bool.
+    Bool(bool),
+    /// A signed integer (any signed width).
+    Int(i64),
+    /// An unsigned integer (any unsigned width).
+    UInt(u64),
+    /// A float (Float32 values are held exactly as f64).
+    Float(f64),
+    /// A string.
+    String(String),
+}
+
+/// A typed scalar.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scalar {
+    /// Its Daf type.
+    pub eltype: ElementType,
+    /// Its value.
+    pub value: ScalarValue,
+}
+
+fn out_of_range(v: &Value, t: NumType) -> FormatError {
+    FormatError::bad(format!("value {v} does not fit {}", t.julia_name()))
+}
+
+impl Scalar {
+    /// Parses a FilesDaf scalar file (`{"type":T,"value":V}`, any key order).
+    pub fn from_json(bytes: &[u8]) -> Result<Scalar, FormatError> {
+        let doc: Value = serde_json::from_slice(bytes).map_err(|e| FormatError::bad(format!("invalid JSON: {e}")))?;
+        let name = doc.get("type").and_then(Value::as_str).ok_or_else(|| FormatError::bad("no \"type\""))?;
+        let eltype = ElementType::from_julia_name(name).ok_or_else(|| FormatError::bad(format!("unknown type \"{name}\"")))?;
+        let v = doc.get("value").ok_or_else(|| FormatError::bad("no \"value\""))?;
+        Scalar::from_value(eltype, v)
+    }
+
+    /// Converts a JSON value to `eltype` the way Julia's `convert` does.
+    pub fn from_value(eltype: ElementType, v: &Value) -> Result<Scalar, FormatError> {
+        let t = match eltype {
+            ElementType::String => {
+                let s = v.as_str().ok_or_else(|| FormatError::bad("String scalar value is not a JSON string"))?;
+                return Ok(Scalar { eltype, value: ScalarValue::String(s.to_string()) });
+            }
+            ElementType::Num(t) => t,
+        };
+        let integral = v.as_f64().filter(|f| f.fract() == 0.0);
+        let value = match t {
+            NumType::Bool => match (v.as_bool(), v.as_u64()) {
+                (Some(b), _) => ScalarValue::Bool(b),
+                (None, Some(n @ (0 | 1))) => ScalarValue::Bool(n == 1),
+                _ => return Err(out_of_range(v, t)),
+            },
+            NumType::Float32 | NumType::Float64 => match v {
+                Value::Null => ScalarValue::Float(f64::NAN),
+                _ => ScalarValue::Float(v.as_f64().ok_or_else(|| out_of_range(v, t))?),
+            },
+            NumType::UInt8 | NumType::UInt16 | NumType::UInt32 | NumType::UInt64 => {
+                let n = v.as_u64().or_else(|| integral.filter(|f| *f >= 0.0 && *f < 1.9e19).map(|f| f as u64));
+                let n = n.ok_or_else(|| out_of_range(v, t))?;
+                if t.size() < 8 && n >> (8 * t.size()) != 0 {
+                    return Err(out_of_range(v, t));
+                }
+                ScalarValue::UInt(n)
+            }
+            _ => {
+                let n = v.as_i64().or_else(|| integral.filter(|f| f.abs() < 9.2e18).map(|f| f as i64));
+                let n = n.ok_or_else(|| out_of_range(v, t))?;
+                let bits = 8 * t.size() as u32;
+                if bits < 64 && (n < -(1i64 << (bits - 1)) || n >= 1i64 << (bits - 1)) {
+                    return Err(out_of_range(v, t));
+                }
+                ScalarValue::Int(n)
+            }
+        };
+        Ok(Scalar { eltype, value })
+    }
+
+    /// Reads a one-element little-endian Zarr chunk of type `t`.
+    pub fn from_le_bytes(t: NumType, bytes: &[u8]) -> Result<Scalar, FormatError> {
+        let size = t.size() as usize;
+        if bytes.len() != size {
+            return Err(FormatError::bad(format!("scalar chunk has {} bytes, {} expected", bytes.len(), size)));
+        }
+        let mut word = [0u8; 8];
+        word[..size].copy_from_slice(bytes);
+        let raw = u64::from_le_bytes(word);
+        let shift = 64 - 8 * size as u32;
+        let value = match t {
+            NumType::Bool => ScalarValue::Bool(raw != 0),
+            NumType::Float32 => ScalarValue::Float(f64::from(f32::from_bits(raw as u32))),
+            NumType::Float64 => ScalarValue::Float(f64::from_bits(raw)),
+            NumType::UInt8 | NumType::UInt16 | NumType::UInt32 | NumType::UInt64 => ScalarValue::UInt(raw),
+            _ => ScalarValue::Int(((raw << shift) as i64) >> shift),
+        };
+        Ok(Scalar { eltype: ElementType::Num(t), value })
+    }
+
+    /// The value as JSON.jl 0.21 prints it (floats shortest round-trip, non-finite as `null`).
+    pub fn value_json(&self) -> String {
+        match (&self.value, self.eltype) {
+            (ScalarValue::Bool(b), _) => b.to_string(),
+            (ScalarValue::Int(n), _) => n.to_string(),
+            (ScalarValue::UInt(n), _) => n.to_string(),
+            (ScalarValue::Float(f), _) if !f.is_finite() => "null".to_string(),
+            (ScalarValue::Float(f), ElementType::Num(NumType::Float32)) => float_text(format!("{:?}", *f as f32)),
+            (ScalarValue::Float(f), _) => float_text(format!("{f:?}")),
+            (ScalarValue::String(s), _) => quote(s),
+        }
+    }
+
+    /// The FilesDaf file: `{"value":V,"type":"T"}\n` (seed key order).
+    pub fn files_json(&self) -> String {
+        format!("{{\"value\":{},\"type\":\"{}\"}}\n", self.value_json(), self.eltype.julia_name())
+    }
+
+    /// The one-element Zarr chunk: little-endian bytes, or a one-item vlen-utf8 buffer.
+    pub fn zarr_chunk(&self) -> Vec<u8> {
+        let size = match self.eltype {
+            ElementType::Num(t) => t.size() as usize,
+            ElementType::String => 0,
+        };
+        match (&self.value, self.eltype) {
+            (ScalarValue::String(s), _) => encode_vlen([s.as_bytes()].into_iter(), 1),
+            (ScalarValue::Bool(b), _) => vec![u8::from(*b)],
+            (ScalarValue::Int(n), _) => n.to_le_bytes()[..size].to_vec(),
+            (ScalarValue::UInt(n), _) => n.to_le_bytes()[..size].to_vec(),
+            (ScalarValue::Float(f), ElementType::Num(NumType::Float32)) => (*f as f32).to_le_bytes().to_vec(),
+            (ScalarValue::Float(f), _) => f.to_le_bytes().to_vec(),
+        }
+    }
+}
+
+/// Rust's `{:?}` float text in Julia's spelling of exponents (`1e20` → `1.0e20`).
+fn float_text(debug: String) -> String {
+    match debug.split_once('e') {
+        Some((mantissa, exp)) if !mantissa.contains('.') => format!("{mantissa}.0e{exp}"),
+        _ => debug,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seed_scalar_files_round_trip_byte_for_byte() {
+        for text in [
+            "{\"value\":2.5,\"type\":\"Float64\"}\n",
+            "{\"value\":\"hello\",\"type\":\"String\"}\n",
+            "{\"value\":100,\"type\":\"Int64\"}\n",
+            "{\"value\":true,\"type\":\"Bool\"}\n",
+            "{\"value\":18446744073709551615,\"type\":\"UInt64\"}\n",
+            "{\"value\":-9223372036854775808,\"type\":\"Int64\"}\n",
+            "{\"value\":0.1,\"type\":\"Float32\"}\n",
+            "{\"value\":1.0e20,\"type\":\"Float64\"}\n",
+        ] {
+            let scalar = Scalar::from_json(text.as_bytes()).unwrap();
+            assert_eq!(scalar.files_json(), text);
+        }
+    }
+
+    #[test]
+    fn accepts_1_1_key_order_and_julia_conversions() {
+        let s = Scalar::from_json(br#"{"type":"float64","value":3}"#).unwrap();
+        assert_eq!(s.files_json(), "{\"value\":3.0,\"type\":\"Float64\"}\n");
+        let b = Scalar::from_json(br#"{"type":"Bool","value":1}"#).unwrap();
+        assert_eq!(b.value, ScalarValue::Bool(true));
+        assert!(Scalar::from_json(br#"{"type":"UInt8","value":256}"#).is_err());
+        assert!(Scalar::from_json(br#"{"type":"Int8","value":-129}"#).is_err());
+        assert!(Scalar::from_json(br#"{"type":"String","value":3}"#).is_err());
+    }
+
+    #[test]
+    fn zarr_chunks_match_the_fixture_and_read_back() {
+        let ratio = Scalar::from_json(br#"{"value":2.5,"type":"Float64"}"#).unwrap();
+        assert_eq!(ratio.zarr_chunk(), [0, 0, 0, 0, 0, 0, 4, 0x40]);
+        let title = Scalar::from_json(br#"{"value":"hello","type":"String"}"#).unwrap();
+        assert_eq!(title.zarr_chunk(), b"\x01\x00\x00\x00\x05\x00\x00\x00hello");
+        let small = Scalar::from_json(br#"{"value":-2,"type":"Int16"}"#).unwrap();
+        assert_eq!(Scalar::from_le_bytes(NumType::Int16, &small.zarr_chunk()).unwrap(), small);
+        let f = Scalar::from_json(br#"{"value":0.1,"type":"Float32"}"#).unwrap();
+        assert_eq!(Scalar::from_le_bytes(NumType::Float32, &f.zarr_chunk()).unwrap().files_json(), f.files_json());
+    }
+}

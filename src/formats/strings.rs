@@ -1,0 +1,294 @@
+//! String arrays in their two encodings, and lazy conversion between them.
+//!
+//! FilesDaf keeps strings as text, one value per `\n`-terminated line (`.txt`, `.nztxt`); Zarr
+//! keeps them as vlen-utf8 chunks (`u32 count`, then `u32 length` + bytes per item, all
+//! little-endian). A [`Strings`] holds whichever form the source has and makes the other on first
+//! use, once; its size is known in advance from the source size whenever possible.
+
+use std::sync::{Arc, OnceLock};
+
+use crate::stores::{Blob, Bytes, StoreError};
+
+use super::types::NumType;
+
+/// Encodes `count` items as one vlen-utf8 buffer.
+pub fn encode_vlen<'a>(items: impl Iterator<Item = &'a [u8]>, count: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&(count as u32).to_le_bytes());
+    for item in items {
+        out.extend_from_slice(&(item.len() as u32).to_le_bytes());
+        out.extend_from_slice(item);
+    }
+    out
+}
+
+/// Splits a vlen-utf8 buffer into its items, checking the header count against `expected`.
+pub fn decode_vlen(data: &[u8], expected: u64) -> Result<Vec<&[u8]>, String> {
+    let header = data.get(..4).ok_or("vlen-utf8 buffer shorter than its header")?;
+    let count = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
+    if u64::from(count) != expected {
+        return Err(format!("vlen-utf8 buffer holds {count} items, {expected} expected"));
+    }
+    let mut items = Vec::with_capacity(count as usize);
+    let mut at = 4usize;
+    for _ in 0..count {
+        let len = data.get(at..at + 4).ok_or("vlen-utf8 buffer cut short")?;
+        let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
+        let item = data.get(at + 4..at + 4 + len).ok_or("vlen-utf8 item runs past the buffer")?;
+        items.push(item);
+        at += 4 + len;
+    }
+    if at != data.len() {
+        return Err(format!("vlen-utf8 buffer has {} trailing bytes", data.len() - at));
+    }
+    Ok(items)
+}
+
+/// Splits `\n`-terminated text into exactly `expected` lines.
+pub fn split_lines(text: &[u8], expected: u64) -> Result<Vec<&[u8]>, String> {
+    if text.is_empty() {
+        return if expected == 0 { Ok(Vec::new()) } else { Err(format!("empty text, {expected} lines expected")) };
+    }
+    if text.last() != Some(&b'\n') {
+        return Err("text does not end with a newline".into());
+    }
+    let lines: Vec<&[u8]> = text[..text.len() - 1].split(|&b| b == b'\n').collect();
+    if lines.len() as u64 != expected {
+        return Err(format!("text has {} lines, {expected} expected", lines.len()));
+    }
+    Ok(lines)
+}
+
+/// Counts the lines of `\n`-terminated text (an axis file), checking it is well formed.
+pub fn count_lines(text: &[u8]) -> Result<u64, String> {
+    if text.is_empty() {
+        return Ok(0);
+    }
+    if text.last() != Some(&b'\n') {
+        return Err("text does not end with a newline".into());
+    }
+    Ok(memchr::memchr_iter(b'\n', text).count() as u64)
+}
+
+fn lines_from_items(items: &[&[u8]]) -> Result<Vec<u8>, String> {
+    let mut out = Vec::with_capacity(items.iter().map(|i| i.len() + 1).sum());
+    for item in items {
+        if item.contains(&b'\n') {
+            return Err("a string value contains a newline, which FilesDaf text cannot hold".into());
+        }
+        out.extend_from_slice(item);
+        out.push(b'\n');
+    }
+    Ok(out)
+}
+
+fn produce_error(what: &str, e: String) -> StoreError {
+    StoreError::Produce(format!("{what}: {e}"))
+}
+
+/// A string array of known length, in whichever encoding the source had.
+#[derive(Debug)]
+pub struct Strings {
+    count: u64,
+    lines: OnceLock<Arc<Blob>>,
+    vlen: OnceLock<Arc<Blob>>,
+}
+
+impl Strings {
+    /// Strings stored as `\n`-terminated text lines.
+    pub fn from_lines(blob: Arc<Blob>, count: u64) -> Strings {
+        let lines = OnceLock::new();
+        let _ = lines.set(blob);
+        Strings { count, lines, vlen: OnceLock::new() }
+    }
+
+    /// Strings stored as one vlen-utf8 buffer.
+    pub fn from_vlen(blob: Arc<Blob>, count: u64) -> Strings {
+        let vlen = OnceLock::new();
+        let _ = vlen.set(blob);
+        Strings { count, lines: OnceLock::new(), vlen }
+    }
+
+    /// Number of strings.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// The text-lines form (the source blob itself, or converted once from vlen).
+    pub fn lines(&self) -> Arc<Blob> {
+        let count = self.count;
+        self.lines
+            .get_or_init(|| {
+                let vlen = self.vlen.get().cloned().unwrap_or_else(|| Blob::ready(Bytes::empty()));
+                // Each item loses its 4-byte length and gains a newline.
+                let len = vlen.known_len().map(|n| n.saturating_sub(4 + 3 * count));
+                Blob::lazy(len, move || {
+                    let data = vlen.bytes()?;
+                    let items = decode_vlen(data.as_slice(), count).map_err(|e| produce_error("vlen-utf8 to text", e))?;
+                    Ok(Bytes::from_vec(lines_from_items(&items).map_err(|e| produce_error("vlen-utf8 to text", e))?))
+                })
+            })
+            .clone()
+    }
+
+    /// The vlen-utf8 form (the source blob itself, or converted once from text lines).
+    pub fn vlen(&self) -> Arc<Blob> {
+        let count = self.count;
+        self.vlen
+            .get_or_init(|| {
+                let lines = self.lines.get().cloned().unwrap_or_else(|| Blob::ready(Bytes::empty()));
+                let len = lines.known_len().map(|n| n + 4 + 3 * count);
+                Blob::lazy(len, move || {
+                    let data = lines.bytes()?;
+                    let items = split_lines(data.as_slice(), count).map_err(|e| produce_error("text to vlen-utf8", e))?;
+                    Ok(Bytes::from_vec(encode_vlen(items.into_iter(), count as usize)))
+                })
+            })
+            .clone()
+    }
+}
+
+/// Where the stored values of a sparse string property sit in its dense array.
+#[derive(Clone, Debug)]
+pub enum SparsePositions {
+    /// A vector: 1-based positions (`nzind`).
+    Vector {
+        /// The `nzind` blob.
+        nzind: Arc<Blob>,
+    },
+    /// A matrix (column-major): `colptr` (ncols+1, 1-based) and 1-based `rowval`.
+    Matrix {
+        /// The `colptr` blob.
+        colptr: Arc<Blob>,
+        /// The `rowval` blob.
+        rowval: Arc<Blob>,
+        /// Number of rows.
+        nrows: u64,
+        /// Number of columns.
+        ncols: u64,
+    },
+}
+
+/// The dense vlen-utf8 form of a sparse string property (empty strings where nothing is stored),
+/// as Zarr stores every string array.
+pub fn densify_sparse_strings(
+    positions: SparsePositions,
+    indtype: NumType,
+    nztxt: Arc<Blob>,
+    nnz: u64,
+    dense_len: u64,
+) -> Strings {
+    // Dense buffer: header, a length per element, and the bytes of the non-empty values.
+    let len = nztxt.known_len().map(|n| 4 + 4 * dense_len + n.saturating_sub(nnz));
+    let blob = Blob::lazy(len, move || {
+        let what = "sparse strings to vlen-utf8";
+        let text = nztxt.bytes()?;
+        let values = split_lines(text.as_slice(), nnz).map_err(|e| produce_error(what, e))?;
+        let linear = linear_positions(&positions, indtype, nnz).map_err(|e| produce_error(what, e))?;
+        let mut dense: Vec<&[u8]> = vec![b""; dense_len as usize];
+        for (pos, value) in linear.into_iter().zip(values) {
+            let slot = dense.get_mut(pos as usize).ok_or_else(|| produce_error(what, format!("position {pos} out of range")))?;
+            *slot = value;
+        }
+        Ok(Bytes::from_vec(encode_vlen(dense.into_iter(), dense_len as usize)))
+    });
+    Strings::from_vlen(blob, dense_len)
+}
+
+/// 0-based linear (column-major) positions of the stored values.
+fn linear_positions(positions: &SparsePositions, indtype: NumType, nnz: u64) -> Result<Vec<u64>, String> {
+    let read_all = |blob: &Arc<Blob>, count: u64| -> Result<Vec<u64>, String> {
+        let data = blob.bytes().map_err(|e| e.to_string())?;
+        (0..count as usize)
+            .map(|i| indtype.read_index(data.as_slice(), i).ok_or_else(|| format!("bad index at {i}")))
+            .collect()
+    };
+    match positions {
+        SparsePositions::Vector { nzind } => {
+            read_all(nzind, nnz)?.into_iter().map(|p| p.checked_sub(1).ok_or_else(|| "index 0 in nzind".to_string())).collect()
+        }
+        SparsePositions::Matrix { colptr, rowval, nrows, ncols } => {
+            let colptr = read_all(colptr, ncols + 1)?;
+            let rows = read_all(rowval, nnz)?;
+            let mut out = Vec::with_capacity(nnz as usize);
+            for col in 0..*ncols as usize {
+                let (start, end) = (colptr[col], colptr[col + 1]);
+                if start == 0 || end < start || end - 1 > nnz {
+                    return Err(format!("bad colptr at column {}", col + 1));
+                }
+                for k in start - 1..end - 1 {
+                    let row = rows[k as usize];
+                    if row == 0 || row > *nrows {
+                        return Err(format!("row {row} out of range"));
+                    }
+                    out.push(col as u64 * nrows + row - 1);
+                }
+            }
+            Ok(out)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ready(data: &[u8]) -> Arc<Blob> {
+        Blob::ready(Bytes::from_vec(data.to_vec()))
+    }
+
+    #[test]
+    fn text_and_vlen_convert_both_ways_with_exact_sizes() {
+        let vlen = b"\x03\x00\x00\x00\x01\x00\x00\x00T\x01\x00\x00\x00B\x01\x00\x00\x00T".to_vec();
+        let from_text = Strings::from_lines(ready(b"T\nB\nT\n"), 3);
+        let v = from_text.vlen();
+        assert_eq!(v.known_len(), Some(vlen.len() as u64));
+        assert_eq!(v.bytes().unwrap().as_slice(), vlen.as_slice());
+        let from_vlen = Strings::from_vlen(ready(&vlen), 3);
+        let l = from_vlen.lines();
+        assert_eq!(l.known_len(), Some(6));
+        assert_eq!(l.bytes().unwrap().as_slice(), b"T\nB\nT\n");
+        // The same blob is returned on every call: converted once.
+        assert!(Arc::ptr_eq(&l, &from_vlen.lines()));
+    }
+
+    #[test]
+    fn empty_arrays_and_bad_inputs() {
+        let empty = Strings::from_lines(ready(b""), 0);
+        assert_eq!(empty.vlen().bytes().unwrap().as_slice(), &[0, 0, 0, 0]);
+        let wrong_count = Strings::from_lines(ready(b"a\nb\n"), 3);
+        assert!(wrong_count.vlen().bytes().is_err());
+        let newline = Strings::from_vlen(ready(b"\x01\x00\x00\x00\x03\x00\x00\x00a\nb"), 1);
+        assert!(newline.lines().bytes().is_err());
+        assert_eq!(count_lines(b"c1\nc2\nc3\n"), Ok(3));
+        assert!(count_lines(b"c1\nc2").is_err());
+        assert!(decode_vlen(b"\x01\x00\x00\x00\x09\x00\x00\x00ab", 1).is_err());
+    }
+
+    #[test]
+    fn sparse_strings_densify_for_vectors_and_matrices() {
+        let nzind: Vec<u8> = [2u32, 3].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let dense = densify_sparse_strings(
+            SparsePositions::Vector { nzind: ready(&nzind) },
+            NumType::UInt32,
+            ready(b"x\nyz\n"),
+            2,
+            4,
+        );
+        let bytes = dense.vlen().bytes().unwrap();
+        assert_eq!(dense.vlen().known_len(), Some(bytes.len()));
+        assert_eq!(decode_vlen(bytes.as_slice(), 4).unwrap(), vec![&b""[..], b"x", b"yz", b""]);
+        // 2x2 matrix, value at (row 2, col 1) and (row 1, col 2).
+        let colptr: Vec<u8> = [1u8, 2, 3].to_vec();
+        let rowval: Vec<u8> = [2u8, 1].to_vec();
+        let m = densify_sparse_strings(
+            SparsePositions::Matrix { colptr: ready(&colptr), rowval: ready(&rowval), nrows: 2, ncols: 2 },
+            NumType::UInt8,
+            ready(b"a\nb\n"),
+            2,
+            4,
+        );
+        let bytes = m.vlen().bytes().unwrap();
+        assert_eq!(decode_vlen(bytes.as_slice(), 4).unwrap(), vec![&b""[..], b"a", b"b", b""]);
+    }
+}

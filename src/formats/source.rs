@@ -1,0 +1,262 @@
+//! Opening a source named on the command line: the path grammar of `daf-formats.md` §6.3, the
+//! store it lives in, and the data set(s) it holds.
+//!
+//! | path | source |
+//! |---|---|
+//! | `X.daf.zarr.zip` | one ZarrDaf at the root of a ZIP |
+//! | `X.dafs.zarr.zip#/G` | the ZarrDaf rooted at group `G` of a multi-data-set ZIP |
+//! | `X.dafs.zarr.zip` | every ZarrDaf found in a multi-data-set ZIP |
+//! | `X.daf.zip`, `X.dafs.zip#/G`, `X.dafs.zip` | the same for ZipDaf (FilesDaf entries in a ZIP) |
+//! | `X.daf.zarr` | a ZarrDaf directory |
+//! | any other directory | FilesDaf if it has `daf.json`, ZarrDaf if it has `.zgroup` |
+
+use std::path::{Path, PathBuf};
+
+use crate::stores::{dir::open_directory, zip::open_zip, StoreIndex};
+
+use super::files_daf::read_files_daf;
+use super::model::Dataset;
+use super::zarr_v2::read_zarr_daf;
+use super::FormatError;
+
+/// The on-disk layout of a data set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// FilesDaf (a directory, or ZipDaf entries).
+    Files,
+    /// ZarrDaf on Zarr v2.
+    Zarr,
+}
+
+/// What a source path names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SourceSpec {
+    /// A directory holding one data set (its layout is sniffed).
+    Directory(PathBuf),
+    /// A ZIP archive; `group` selects one data set of a multi-data-set archive, `multi` says the
+    /// archive may hold several.
+    Zip {
+        /// The archive.
+        path: PathBuf,
+        /// The layout its suffix promises.
+        layout: Layout,
+        /// Whether the suffix is the plural one (`.dafs.…`).
+        multi: bool,
+        /// The group after `#/`, if any.
+        group: Option<String>,
+    },
+}
+
+const ZIP_SUFFIXES: [(&str, &str, Layout); 2] = [(".daf.zarr.zip", ".dafs.zarr.zip", Layout::Zarr), (".daf.zip", ".dafs.zip", Layout::Files)];
+
+fn bad(path: &str, why: impl Into<String>) -> FormatError {
+    FormatError::BadPath { path: path.to_string(), why: why.into() }
+}
+
+/// Parses a source path (no file system access).
+pub fn parse_source(arg: &str) -> Result<SourceSpec, FormatError> {
+    for (single, multi, layout) in ZIP_SUFFIXES {
+        let marker = format!("{multi}#");
+        if let Some((container, group)) = arg.split_once(&marker) {
+            let Some(group) = group.strip_prefix('/') else {
+                return Err(bad(arg, format!("expected '#/<group>' after {multi}")));
+            };
+            if group.contains(&marker) {
+                return Err(bad(arg, "more than one '#/' in the path"));
+            }
+            let group = group.trim_matches('/');
+            if group.is_empty() {
+                return Err(bad(arg, "empty group name after '#/'"));
+            }
+            return Ok(SourceSpec::Zip { path: PathBuf::from(format!("{container}{multi}")), layout, multi: true, group: Some(group.to_string()) });
+        }
+        if arg.contains(&format!("{single}#")) {
+            return Err(bad(arg, format!("can't address a sub-daf in a singular {single} path; use NAME{multi}#/GROUP")));
+        }
+        if arg.ends_with(single) || arg.ends_with(multi) {
+            let multi = arg.ends_with(multi);
+            return Ok(SourceSpec::Zip { path: PathBuf::from(arg), layout, multi, group: None });
+        }
+    }
+    Ok(SourceSpec::Directory(PathBuf::from(arg.trim_end_matches('/')).components().collect()))
+}
+
+/// The name a source shows under: its file name without the format suffix.
+pub fn display_name(path: &Path) -> String {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "daf".into());
+    for suffix in [".dafs.zarr.zip", ".daf.zarr.zip", ".dafs.zip", ".daf.zip", ".daf.zarr", ".zarr", ".daf"] {
+        if let Some(stem) = name.strip_suffix(suffix).filter(|s| !s.is_empty()) {
+            return stem.to_string();
+        }
+    }
+    name
+}
+
+/// One data set of a source, with where its pair of views goes (`a/b` → `a/b.daf`, `a/b.daf.zarr`).
+#[derive(Debug)]
+pub struct NamedDataset {
+    /// Relative path of the views' directories, without suffix.
+    pub name: String,
+    /// The data.
+    pub dataset: Dataset,
+}
+
+/// An opened source.
+#[derive(Debug)]
+pub struct Source {
+    /// The source path as a file system path.
+    pub path: PathBuf,
+    /// The data sets it holds (one, except for a multi-data-set archive opened whole).
+    pub datasets: Vec<NamedDataset>,
+}
+
+/// Parses `arg`, opens its store and reads every data set it holds.
+pub fn open_source(arg: &str) -> Result<Source, FormatError> {
+    match parse_source(arg)? {
+        SourceSpec::Directory(path) => {
+            let meta = std::fs::metadata(&path).map_err(|_| FormatError::Missing(path.clone()))?;
+            if !meta.is_dir() {
+                return Err(FormatError::NotDaf { path, why: "a file, but not a .daf.zarr.zip/.daf.zip archive".into() });
+            }
+            let index = open_directory(&path)?;
+            let dataset = if index.contains("daf.json") {
+                read_files_daf(&index, &path)?
+            } else if index.contains(".zgroup") || index.contains("zarr.json") {
+                read_zarr_daf(&index, &path)?
+            } else {
+                return Err(FormatError::NotDaf { path, why: "no daf.json (FilesDaf) or .zgroup (ZarrDaf)".into() });
+            };
+            Ok(Source { datasets: vec![NamedDataset { name: display_name(&path), dataset }], path })
+        }
+        SourceSpec::Zip { path, layout, multi, group } => {
+            let meta = std::fs::metadata(&path).map_err(|_| FormatError::Missing(path.clone()))?;
+            if meta.is_dir() {
+                return Err(FormatError::NotDaf { path, why: "a directory named like a ZIP archive".into() });
+            }
+            let index = open_zip(&path)?;
+            let read = |idx: &StoreIndex, shown: &Path| match layout {
+                Layout::Zarr => read_zarr_daf(idx, shown),
+                Layout::Files => read_files_daf(idx, shown),
+            };
+            let mut datasets = Vec::new();
+            if let Some(group) = group {
+                let shown = PathBuf::from(format!("{}#/{group}", path.display()));
+                let sub = index.subtree(&group);
+                if sub.is_empty() {
+                    return Err(FormatError::NotDaf { path: shown, why: format!("no group {group} in the archive") });
+                }
+                let name = group.rsplit('/').next().unwrap_or(&group).to_string();
+                datasets.push(NamedDataset { name, dataset: read(&sub, &shown)? });
+            } else if !multi {
+                datasets.push(NamedDataset { name: display_name(&path), dataset: read(&index, &path)? });
+            } else {
+                for group in find_groups(&index, layout) {
+                    let shown = PathBuf::from(format!("{}#/{group}", path.display()));
+                    let (idx, name) = if group.is_empty() {
+                        (index.clone(), display_name(&path))
+                    } else {
+                        (index.subtree(&group), group.clone())
+                    };
+                    match read(&idx, &shown) {
+                        Ok(dataset) => datasets.push(NamedDataset { name, dataset }),
+                        Err(e) => log::warn!("skipping data set {}: {e}", shown.display()),
+                    }
+                }
+                if datasets.is_empty() {
+                    return Err(FormatError::NotDaf { path, why: "no data set found in the archive".into() });
+                }
+            }
+            Ok(Source { path, datasets })
+        }
+    }
+}
+
+/// The groups of a multi-data-set archive that hold a data set ("" for one at the root),
+/// outermost first, never one nested inside another.
+fn find_groups(index: &StoreIndex, layout: Layout) -> Vec<String> {
+    let marker = match layout {
+        Layout::Zarr => "daf/.zarray",
+        Layout::Files => "daf.json",
+    };
+    let mut candidates: Vec<String> = index
+        .keys()
+        .filter_map(|k| if k == marker { Some(String::new()) } else { k.strip_suffix(&format!("/{marker}")).map(str::to_string) })
+        .filter(|g| layout == Layout::Files || index.contains(&if g.is_empty() { ".zgroup".into() } else { format!("{g}/.zgroup") }))
+        .collect();
+    candidates.sort_by_key(|g| (g.matches('/').count() + usize::from(!g.is_empty()), g.clone()));
+    let mut groups: Vec<String> = Vec::new();
+    for candidate in candidates {
+        let nested = groups.iter().any(|g| g.is_empty() || candidate.starts_with(&format!("{g}/")));
+        if !nested {
+            groups.push(candidate);
+        }
+    }
+    groups.sort();
+    groups
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/vectors");
+
+    #[test]
+    fn path_grammar() {
+        assert_eq!(
+            parse_source("a/x.dafs.zarr.zip#/g/h").unwrap(),
+            SourceSpec::Zip { path: "a/x.dafs.zarr.zip".into(), layout: Layout::Zarr, multi: true, group: Some("g/h".into()) }
+        );
+        assert_eq!(
+            parse_source("x.daf.zarr.zip").unwrap(),
+            SourceSpec::Zip { path: "x.daf.zarr.zip".into(), layout: Layout::Zarr, multi: false, group: None }
+        );
+        assert!(matches!(parse_source("x.dafs.zip").unwrap(), SourceSpec::Zip { layout: Layout::Files, multi: true, group: None, .. }));
+        assert_eq!(parse_source("some/dir/").unwrap(), SourceSpec::Directory("some/dir".into()));
+        for (bad_path, message) in [
+            ("x.daf.zarr.zip#/g", "can't address a sub-daf"),
+            ("x.dafs.zarr.zip#/", "empty group name"),
+            ("x.dafs.zarr.zip#g", "expected '#/<group>'"),
+        ] {
+            let err = parse_source(bad_path).unwrap_err().to_string();
+            assert!(err.contains(message) && err.contains(bad_path), "{err}");
+        }
+    }
+
+    #[test]
+    fn names_drop_the_format_suffix() {
+        for (path, name) in [("/d/pbmc.daf.zarr.zip", "pbmc"), ("pbmc.daf.zarr", "pbmc"), ("pbmc.daf", "pbmc"), ("pbmc", "pbmc"), ("m.dafs.zarr.zip", "m")] {
+            assert_eq!(display_name(Path::new(path)), name);
+        }
+    }
+
+    #[test]
+    fn opens_every_fixture_kind() {
+        for (path, names) in [
+            (format!("{VECTORS}/files_v1_0.daf"), vec!["files_v1_0"]),
+            (format!("{VECTORS}/zarr_v2.daf.zarr"), vec!["zarr_v2"]),
+            (format!("{VECTORS}/zarr_v2.daf.zarr.zip"), vec!["zarr_v2"]),
+            (format!("{VECTORS}/zipdaf_v1_0.daf.zip"), vec!["zipdaf_v1_0"]),
+            (format!("{VECTORS}/multi_v1_1.dafs.zip#/g1"), vec!["g1"]),
+            (format!("{VECTORS}/multi_v1_1.dafs.zip"), vec!["g1"]),
+        ] {
+            let source = open_source(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+            let got: Vec<&str> = source.datasets.iter().map(|d| d.name.as_str()).collect();
+            assert_eq!(got, names, "{path}");
+            assert_eq!(source.datasets[0].dataset.vectors["cell"].len(), 4, "{path}");
+        }
+    }
+
+    #[test]
+    fn error_cases_name_the_problem_and_the_path() {
+        let err = open_source("/nonexistent/x.daf.zarr.zip").unwrap_err().to_string();
+        assert_eq!(err, "source does not exist: /nonexistent/x.daf.zarr.zip");
+        let tmp = tempfile::tempdir().unwrap();
+        let err = open_source(tmp.path().to_str().unwrap()).unwrap_err().to_string();
+        assert!(err.starts_with("not a daf data set") && err.contains(tmp.path().to_str().unwrap()), "{err}");
+        let err = open_source(&format!("{VECTORS}/multi_v1_1.dafs.zip#/nope")).unwrap_err().to_string();
+        assert!(err.contains("no group nope"), "{err}");
+        let err = open_source(&format!("{VECTORS}/empty.zip")).unwrap_err().to_string();
+        assert!(err.contains("not a daf data set"), "{err}");
+    }
+}

@@ -1,0 +1,142 @@
+//! The ZarrDaf view on Zarr v2 (`daf-formats.md` §4.2–4.6): `.zgroup`/`.zattrs` for every group,
+//! the `daf` version array, one `.zarray` and one chunk per array (the model's blob itself for
+//! numbers), and a root `.zmetadata` with sorted keys so zarr-python 3 can open it consolidated.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use serde_json::{Map, Value};
+
+use crate::formats::model::{Dataset, Payload, SparseIndex};
+use crate::formats::types::NumType;
+use crate::formats::zarr_v2::{single_chunk_key, zarray_json, ZATTRS, ZGROUP};
+use crate::stores::{Blob, Bytes};
+
+use super::{dataset_mtime, ViewBuilder, ViewEntry};
+
+/// Builds the Zarr tree and remembers every metadata document for `.zmetadata`.
+struct ZarrBuilder {
+    view: ViewBuilder,
+    metadata: Vec<(String, Arc<Blob>)>,
+}
+
+impl ZarrBuilder {
+    fn document(&mut self, path: String, text: String, mtime: SystemTime) {
+        let blob = Blob::ready(Bytes::from_vec(text.into_bytes()));
+        self.metadata.push((path.clone(), blob.clone()));
+        self.view.file(&path, blob, mtime);
+    }
+
+    fn group(&mut self, path: &str, mtime: SystemTime) {
+        let at = |doc: &str| if path.is_empty() { doc.to_string() } else { format!("{path}/{doc}") };
+        self.view.dir(path, mtime);
+        self.document(at(".zgroup"), ZGROUP.to_string(), mtime);
+        self.document(at(".zattrs"), ZATTRS.to_string(), mtime);
+    }
+
+    /// An array of `shape` (Zarr order) whose single chunk is `chunk` (omitted when empty).
+    fn array(&mut self, path: &str, dtype: &str, strings: bool, shape: &[u64], chunk: Arc<Blob>, mtime: SystemTime) {
+        self.view.dir(path, mtime);
+        self.document(format!("{path}/.zarray"), zarray_json(dtype, strings, shape), mtime);
+        self.document(format!("{path}/.zattrs"), ZATTRS.to_string(), mtime);
+        if shape.iter().product::<u64>() > 0 {
+            self.view.file(&format!("{path}/{}", single_chunk_key(shape.len())), chunk, mtime);
+        }
+    }
+
+    fn numeric(&mut self, path: &str, t: NumType, shape: &[u64], chunk: &Arc<Blob>, mtime: SystemTime) {
+        self.array(path, t.zarr_dtype(), false, shape, chunk.clone(), mtime);
+    }
+}
+
+/// The Zarr tree of `dataset`, rooted at `prefix`.
+pub fn zarr_view(dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {
+    let mtime = dataset_mtime(dataset);
+    let mut z = ZarrBuilder { view: ViewBuilder::new(prefix), metadata: Vec::new() };
+    z.group("", mtime);
+    z.array("daf", "|u1", false, &[2], Blob::ready(Bytes::from_vec(vec![1, 0])), mtime);
+    for group in ["scalars", "axes", "vectors", "matrices"] {
+        z.group(group, mtime);
+    }
+    for (name, prop) in &dataset.scalars {
+        let (dtype, strings) = match prop.scalar.eltype {
+            crate::formats::types::ElementType::Num(t) => (t.zarr_dtype(), false),
+            crate::formats::types::ElementType::String => ("|O", true),
+        };
+        let chunk = Blob::ready(Bytes::from_vec(prop.scalar.zarr_chunk()));
+        z.array(&format!("scalars/{name}"), dtype, strings, &[1], chunk, prop.mtime);
+    }
+    for (name, axis) in &dataset.axes {
+        z.array(&format!("axes/{name}"), "|O", true, &[axis.len()], axis.entries.vlen(), axis.mtime);
+        z.group(&format!("vectors/{name}"), mtime);
+        z.group(&format!("matrices/{name}"), mtime);
+        for other in dataset.axes.keys() {
+            z.group(&format!("matrices/{name}/{other}"), mtime);
+        }
+    }
+    for (axis, props) in &dataset.vectors {
+        let n = dataset.axes.get(axis).map_or(0, |a| a.len());
+        for (name, prop) in props {
+            property(&mut z, &format!("vectors/{axis}/{name}"), &prop.payload, &[n], prop.mtime);
+        }
+    }
+    for ((rows, cols), props) in &dataset.matrices {
+        let nrows = dataset.axes.get(rows).map_or(0, |a| a.len());
+        let ncols = dataset.axes.get(cols).map_or(0, |a| a.len());
+        for (name, prop) in props {
+            // Zarr shows the Julia (rows, cols) column-major array as a C-order [cols, rows].
+            property(&mut z, &format!("matrices/{rows}/{cols}/{name}"), &prop.payload, &[ncols, nrows], prop.mtime);
+        }
+    }
+    let documents = std::mem::take(&mut z.metadata);
+    z.view.file(".zmetadata", Blob::lazy(None, move || consolidated(&documents)), mtime);
+    z.view.finish()
+}
+
+fn property(z: &mut ZarrBuilder, path: &str, payload: &Payload, shape: &[u64], mtime: SystemTime) {
+    match payload {
+        Payload::Dense { eltype, data } => z.numeric(path, *eltype, shape, data, mtime),
+        Payload::DenseStrings(strings) => z.array(path, "|O", true, shape, strings.vlen(), mtime),
+        Payload::SparseStrings { dense, .. } => z.array(path, "|O", true, shape, dense.vlen(), mtime),
+        Payload::Sparse { eltype, indtype, index, nzval } => {
+            z.group(path, mtime);
+            let nnz = match index {
+                SparseIndex::Vector { nzind } => {
+                    let nnz = nzind.len().unwrap_or(0) / indtype.size();
+                    z.numeric(&format!("{path}/nzind"), *indtype, &[nnz], nzind, mtime);
+                    nnz
+                }
+                SparseIndex::Matrix { colptr, rowval } => {
+                    let nnz = rowval.len().unwrap_or(0) / indtype.size();
+                    z.numeric(&format!("{path}/colptr"), *indtype, &[shape[0] + 1], colptr, mtime);
+                    z.numeric(&format!("{path}/rowval"), *indtype, &[nnz], rowval, mtime);
+                    nnz
+                }
+            };
+            if let Some(nzval) = nzval {
+                z.numeric(&format!("{path}/nzval"), *eltype, &[nnz], nzval, mtime);
+            }
+        }
+    }
+}
+
+/// `.zmetadata`: every metadata document, keys sorted, pretty-printed with a 4-space indent and a
+/// final newline (as Julia writes it, but in an order zarr-python 3 accepts).
+fn consolidated(documents: &[(String, Arc<Blob>)]) -> Result<Bytes, crate::stores::StoreError> {
+    let mut metadata = Map::new();
+    for (key, blob) in documents {
+        let value: Value = serde_json::from_slice(blob.bytes()?.as_slice())
+            .map_err(|e| crate::stores::StoreError::Produce(format!("{key}: {e}")))?;
+        metadata.insert(key.clone(), value);
+    }
+    let mut root = Map::new();
+    root.insert("metadata".into(), Value::Object(metadata));
+    root.insert("zarr_consolidated_format".into(), Value::from(1));
+    let mut out = Vec::new();
+    let formatter = serde_json::ser::PrettyFormatter::with_indent(b"    ");
+    let mut serializer = serde_json::Serializer::with_formatter(&mut out, formatter);
+    serde::Serialize::serialize(&Value::Object(root), &mut serializer)
+        .map_err(|e| crate::stores::StoreError::Produce(e.to_string()))?;
+    out.push(b'\n');
+    Ok(Bytes::from_vec(out))
+}

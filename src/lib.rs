@@ -6,6 +6,7 @@
 //! readers of each on-disk layout) → `stores` (directories, ZIP archives, shared byte blobs) →
 //! `sys` (the only `unsafe`: memory maps and the C-Blosc decoder).
 
+pub mod cli;
 pub mod core;
 pub mod formats;
 pub mod fuse;

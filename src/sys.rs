@@ -48,3 +48,25 @@ pub fn blosc_decompress(src: &[u8]) -> Result<Vec<u8>, String> {
         _ => Err(format!("blosc decompression failed (code {written})")),
     }
 }
+
+/// Which side of a [`fork`] we are on.
+pub enum Forked {
+    /// The original process; carries the child's pid.
+    Parent(nix::unistd::Pid),
+    /// The new process.
+    Child,
+}
+
+/// Forks the process (to detach the daemon once the mount is ready).
+///
+/// Must be called while the process has a single thread.
+pub fn fork() -> nix::Result<Forked> {
+    // SAFETY: `fork` is unsafe because only async-signal-safe code may run in the child of a
+    // multi-threaded process. daf-mount forks before it starts any thread (the FUSE session has
+    // mounted and completed its handshake, but its worker threads start only after the fork), so
+    // the child is a full copy of a single-threaded process and may run any code.
+    match unsafe { nix::unistd::fork() }? {
+        nix::unistd::ForkResult::Parent { child } => Ok(Forked::Parent(child)),
+        nix::unistd::ForkResult::Child => Ok(Forked::Child),
+    }
+}

@@ -12,7 +12,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::stores::{dir::open_directory, zip::open_zip, StoreIndex};
+use crate::stores::{dir::open_directory, zip::open_zip, StoreError, StoreIndex};
 
 use super::files_daf::read_files_daf;
 use super::model::Dataset;
@@ -118,7 +118,9 @@ pub fn open_source(arg: &str) -> Result<Source, FormatError> {
             if !meta.is_dir() {
                 return Err(FormatError::NotDaf { path, why: "a file, but not a .daf.zarr.zip/.daf.zip archive".into() });
             }
-            let index = open_directory(&path)?;
+            // Absolute, so files mapped later still resolve after the daemon leaves the cwd.
+            let absolute = std::fs::canonicalize(&path).map_err(|e| StoreError::io(&path, e))?;
+            let index = open_directory(&absolute)?;
             let dataset = if index.contains("daf.json") {
                 read_files_daf(&index, &path)?
             } else if index.contains(".zgroup") || index.contains("zarr.json") {
@@ -126,13 +128,14 @@ pub fn open_source(arg: &str) -> Result<Source, FormatError> {
             } else {
                 return Err(FormatError::NotDaf { path, why: "no daf.json (FilesDaf) or .zgroup (ZarrDaf)".into() });
             };
-            Ok(Source { datasets: vec![NamedDataset { name: display_name(&path), dataset }], path })
+            Ok(Source { datasets: vec![NamedDataset { name: display_name(&path), dataset }], path: absolute })
         }
         SourceSpec::Zip { path, layout, multi, group } => {
             let meta = std::fs::metadata(&path).map_err(|_| FormatError::Missing(path.clone()))?;
             if meta.is_dir() {
                 return Err(FormatError::NotDaf { path, why: "a directory named like a ZIP archive".into() });
             }
+            let path = std::fs::canonicalize(&path).map_err(|e| StoreError::io(&path, e))?;
             let index = open_zip(&path)?;
             let read = |idx: &StoreIndex, shown: &Path| match layout {
                 Layout::Zarr => read_zarr_daf(idx, shown),

@@ -1,0 +1,135 @@
+//! Command-line arguments and FUSE-style `-o` options.
+
+use std::path::PathBuf;
+
+use clap::{Parser, ValueEnum};
+
+use crate::views::ViewSelection;
+
+use super::CliError;
+
+const EXAMPLES: &str = "\
+Examples:
+  daf-mount pbmc.daf.zarr.zip /mnt/x              mount; /mnt/x shows pbmc.daf/ and pbmc.daf.zarr/
+  daf-mount cells.daf /mnt/x --view zarr         only the Zarr layout, at /mnt/x itself
+  daf-mount all.dafs.zarr.zip#/pbmc /mnt/x       one data set of a multi-data-set archive
+  daf-mount all.dafs.zarr.zip /mnt/x             every data set of the archive
+  daf-mount data.daf.zarr /mnt/x -f -v           stay in the foreground, log what happens
+  fusermount3 -u /mnt/x                          unmount (or: umount /mnt/x, or SIGTERM the daemon)
+
+Sources: a FilesDaf directory, a ZarrDaf directory (NAME.daf.zarr), a ZarrDaf ZIP
+(NAME.daf.zarr.zip), a multi-data-set ZIP (NAME.dafs.zarr.zip[#/GROUP]), or a ZipDaf
+(NAME.daf.zip, NAME.dafs.zip[#/GROUP]).";
+
+/// Which layouts to show.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ViewArg {
+    /// NAME.daf/ and NAME.daf.zarr/ side by side.
+    Both,
+    /// Only the FilesDaf layout, directly at the mount point.
+    Files,
+    /// Only the Zarr layout, directly at the mount point.
+    Zarr,
+}
+
+/// daf-mount: see a Daf data set as FilesDaf and as Zarr at once, over the same bytes.
+#[derive(Debug, Parser)]
+#[command(name = "daf-mount", version, about, after_help = EXAMPLES)]
+pub struct Args {
+    /// The data set: a directory, NAME.daf.zarr, NAME.daf.zarr.zip, NAME.dafs.zarr.zip[#/GROUP].
+    pub source: String,
+    /// An existing directory to mount on.
+    pub mountpoint: PathBuf,
+    /// Stay in the foreground (logs go to stderr) instead of detaching once mounted.
+    #[arg(short, long)]
+    pub foreground: bool,
+    /// Mount options, comma-separated: ro, allow_other, allow_root, auto_unmount,
+    /// default_permissions, fsname=NAME (generic ones such as dev, suid, noatime are accepted).
+    #[arg(short = 'o', value_name = "OPTIONS")]
+    pub options: Vec<String>,
+    /// Which layouts to show.
+    #[arg(long, value_enum, default_value_t = ViewArg::Both)]
+    pub view: ViewArg,
+    /// More logging (-v info, -vv debug); RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// Write "READY\n" to this file descriptor once the mount is usable.
+    #[arg(long, value_name = "FD")]
+    pub ready_fd: Option<i32>,
+    /// FUSE worker threads (default: the number of CPUs).
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
+}
+
+impl Args {
+    /// The view selection.
+    pub fn selection(&self) -> ViewSelection {
+        match self.view {
+            ViewArg::Both => ViewSelection::Both,
+            ViewArg::Files => ViewSelection::Files,
+            ViewArg::Zarr => ViewSelection::Zarr,
+        }
+    }
+}
+
+/// The `-o` options that change what daf-mount does.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MountOptions {
+    /// `allow_other`.
+    pub allow_other: bool,
+    /// `allow_root`.
+    pub allow_root: bool,
+    /// `auto_unmount`.
+    pub auto_unmount: bool,
+    /// `fsname=`.
+    pub fsname: Option<String>,
+}
+
+impl MountOptions {
+    /// Parses every `-o` argument. Generic options that mount(8) and mount.fuse3 pass along are
+    /// accepted and ignored; an unknown option is an error.
+    pub fn parse(options: &[String]) -> Result<MountOptions, CliError> {
+        let mut parsed = MountOptions::default();
+        for option in options.iter().flat_map(|o| o.split(',')).filter(|o| !o.is_empty()) {
+            match option {
+                "allow_other" => parsed.allow_other = true,
+                "allow_root" => parsed.allow_root = true,
+                "auto_unmount" => parsed.auto_unmount = true,
+                // This version only mounts read-only; `rw` (mount(8)'s default) is accepted.
+                "ro" | "rw" | "default_permissions" | "kernel_cache" | "keep_cache" => {}
+                "dev" | "nodev" | "suid" | "nosuid" | "exec" | "noexec" | "atime" | "noatime" | "relatime"
+                | "strictatime" | "nodiratime" | "sync" | "async" | "dirsync" | "defaults" | "auto" | "noauto"
+                | "user" | "nouser" | "users" | "_netdev" | "nofail" => {}
+                _ if option.starts_with("x-") || option.starts_with("comment=") => {}
+                _ if option.starts_with("fsname=") => parsed.fsname = Some(option["fsname=".len()..].to_string()),
+                _ if option.starts_with("subtype=") => {}
+                other => return Err(CliError::Option(format!("unknown mount option: {other}"))),
+            }
+        }
+        if parsed.auto_unmount && !(parsed.allow_other || parsed.allow_root) {
+            return Err(CliError::Option("auto_unmount needs allow_other or allow_root".into()));
+        }
+        Ok(parsed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mount_options_parse_like_mount_fuse3_passes_them() {
+        let o = MountOptions::parse(&["ro,noatime,allow_other,dev,suid".into(), "fsname=x,x-systemd.automount".into()]).unwrap();
+        assert_eq!(o, MountOptions { allow_other: true, fsname: Some("x".into()), ..MountOptions::default() });
+        assert!(MountOptions::parse(&["bogus".into()]).unwrap_err().to_string().contains("bogus"));
+        assert!(MountOptions::parse(&["auto_unmount".into()]).is_err());
+    }
+
+    #[test]
+    fn arguments_parse() {
+        let a = Args::try_parse_from(["daf-mount", "x.daf", "/mnt", "-f", "-o", "ro", "--view", "zarr", "-vv"]).unwrap();
+        assert!(a.foreground);
+        assert_eq!((a.verbose, a.selection()), (2, ViewSelection::Zarr));
+        assert!(Args::try_parse_from(["daf-mount", "x.daf"]).is_err());
+    }
+}

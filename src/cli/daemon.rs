@@ -1,0 +1,112 @@
+//! Running the mount: checks, mount, detach, signals, serve.
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use fuser::Session;
+use nix::mount::{umount2, MntFlags};
+use nix::sys::signal::{SigSet, Signal};
+
+use crate::core::DafFs;
+use crate::formats::source::open_source;
+use crate::fuse::{mount_config, FuseAdapter, MountSettings};
+use crate::sys::{fork, Forked};
+
+use super::{Args, CliError, MountOptions};
+
+fn system(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> CliError {
+    let what = what.into();
+    move |source| CliError::System { what, source }
+}
+
+fn check_mountpoint(path: &Path) -> Result<(), CliError> {
+    let error = |why: &str| CliError::MountPoint { why: why.into(), path: path.to_path_buf() };
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => Ok(()),
+        Ok(_) => Err(error("mount point is not a directory")),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(error("mount point does not exist")),
+        Err(e) => Err(error(&format!("mount point is not usable ({e})"))),
+    }
+}
+
+/// Mounts as `args` say and serves until unmounted. In background mode the calling process exits
+/// (status 0) once the detached daemon has taken over; this function returns in the daemon.
+pub fn run(args: Args) -> Result<(), CliError> {
+    let options = MountOptions::parse(&args.options)?;
+    check_mountpoint(&args.mountpoint)?;
+    let source = open_source(&args.source)?;
+    let root_mtime = std::fs::metadata(&source.path).and_then(|m| m.modified()).unwrap_or(SystemTime::UNIX_EPOCH);
+    let core = Arc::new(DafFs::new(&source.datasets, args.selection(), root_mtime));
+    let adapter = FuseAdapter::new(core, nix::unistd::getuid().as_raw(), nix::unistd::getgid().as_raw());
+
+    let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
+    let config = mount_config(&MountSettings {
+        fsname: options.fsname.clone().unwrap_or_else(|| source.path.display().to_string()),
+        allow_other: options.allow_other,
+        allow_root: options.allow_root,
+        auto_unmount: options.auto_unmount,
+        threads,
+    });
+
+    // Returns once the kernel has answered FUSE_INIT: the mount is usable, no thread started yet.
+    let mut session = Session::new(adapter, &args.mountpoint, &config)
+        .map_err(system(format!("cannot mount on {}", args.mountpoint.display())))?;
+    if !args.foreground {
+        detach()?;
+    }
+    // Block the signals before any thread exists, so every FUSE worker inherits the mask and only
+    // the waiting thread below receives them.
+    let mut signals = SigSet::empty();
+    for signal in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        signals.add(signal);
+    }
+    signals.thread_block().map_err(|e| system("blocking signals")(e.into()))?;
+    let mut unmounter = session.unmount_callable();
+    let mountpoint = args.mountpoint.clone();
+    std::thread::spawn(move || {
+        if let Ok(signal) = signals.wait() {
+            log::info!("{signal:?}: unmounting {}", mountpoint.display());
+            if let Err(e) = unmounter.unmount() {
+                // Busy (files open): detach now; the session ends when the last user closes.
+                log::warn!("unmount of {} failed ({e}); detaching lazily", mountpoint.display());
+                let _ = umount2(&mountpoint, MntFlags::MNT_DETACH);
+            }
+        }
+    });
+    if let Some(fd) = args.ready_fd {
+        let mut ready = std::fs::OpenOptions::new().write(true).open(format!("/proc/self/fd/{fd}")).map_err(system("--ready-fd"))?;
+        ready.write_all(b"READY\n").map_err(system("--ready-fd"))?;
+    }
+    log::info!("mounted {} on {}", args.source, args.mountpoint.display());
+    session.run().map_err(system("serving the mount"))?;
+    log::info!("unmounted {}", args.mountpoint.display());
+    Ok(())
+}
+
+/// Forks; the parent exits 0 once the child has detached (1 if it died first). Runs while the
+/// process is single-threaded.
+fn detach() -> Result<(), CliError> {
+    let (read_end, write_end) = nix::unistd::pipe().map_err(|e| system("pipe")(e.into()))?;
+    match fork().map_err(|e| system("fork")(e.into()))? {
+        Forked::Parent(_) => {
+            drop(write_end);
+            let mut byte = [0u8; 1];
+            let ok = matches!(nix::unistd::read(&read_end, &mut byte), Ok(1));
+            // Exit without running destructors: the session belongs to the child now.
+            std::process::exit(if ok { 0 } else { 1 });
+        }
+        Forked::Child => {
+            drop(read_end);
+            nix::unistd::setsid().map_err(|e| system("setsid")(e.into()))?;
+            let _ = nix::unistd::chdir("/");
+            let null = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null").map_err(system("/dev/null"))?;
+            let _ = nix::unistd::dup2_stdin(&null);
+            let _ = nix::unistd::dup2_stdout(&null);
+            let _ = nix::unistd::dup2_stderr(&null);
+            nix::unistd::write(&write_end, b"1").map_err(|e| system("detaching")(e.into()))?;
+            Ok(())
+        }
+    }
+}

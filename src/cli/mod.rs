@@ -1,0 +1,38 @@
+//! The `daf-mount` program: parse the command line, open the source, mount, and serve until
+//! unmounted (by `fusermount3 -u`/`umount`, or SIGINT/SIGTERM/SIGHUP).
+//!
+//! Everything that can fail is checked before anything is mounted, and in background mode the
+//! process forks only once the mount is usable, so the exit status says whether it worked.
+
+mod args;
+mod daemon;
+
+pub use args::{Args, MountOptions};
+pub use daemon::run;
+
+/// Errors of the program, each printed as one line on stderr.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The mount point is missing or unusable.
+    #[error("{why}: {path}")]
+    MountPoint {
+        /// What is wrong.
+        why: String,
+        /// The mount point.
+        path: std::path::PathBuf,
+    },
+    /// A bad `-o` option.
+    #[error("{0}")]
+    Option(String),
+    /// The source cannot be opened.
+    #[error(transparent)]
+    Source(#[from] crate::formats::FormatError),
+    /// Mounting or serving failed.
+    #[error("{what}: {source}")]
+    System {
+        /// What was being done.
+        what: String,
+        /// The error.
+        source: std::io::Error,
+    },
+}

@@ -1,0 +1,166 @@
+//! Shared helpers for tests that really mount: a guard that always unmounts, I/O under a
+//! timeout that aborts a wedged connection, and tree comparisons against the fixtures.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use daf_mount::core::DafFs;
+use daf_mount::formats::source::open_source;
+use daf_mount::fuse::{mount_config, FuseAdapter, MountSettings};
+use daf_mount::views::ViewSelection;
+
+pub const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/vectors");
+pub const JULIA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/julia-filesdaf");
+pub const IO_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Whether this machine can mount FUSE file systems (root and /dev/fuse).
+pub fn fuse_usable() -> bool {
+    Path::new("/dev/fuse").exists() && nix::unistd::geteuid().is_root()
+}
+
+/// Skips the test (loudly) where FUSE is unavailable, unless FUSE_TESTS_REQUIRED=1 says it must run.
+#[macro_export]
+macro_rules! require_fuse {
+    () => {
+        if !common::fuse_usable() {
+            assert!(std::env::var("FUSE_TESTS_REQUIRED").is_err(), "FUSE is required but not usable here");
+            eprintln!("SKIPPED: FUSE not usable on this machine");
+            return;
+        }
+    };
+}
+
+/// Whether `path` is a mount point, from /proc/self/mountinfo (never stats the path itself).
+pub fn is_mounted(path: &Path) -> bool {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let wanted = path.to_string_lossy().replace(' ', "\\040");
+    info.lines().any(|line| line.split(' ').nth(4) == Some(wanted.as_str()))
+}
+
+fn mount_minor(path: &Path) -> Option<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let wanted = path.to_string_lossy().to_string();
+    info.lines().find(|l| l.split(' ').nth(4) == Some(wanted.as_str())).and_then(|l| l.split(' ').nth(2)).and_then(|d| d.split(':').nth(1)).map(str::to_string)
+}
+
+/// Aborts the FUSE connection of the mount at `path` (a wedged daemon cannot hang the test).
+pub fn force_abort(path: &Path) {
+    if let Some(minor) = mount_minor(path) {
+        let _ = std::fs::write(format!("/sys/fs/fuse/connections/{minor}/abort"), "1");
+    }
+    let _ = nix::mount::umount2(path, nix::mount::MntFlags::MNT_FORCE | nix::mount::MntFlags::MNT_DETACH);
+}
+
+/// Runs `f` with a deadline; on timeout aborts the mount at `mnt` and fails the test.
+pub fn io_timeout<R: Send + 'static>(mnt: &Path, f: impl FnOnce() -> R + Send + 'static) -> R {
+    let (tx, rx) = mpsc::channel();
+    let handle = std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(IO_TIMEOUT) {
+        Ok(r) => {
+            let _ = handle.join();
+            r
+        }
+        Err(_) => {
+            force_abort(mnt);
+            let _ = handle.join();
+            panic!("file system operation on {} timed out after {IO_TIMEOUT:?}", mnt.display());
+        }
+    }
+}
+
+/// An in-process mount on its own temporary directory, unmounted when dropped (also on panic).
+pub struct TestMount {
+    session: Option<fuser::BackgroundSession>,
+    dir: Option<tempfile::TempDir>,
+    pub path: PathBuf,
+    pub core: Arc<DafFs>,
+}
+
+impl TestMount {
+    pub fn new(source: &str, selection: ViewSelection) -> TestMount {
+        let opened = open_source(source).unwrap_or_else(|e| panic!("{source}: {e}"));
+        let core = Arc::new(DafFs::new(&opened.datasets, selection, SystemTime::UNIX_EPOCH));
+        let dir = tempfile::Builder::new().prefix("daf-mount-test-").tempdir().unwrap();
+        let path = dir.path().to_path_buf();
+        let settings = MountSettings { fsname: source.to_string(), allow_other: false, allow_root: false, auto_unmount: false, threads: 2 };
+        let adapter = FuseAdapter::new(core.clone(), nix::unistd::getuid().as_raw(), nix::unistd::getgid().as_raw());
+        let session = fuser::spawn_mount(adapter, &path, &mount_config(&settings)).unwrap();
+        TestMount { session: Some(session), dir: Some(dir), path, core }
+    }
+
+    pub fn join(&self, rel: &str) -> PathBuf {
+        self.path.join(rel)
+    }
+}
+
+impl Drop for TestMount {
+    fn drop(&mut self) {
+        if let Some(session) = self.session.take() {
+            if let Err(e) = session.umount_and_join() {
+                eprintln!("umount failed ({e}); detaching lazily");
+                let _ = nix::mount::umount2(&self.path, nix::mount::MntFlags::MNT_DETACH);
+            }
+        }
+        if is_mounted(&self.path) {
+            // Never let TempDir remove files through a live mount.
+            std::mem::forget(self.dir.take());
+        }
+    }
+}
+
+pub type Tree = BTreeMap<String, Option<Vec<u8>>>;
+
+/// Every path below `root`: `None` for directories, the bytes for files. Checks that every
+/// file's `st_size` equals what a read returns.
+pub fn read_tree(root: &Path) -> Tree {
+    fn walk(root: &Path, rel: &str, out: &mut Tree) {
+        let mut names: Vec<_> = std::fs::read_dir(root.join(rel)).unwrap().map(|e| e.unwrap()).collect();
+        names.sort_by_key(|e| e.file_name());
+        for entry in names {
+            let name = entry.file_name().into_string().unwrap();
+            let path = if rel.is_empty() { name } else { format!("{rel}/{name}") };
+            let meta = std::fs::metadata(entry.path()).unwrap();
+            if meta.is_dir() {
+                out.insert(path.clone(), None);
+                walk(root, &path, out);
+            } else {
+                let bytes = std::fs::read(entry.path()).unwrap();
+                assert_eq!(meta.len(), bytes.len() as u64, "{path}: st_size must equal the bytes read");
+                out.insert(path, Some(bytes));
+            }
+        }
+    }
+    let mut out = Tree::new();
+    walk(root, "", &mut out);
+    out
+}
+
+fn is_json(path: &str) -> bool {
+    [".json", ".zarray", ".zgroup", ".zattrs", ".zmetadata"].iter().any(|s| path.ends_with(s))
+}
+
+/// The same files (JSON equal as JSON, everything else byte for byte), every fixture directory
+/// present. `ignore` lists fixture files that are optional caches the views do not show.
+pub fn assert_same_files(view: &Tree, fixture: &Tree, ignore: &[&str], what: &str) {
+    let files = |t: &Tree| t.iter().filter(|(k, v)| v.is_some() && !ignore.contains(&k.as_str())).map(|(k, _)| k.clone()).collect::<Vec<_>>();
+    assert_eq!(files(view), files(fixture), "{what}: the file lists differ");
+    for (path, expected) in fixture {
+        match (expected, view.get(path)) {
+            (None, got) => assert_eq!(got, Some(&None), "{what}: directory {path} missing"),
+            (Some(_), _) if ignore.contains(&path.as_str()) => {}
+            (Some(expected), Some(Some(got))) if is_json(path) => {
+                let a: serde_json::Value = serde_json::from_slice(got).unwrap_or_else(|e| panic!("{what}: {path}: {e}"));
+                let b: serde_json::Value = serde_json::from_slice(expected).unwrap();
+                assert_eq!(a, b, "{what}: {path}");
+            }
+            (Some(expected), Some(Some(got))) => assert!(got == expected, "{what}: {path} differs"),
+            (Some(_), other) => panic!("{what}: {path} is {other:?} in the view"),
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! The `daf-mount` program: error cases, background mode, and every way a mount ends.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{force_abort, is_mounted, VECTORS};
+
+const BIN: &str = env!("CARGO_BIN_EXE_daf-mount");
+
+fn wait_with_deadline(child: &mut Child, mnt: &Path) -> std::process::ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            force_abort(mnt);
+            panic!("daf-mount did not exit in time");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Runs daf-mount to completion and returns (exit code, stderr).
+fn run(args: &[&str]) -> (i32, String) {
+    let out = Command::new(BIN).args(args).output().unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn every_error_is_one_line_naming_the_problem_and_the_path() {
+    require_fuse!();
+    let tmp = tempfile::tempdir().unwrap();
+    let mnt = tmp.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let empty_dir = tmp.path().join("plain");
+    std::fs::create_dir(&empty_dir).unwrap();
+    let future = tmp.path().join("future.daf");
+    std::fs::create_dir(&future).unwrap();
+    std::fs::write(future.join("daf.json"), "{\"version\":[2,0]}\n").unwrap();
+    let archive = std::fs::read(format!("{VECTORS}/zarr_v2.daf.zarr.zip")).unwrap();
+    let truncated = tmp.path().join("cut.daf.zarr.zip");
+    std::fs::write(&truncated, &archive[..archive.len() / 2]).unwrap();
+    let garbage = tmp.path().join("garbage.daf.zarr.zip");
+    std::fs::write(&garbage, b"PK\x03\x04 but nothing else of a ZIP").unwrap();
+    let good = format!("{VECTORS}/zarr_v2.daf.zarr.zip");
+    let mnt_s = mnt.to_str().unwrap().to_string();
+    let missing_mnt = tmp.path().join("no-such-dir");
+    let cases: Vec<(Vec<String>, &str, String)> = vec![
+        (vec!["/nonexistent/pbmc.daf.zarr.zip".into(), mnt_s.clone()], "source does not exist", "/nonexistent/pbmc.daf.zarr.zip".into()),
+        (vec!["/nonexistent/pbmc".into(), mnt_s.clone()], "source does not exist", "/nonexistent/pbmc".into()),
+        (vec![empty_dir.display().to_string(), mnt_s.clone()], "not a daf data set", empty_dir.display().to_string()),
+        (vec![future.display().to_string(), mnt_s.clone()], "unsupported FilesDaf version 2.0", future.display().to_string()),
+        (vec![format!("{VECTORS}/zarr_v3.daf.zarr"), mnt_s.clone()], "unsupported Zarr version 3", "zarr_v3.daf.zarr".into()),
+        (vec![truncated.display().to_string(), mnt_s.clone()], "corrupt ZIP archive", truncated.display().to_string()),
+        (vec![garbage.display().to_string(), mnt_s.clone()], "corrupt ZIP archive", garbage.display().to_string()),
+        (vec![format!("{good}#/g"), mnt_s.clone()], "can't address a sub-daf", good.clone()),
+        (vec![good.clone(), missing_mnt.display().to_string()], "mount point does not exist", missing_mnt.display().to_string()),
+        (vec![good.clone(), good.clone()], "mount point is not a directory", good.clone()),
+        (vec![good.clone(), mnt_s.clone(), "-o".into(), "frobnicate".into()], "unknown mount option", "frobnicate".into()),
+    ];
+    for (args, problem, path) in cases {
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, stderr) = run(&argv);
+        assert_eq!(code, 1, "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: one line expected, got {stderr:?}");
+        assert!(stderr.starts_with("daf-mount: ") && stderr.contains(problem) && stderr.contains(&path), "{args:?}: {stderr}");
+        assert!(!is_mounted(&mnt), "{args:?} left a mount");
+    }
+}
+
+#[test]
+fn help_and_version() {
+    let out = Command::new(BIN).arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && help.contains("Examples:") && help.contains("--view"));
+    let out = Command::new(BIN).arg("--version").output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("daf-mount "));
+}
+
+/// Starts daf-mount in the foreground and waits for its READY line.
+fn start_foreground(source: &str, mnt: &Path) -> Child {
+    let mut child = Command::new(BIN)
+        .args([source, mnt.to_str().unwrap(), "-f", "--ready-fd", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx.recv_timeout(Duration::from_secs(20)).expect("no READY line");
+    assert_eq!(line, "READY\n");
+    assert!(is_mounted(mnt));
+    child
+}
+
+fn mountpoint(tmp: &tempfile::TempDir, name: &str) -> PathBuf {
+    let mnt = tmp.path().join(name);
+    std::fs::create_dir(&mnt).unwrap();
+    mnt
+}
+
+#[test]
+fn signals_and_external_unmounts_end_the_daemon_with_status_0() {
+    require_fuse!();
+    let tmp = tempfile::tempdir().unwrap();
+    let source = format!("{VECTORS}/files_v1_0.daf");
+    let ways: [(&str, fn(&mut Child, &Path)); 4] = [
+        ("SIGTERM", |child, _| {
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap()
+        }),
+        ("SIGINT", |child, _| {
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap()
+        }),
+        ("umount", |_, mnt| assert!(Command::new("umount").arg(mnt).status().unwrap().success())),
+        ("fusermount3 -u", |_, mnt| assert!(Command::new("fusermount3").arg("-u").arg(mnt).status().unwrap().success())),
+    ];
+    for (how, stop) in ways {
+        let mnt = mountpoint(&tmp, &how.replace(' ', "_"));
+        let mut child = start_foreground(&source, &mnt);
+        assert!(mnt.join("files_v1_0.daf/daf.json").exists());
+        stop(&mut child, &mnt);
+        let status = wait_with_deadline(&mut child, &mnt);
+        assert_eq!(status.code(), Some(0), "{how}");
+        assert!(!is_mounted(&mnt), "{how} left the mount");
+    }
+}
+
+/// Pids of processes whose command line mentions `needle`.
+fn processes_mentioning(needle: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default().contains(") Z ");
+            !zombie && String::from_utf8_lossy(&cmdline).contains(needle)
+        })
+        .collect()
+}
+
+#[test]
+fn background_mode_returns_once_the_mount_is_usable() {
+    require_fuse!();
+    let tmp = tempfile::tempdir().unwrap();
+    let mnt = mountpoint(&tmp, "bg");
+    let (code, stderr) = run(&[&format!("{VECTORS}/zarr_v2.daf.zarr.zip"), mnt.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+    // Usable at once, no polling.
+    let cells = std::fs::read_to_string(mnt.join("zarr_v2.daf/axes/cell.txt"));
+    let daemons = processes_mentioning(mnt.to_str().unwrap());
+    assert!(Command::new("fusermount3").arg("-u").arg(&mnt).status().unwrap().success());
+    assert_eq!(cells.unwrap(), "c1\nc2\nc3\n");
+    assert_eq!(daemons.len(), 1, "one detached daemon expected");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !processes_mentioning(mnt.to_str().unwrap()).is_empty() {
+        assert!(Instant::now() < deadline, "daemon still running after unmount");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

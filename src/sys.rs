@@ -27,9 +27,8 @@ pub fn blosc_decompress(src: &[u8]) -> Result<Vec<u8>, String> {
     // SAFETY: `src` is a valid readable buffer of `src.len()` bytes and `nbytes` a valid out
     // pointer; `blosc_cbuffer_validate` only reads within `src.len()` and reports the
     // uncompressed size, and is documented to make the subsequent decompression call safe.
-    let valid = unsafe {
-        blosc_src::blosc_cbuffer_validate(src.as_ptr().cast(), src.len(), &mut nbytes)
-    };
+    let valid =
+        unsafe { blosc_src::blosc_cbuffer_validate(src.as_ptr().cast(), src.len(), &mut nbytes) };
     if valid != 0 {
         return Err("not a valid blosc buffer".into());
     }

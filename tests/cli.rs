@@ -29,7 +29,10 @@ fn wait_with_deadline(child: &mut Child, mnt: &Path) -> std::process::ExitStatus
 /// Runs daf-mount to completion and returns (exit code, stderr).
 fn run(args: &[&str]) -> (i32, String) {
     let out = Command::new(BIN).args(args).output().unwrap();
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[test]
@@ -52,24 +55,80 @@ fn every_error_is_one_line_naming_the_problem_and_the_path() {
     let mnt_s = mnt.to_str().unwrap().to_string();
     let missing_mnt = tmp.path().join("no-such-dir");
     let cases: Vec<(Vec<String>, &str, String)> = vec![
-        (vec!["/nonexistent/pbmc.daf.zarr.zip".into(), mnt_s.clone()], "source does not exist", "/nonexistent/pbmc.daf.zarr.zip".into()),
-        (vec!["/nonexistent/pbmc".into(), mnt_s.clone()], "source does not exist", "/nonexistent/pbmc".into()),
-        (vec![empty_dir.display().to_string(), mnt_s.clone()], "not a daf data set", empty_dir.display().to_string()),
-        (vec![future.display().to_string(), mnt_s.clone()], "unsupported FilesDaf version 2.0", future.display().to_string()),
-        (vec![format!("{VECTORS}/zarr_v3.daf.zarr"), mnt_s.clone()], "unsupported Zarr version 3", "zarr_v3.daf.zarr".into()),
-        (vec![truncated.display().to_string(), mnt_s.clone()], "corrupt ZIP archive", truncated.display().to_string()),
-        (vec![garbage.display().to_string(), mnt_s.clone()], "corrupt ZIP archive", garbage.display().to_string()),
-        (vec![format!("{good}#/g"), mnt_s.clone()], "can't address a sub-daf", good.clone()),
-        (vec![good.clone(), missing_mnt.display().to_string()], "mount point does not exist", missing_mnt.display().to_string()),
-        (vec![good.clone(), good.clone()], "mount point is not a directory", good.clone()),
-        (vec![good.clone(), mnt_s.clone(), "-o".into(), "frobnicate".into()], "unknown mount option", "frobnicate".into()),
+        (
+            vec!["/nonexistent/pbmc.daf.zarr.zip".into(), mnt_s.clone()],
+            "source does not exist",
+            "/nonexistent/pbmc.daf.zarr.zip".into(),
+        ),
+        (
+            vec!["/nonexistent/pbmc".into(), mnt_s.clone()],
+            "source does not exist",
+            "/nonexistent/pbmc".into(),
+        ),
+        (
+            vec![empty_dir.display().to_string(), mnt_s.clone()],
+            "not a daf data set",
+            empty_dir.display().to_string(),
+        ),
+        (
+            vec![future.display().to_string(), mnt_s.clone()],
+            "unsupported FilesDaf version 2.0",
+            future.display().to_string(),
+        ),
+        (
+            vec![format!("{VECTORS}/zarr_v3.daf.zarr"), mnt_s.clone()],
+            "unsupported Zarr version 3",
+            "zarr_v3.daf.zarr".into(),
+        ),
+        (
+            vec![truncated.display().to_string(), mnt_s.clone()],
+            "corrupt ZIP archive",
+            truncated.display().to_string(),
+        ),
+        (
+            vec![garbage.display().to_string(), mnt_s.clone()],
+            "corrupt ZIP archive",
+            garbage.display().to_string(),
+        ),
+        (
+            vec![format!("{good}#/g"), mnt_s.clone()],
+            "can't address a sub-daf",
+            good.clone(),
+        ),
+        (
+            vec![good.clone(), missing_mnt.display().to_string()],
+            "mount point does not exist",
+            missing_mnt.display().to_string(),
+        ),
+        (
+            vec![good.clone(), good.clone()],
+            "mount point is not a directory",
+            good.clone(),
+        ),
+        (
+            vec![
+                good.clone(),
+                mnt_s.clone(),
+                "-o".into(),
+                "frobnicate".into(),
+            ],
+            "unknown mount option",
+            "frobnicate".into(),
+        ),
     ];
     for (args, problem, path) in cases {
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         let (code, stderr) = run(&argv);
         assert_eq!(code, 1, "{args:?}: {stderr}");
-        assert_eq!(stderr.lines().count(), 1, "{args:?}: one line expected, got {stderr:?}");
-        assert!(stderr.starts_with("daf-mount: ") && stderr.contains(problem) && stderr.contains(&path), "{args:?}: {stderr}");
+        assert_eq!(
+            stderr.lines().count(),
+            1,
+            "{args:?}: one line expected, got {stderr:?}"
+        );
+        assert!(
+            stderr.starts_with("daf-mount: ") && stderr.contains(problem) && stderr.contains(&path),
+            "{args:?}: {stderr}"
+        );
         assert!(!is_mounted(&mnt), "{args:?} left a mount");
     }
 }
@@ -98,7 +157,9 @@ fn start_foreground(source: &str, mnt: &Path) -> Child {
         let _ = BufReader::new(stdout).read_line(&mut line);
         let _ = tx.send(line);
     });
-    let line = rx.recv_timeout(Duration::from_secs(20)).expect("no READY line");
+    let line = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("no READY line");
     assert_eq!(line, "READY\n");
     assert!(is_mounted(mnt));
     child
@@ -110,20 +171,40 @@ fn mountpoint(tmp: &tempfile::TempDir, name: &str) -> PathBuf {
     mnt
 }
 
+/// A way to end a running mount.
+type Stopper = fn(&mut Child, &Path);
+
 #[test]
 fn signals_and_external_unmounts_end_the_daemon_with_status_0() {
     require_fuse!();
     let tmp = tempfile::tempdir().unwrap();
     let source = format!("{VECTORS}/files_v1_0.daf");
-    let ways: [(&str, fn(&mut Child, &Path)); 4] = [
+    let ways: [(&str, Stopper); 4] = [
         ("SIGTERM", |child, _| {
-            nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap()
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(child.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            )
+            .unwrap()
         }),
         ("SIGINT", |child, _| {
-            nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap()
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(child.id() as i32),
+                nix::sys::signal::Signal::SIGINT,
+            )
+            .unwrap()
         }),
-        ("umount", |_, mnt| assert!(Command::new("umount").arg(mnt).status().unwrap().success())),
-        ("fusermount3 -u", |_, mnt| assert!(Command::new("fusermount3").arg("-u").arg(mnt).status().unwrap().success())),
+        ("umount", |_, mnt| {
+            assert!(Command::new("umount").arg(mnt).status().unwrap().success())
+        }),
+        ("fusermount3 -u", |_, mnt| {
+            assert!(Command::new("fusermount3")
+                .arg("-u")
+                .arg(mnt)
+                .status()
+                .unwrap()
+                .success())
+        }),
     ];
     for (how, stop) in ways {
         let mnt = mountpoint(&tmp, &how.replace(' ', "_"));
@@ -143,7 +224,9 @@ fn processes_mentioning(needle: &str) -> Vec<i32> {
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
         .filter(|pid| {
             let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default().contains(") Z ");
+            let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .unwrap_or_default()
+                .contains(") Z ");
             !zombie && String::from_utf8_lossy(&cmdline).contains(needle)
         })
         .collect()
@@ -154,17 +237,28 @@ fn background_mode_returns_once_the_mount_is_usable() {
     require_fuse!();
     let tmp = tempfile::tempdir().unwrap();
     let mnt = mountpoint(&tmp, "bg");
-    let (code, stderr) = run(&[&format!("{VECTORS}/zarr_v2.daf.zarr.zip"), mnt.to_str().unwrap()]);
+    let (code, stderr) = run(&[
+        &format!("{VECTORS}/zarr_v2.daf.zarr.zip"),
+        mnt.to_str().unwrap(),
+    ]);
     assert_eq!(code, 0, "{stderr}");
     // Usable at once, no polling.
     let cells = std::fs::read_to_string(mnt.join("zarr_v2.daf/axes/cell.txt"));
     let daemons = processes_mentioning(mnt.to_str().unwrap());
-    assert!(Command::new("fusermount3").arg("-u").arg(&mnt).status().unwrap().success());
+    assert!(Command::new("fusermount3")
+        .arg("-u")
+        .arg(&mnt)
+        .status()
+        .unwrap()
+        .success());
     assert_eq!(cells.unwrap(), "c1\nc2\nc3\n");
     assert_eq!(daemons.len(), 1, "one detached daemon expected");
     let deadline = Instant::now() + Duration::from_secs(20);
     while !processes_mentioning(mnt.to_str().unwrap()).is_empty() {
-        assert!(Instant::now() < deadline, "daemon still running after unmount");
+        assert!(
+            Instant::now() < deadline,
+            "daemon still running after unmount"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }

@@ -21,22 +21,57 @@ fn check_both_views(source: &str, name: &str) {
     let owned = name.to_string();
     let (files, zarr, listing) = io_timeout(&mount.path, move || {
         let name = owned;
-        let listing: Vec<String> = std::fs::read_dir(&root).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
-        (read_tree(&root.join(format!("{name}.daf"))), read_tree(&root.join(format!("{name}.daf.zarr"))), listing)
+        let listing: Vec<String> = std::fs::read_dir(&root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        (
+            read_tree(&root.join(format!("{name}.daf"))),
+            read_tree(&root.join(format!("{name}.daf.zarr"))),
+            listing,
+        )
     });
     let mut listing = listing;
     listing.sort();
-    assert_eq!(listing, vec![format!("{name}.daf"), format!("{name}.daf.zarr")], "{source}");
+    assert_eq!(
+        listing,
+        vec![format!("{name}.daf"), format!("{name}.daf.zarr")],
+        "{source}"
+    );
     // axes/metadata.json is a seed-only optional sidecar (§2.8) of the fixture.
-    assert_same_files(&files, &fixture("files_v1_0.daf"), &["axes/metadata.json"], &format!("{source}: FilesDaf view"));
-    assert_same_files(&zarr, &fixture("zarr_v2.daf.zarr"), &[], &format!("{source}: Zarr view"));
-    for dir in ["vectors/gene", "matrices/cell/cell", "matrices/gene/cell", "matrices/gene/gene"] {
-        assert_eq!(files.get(dir), Some(&None), "{source}: FilesDaf view lacks {dir}/");
+    assert_same_files(
+        &files,
+        &fixture("files_v1_0.daf"),
+        &["axes/metadata.json"],
+        &format!("{source}: FilesDaf view"),
+    );
+    assert_same_files(
+        &zarr,
+        &fixture("zarr_v2.daf.zarr"),
+        &[],
+        &format!("{source}: Zarr view"),
+    );
+    for dir in [
+        "vectors/gene",
+        "matrices/cell/cell",
+        "matrices/gene/cell",
+        "matrices/gene/gene",
+    ] {
+        assert_eq!(
+            files.get(dir),
+            Some(&None),
+            "{source}: FilesDaf view lacks {dir}/"
+        );
     }
 }
 
 fn python(script: &str, args: &[&Path]) {
-    let status = Command::new("python3").arg("-c").arg(script).args(args).status().unwrap();
+    let status = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .status()
+        .unwrap();
     assert!(status.success(), "python3 helper failed");
 }
 
@@ -64,7 +99,8 @@ fn zipdaf_archives() {
 /// Re-packs the Zarr fixture the way other tools write ZIPs: deflated, streamed with data
 /// descriptors, unaligned, with a stale earlier copy of a chunk under the same name.
 const FOREIGN_ZIP: &str = r#"
-import io, os, sys, zipfile
+import io, os, sys, warnings, zipfile
+warnings.simplefilter("ignore")
 src, dst, prefixes = sys.argv[1], sys.argv[2], sys.argv[3:] or [""]
 class NoSeek(io.RawIOBase):
     def __init__(self, f): self.f, self.pos = f, 0
@@ -93,7 +129,10 @@ fn foreign_zip_with_deflate_descriptors_duplicates_and_no_alignment() {
     require_fuse!();
     let tmp = tempfile::tempdir().unwrap();
     let archive = tmp.path().join("foreign.daf.zarr.zip");
-    python(FOREIGN_ZIP, &[&Path::new(VECTORS).join("zarr_v2.daf.zarr"), &archive]);
+    python(
+        FOREIGN_ZIP,
+        &[&Path::new(VECTORS).join("zarr_v2.daf.zarr"), &archive],
+    );
     check_both_views(archive.to_str().unwrap(), "foreign");
 }
 
@@ -102,16 +141,33 @@ fn multi_data_set_zarr_zip_by_group_and_whole() {
     require_fuse!();
     let tmp = tempfile::tempdir().unwrap();
     let archive = tmp.path().join("many.dafs.zarr.zip");
-    python(FOREIGN_ZIP, &[&Path::new(VECTORS).join("zarr_v2.daf.zarr"), &archive, Path::new("g1/"), Path::new("deep/g2/")]);
+    python(
+        FOREIGN_ZIP,
+        &[
+            &Path::new(VECTORS).join("zarr_v2.daf.zarr"),
+            &archive,
+            Path::new("g1/"),
+            Path::new("deep/g2/"),
+        ],
+    );
     check_both_views(&format!("{}#/g1", archive.display()), "g1");
     check_both_views(&format!("{}#/deep/g2", archive.display()), "g2");
     let mount = TestMount::new(archive.to_str().unwrap(), ViewSelection::Both);
     let root = mount.path.clone();
     let tree = io_timeout(&mount.path, move || read_tree(&root));
-    for dir in ["g1.daf", "g1.daf.zarr", "deep", "deep/g2.daf", "deep/g2.daf.zarr"] {
+    for dir in [
+        "g1.daf",
+        "g1.daf.zarr",
+        "deep",
+        "deep/g2.daf",
+        "deep/g2.daf.zarr",
+    ] {
         assert_eq!(tree.get(dir), Some(&None), "{dir}");
     }
-    assert_eq!(tree["deep/g2.daf/vectors/cell/score.data"], tree["g1.daf.zarr/vectors/cell/score/0"]);
+    assert_eq!(
+        tree["deep/g2.daf/vectors/cell/score.data"],
+        tree["g1.daf.zarr/vectors/cell/score/0"]
+    );
 }
 
 #[test]
@@ -119,35 +175,68 @@ fn julia_written_filesdaf_is_shown_as_written() {
     require_fuse!();
     let mount = TestMount::new(JULIA, ViewSelection::Both);
     let root = mount.path.clone();
-    let (files, zarr) = io_timeout(&mount.path, move || (read_tree(&root.join("julia-filesdaf.daf")), read_tree(&root.join("julia-filesdaf.daf.zarr"))));
-    assert_same_files(&files, &read_tree(Path::new(JULIA)), &[], "Julia FilesDaf view");
+    let (files, zarr) = io_timeout(&mount.path, move || {
+        (
+            read_tree(&root.join("julia-filesdaf.daf")),
+            read_tree(&root.join("julia-filesdaf.daf.zarr")),
+        )
+    });
+    assert_same_files(
+        &files,
+        &read_tree(Path::new(JULIA)),
+        &[],
+        "Julia FilesDaf view",
+    );
     // Every payload of the FilesDaf view is the chunk of the matching Zarr array.
     for (path, bytes) in &files {
         let Some(bytes) = bytes else { continue };
         let zarr_key = match path.rsplit_once('.') {
             Some((base, "data")) if path.starts_with("matrices/") => format!("{base}/0.0"),
             Some((base, "data")) => format!("{base}/0"),
-            Some((base, ext @ ("nzind" | "nzval" | "colptr" | "rowval"))) => format!("{base}/{ext}/0"),
+            Some((base, ext @ ("nzind" | "nzval" | "colptr" | "rowval"))) => {
+                format!("{base}/{ext}/0")
+            }
             _ => continue,
         };
-        assert_eq!(zarr.get(&zarr_key), Some(&Some(bytes.clone())), "{path} vs {zarr_key}");
+        assert_eq!(
+            zarr.get(&zarr_key),
+            Some(&Some(bytes.clone())),
+            "{path} vs {zarr_key}"
+        );
     }
-    let zarray: serde_json::Value = serde_json::from_slice(zarr["matrices/cell/gene/dense_m/.zarray"].as_ref().unwrap()).unwrap();
+    let zarray: serde_json::Value =
+        serde_json::from_slice(zarr["matrices/cell/gene/dense_m/.zarray"].as_ref().unwrap())
+            .unwrap();
     let shape = zarray["shape"].as_array().unwrap();
-    let cells = files["axes/cell.txt"].as_ref().unwrap().iter().filter(|&&b| b == b'\n').count() as u64;
-    assert_eq!(shape[1].as_u64(), Some(cells), "Zarr shape is [ncols, nrows]");
+    let cells = files["axes/cell.txt"]
+        .as_ref()
+        .unwrap()
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count() as u64;
+    assert_eq!(
+        shape[1].as_u64(),
+        Some(cells),
+        "Zarr shape is [ncols, nrows]"
+    );
 }
 
 #[test]
 fn file_system_behaviour_ls_find_du_expect() {
     require_fuse!();
-    let mount = TestMount::new(&format!("{VECTORS}/zarr_v2.daf.zarr.zip"), ViewSelection::Both);
+    let mount = TestMount::new(
+        &format!("{VECTORS}/zarr_v2.daf.zarr.zip"),
+        ViewSelection::Both,
+    );
     let root = mount.path.clone();
     io_timeout(&mount.path, move || {
         let data = root.join("zarr_v2.daf/matrices/cell/gene/expr.data");
         let meta = std::fs::metadata(&data).unwrap();
         assert_eq!((meta.len(), meta.mode() & 0o7777), (48, 0o444));
-        assert_eq!(std::fs::metadata(root.join("zarr_v2.daf")).unwrap().mode() & 0o7777, 0o555);
+        assert_eq!(
+            std::fs::metadata(root.join("zarr_v2.daf")).unwrap().mode() & 0o7777,
+            0o555
+        );
         // Inode numbers are stable while mounted.
         assert_eq!(std::fs::metadata(&data).unwrap().ino(), meta.ino());
         // Reads at any offset, short reads at the end.
@@ -156,14 +245,19 @@ fn file_system_behaviour_ls_find_du_expect() {
         assert_eq!(file.read_at(&mut buf, 40).unwrap(), 8);
         assert_eq!(&buf[..8], &6.0f64.to_le_bytes());
         // Timestamps come from the source: Julia-style entries (1980-01-01) show the archive's.
-        let archive_mtime = std::fs::metadata(format!("{VECTORS}/zarr_v2.daf.zarr.zip")).unwrap().mtime();
+        let archive_mtime = std::fs::metadata(format!("{VECTORS}/zarr_v2.daf.zarr.zip"))
+            .unwrap()
+            .mtime();
         assert_eq!(meta.mtime(), archive_mtime);
         let stats = nix::sys::statvfs::statvfs(&root).unwrap();
         assert!(stats.files() > 100);
         // Every write answers EROFS.
         for result in [
             std::fs::write(root.join("zarr_v2.daf/new.json"), b"{}").map(|_| ()),
-            std::fs::OpenOptions::new().write(true).open(&data).map(|_| ()),
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&data)
+                .map(|_| ()),
             std::fs::create_dir(root.join("zarr_v2.daf/newdir")),
             std::fs::remove_file(&data),
             std::fs::rename(&data, root.join("zarr_v2.daf/moved")),
@@ -171,8 +265,16 @@ fn file_system_behaviour_ls_find_du_expect() {
             assert_eq!(result.unwrap_err().raw_os_error(), Some(libc::EROFS));
         }
         for tool in [&["find", "-ls"][..], &["du", "-s"], &["ls", "-lR"]] {
-            let out = Command::new(tool[0]).args(&tool[1..]).current_dir(&root).output().unwrap();
-            assert!(out.status.success(), "{tool:?}: {}", String::from_utf8_lossy(&out.stderr));
+            let out = Command::new(tool[0])
+                .args(&tool[1..])
+                .current_dir(&root)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{tool:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
     });
 }

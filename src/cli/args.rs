@@ -90,24 +90,33 @@ impl MountOptions {
     /// accepted and ignored; an unknown option is an error.
     pub fn parse(options: &[String]) -> Result<MountOptions, CliError> {
         let mut parsed = MountOptions::default();
-        for option in options.iter().flat_map(|o| o.split(',')).filter(|o| !o.is_empty()) {
+        for option in options
+            .iter()
+            .flat_map(|o| o.split(','))
+            .filter(|o| !o.is_empty())
+        {
             match option {
                 "allow_other" => parsed.allow_other = true,
                 "allow_root" => parsed.allow_root = true,
                 "auto_unmount" => parsed.auto_unmount = true,
                 // This version only mounts read-only; `rw` (mount(8)'s default) is accepted.
                 "ro" | "rw" | "default_permissions" | "kernel_cache" | "keep_cache" => {}
-                "dev" | "nodev" | "suid" | "nosuid" | "exec" | "noexec" | "atime" | "noatime" | "relatime"
-                | "strictatime" | "nodiratime" | "sync" | "async" | "dirsync" | "defaults" | "auto" | "noauto"
-                | "user" | "nouser" | "users" | "_netdev" | "nofail" => {}
+                "dev" | "nodev" | "suid" | "nosuid" | "exec" | "noexec" | "atime" | "noatime"
+                | "relatime" | "strictatime" | "nodiratime" | "sync" | "async" | "dirsync"
+                | "defaults" | "auto" | "noauto" | "user" | "nouser" | "users" | "_netdev"
+                | "nofail" => {}
                 _ if option.starts_with("x-") || option.starts_with("comment=") => {}
-                _ if option.starts_with("fsname=") => parsed.fsname = Some(option["fsname=".len()..].to_string()),
+                _ if option.starts_with("fsname=") => {
+                    parsed.fsname = Some(option["fsname=".len()..].to_string())
+                }
                 _ if option.starts_with("subtype=") => {}
                 other => return Err(CliError::Option(format!("unknown mount option: {other}"))),
             }
         }
         if parsed.auto_unmount && !(parsed.allow_other || parsed.allow_root) {
-            return Err(CliError::Option("auto_unmount needs allow_other or allow_root".into()));
+            return Err(CliError::Option(
+                "auto_unmount needs allow_other or allow_root".into(),
+            ));
         }
         Ok(parsed)
     }
@@ -119,15 +128,40 @@ mod tests {
 
     #[test]
     fn mount_options_parse_like_mount_fuse3_passes_them() {
-        let o = MountOptions::parse(&["ro,noatime,allow_other,dev,suid".into(), "fsname=x,x-systemd.automount".into()]).unwrap();
-        assert_eq!(o, MountOptions { allow_other: true, fsname: Some("x".into()), ..MountOptions::default() });
-        assert!(MountOptions::parse(&["bogus".into()]).unwrap_err().to_string().contains("bogus"));
+        let o = MountOptions::parse(&[
+            "ro,noatime,allow_other,dev,suid".into(),
+            "fsname=x,x-systemd.automount".into(),
+        ])
+        .unwrap();
+        assert_eq!(
+            o,
+            MountOptions {
+                allow_other: true,
+                fsname: Some("x".into()),
+                ..MountOptions::default()
+            }
+        );
+        assert!(MountOptions::parse(&["bogus".into()])
+            .unwrap_err()
+            .to_string()
+            .contains("bogus"));
         assert!(MountOptions::parse(&["auto_unmount".into()]).is_err());
     }
 
     #[test]
     fn arguments_parse() {
-        let a = Args::try_parse_from(["daf-mount", "x.daf", "/mnt", "-f", "-o", "ro", "--view", "zarr", "-vv"]).unwrap();
+        let a = Args::try_parse_from([
+            "daf-mount",
+            "x.daf",
+            "/mnt",
+            "-f",
+            "-o",
+            "ro",
+            "--view",
+            "zarr",
+            "-vv",
+        ])
+        .unwrap();
         assert!(a.foreground);
         assert_eq!((a.verbose, a.selection()), (2, ViewSelection::Zarr));
         assert!(Args::try_parse_from(["daf-mount", "x.daf"]).is_err());

@@ -22,11 +22,16 @@ fn system(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> CliError {
 }
 
 fn check_mountpoint(path: &Path) -> Result<(), CliError> {
-    let error = |why: &str| CliError::MountPoint { why: why.into(), path: path.to_path_buf() };
+    let error = |why: &str| CliError::MountPoint {
+        why: why.into(),
+        path: path.to_path_buf(),
+    };
     match std::fs::metadata(path) {
         Ok(meta) if meta.is_dir() => Ok(()),
         Ok(_) => Err(error("mount point is not a directory")),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(error("mount point does not exist")),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(error("mount point does not exist"))
+        }
         Err(e) => Err(error(&format!("mount point is not usable ({e})"))),
     }
 }
@@ -37,13 +42,25 @@ pub fn run(args: Args) -> Result<(), CliError> {
     let options = MountOptions::parse(&args.options)?;
     check_mountpoint(&args.mountpoint)?;
     let source = open_source(&args.source)?;
-    let root_mtime = std::fs::metadata(&source.path).and_then(|m| m.modified()).unwrap_or(SystemTime::UNIX_EPOCH);
+    let root_mtime = std::fs::metadata(&source.path)
+        .and_then(|m| m.modified())
+        .unwrap_or(SystemTime::UNIX_EPOCH);
     let core = Arc::new(DafFs::new(&source.datasets, args.selection(), root_mtime));
-    let adapter = FuseAdapter::new(core, nix::unistd::getuid().as_raw(), nix::unistd::getgid().as_raw());
+    let adapter = FuseAdapter::new(
+        core,
+        nix::unistd::getuid().as_raw(),
+        nix::unistd::getgid().as_raw(),
+    );
 
-    let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get())).max(1);
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1);
     let config = mount_config(&MountSettings {
-        fsname: options.fsname.clone().unwrap_or_else(|| source.path.display().to_string()),
+        fsname: options
+            .fsname
+            .clone()
+            .unwrap_or_else(|| source.path.display().to_string()),
         allow_other: options.allow_other,
         allow_root: options.allow_root,
         auto_unmount: options.auto_unmount,
@@ -51,8 +68,10 @@ pub fn run(args: Args) -> Result<(), CliError> {
     });
 
     // Returns once the kernel has answered FUSE_INIT: the mount is usable, no thread started yet.
-    let mut session = Session::new(adapter, &args.mountpoint, &config)
-        .map_err(system(format!("cannot mount on {}", args.mountpoint.display())))?;
+    let mut session = Session::new(adapter, &args.mountpoint, &config).map_err(system(format!(
+        "cannot mount on {}",
+        args.mountpoint.display()
+    )))?;
     if !args.foreground {
         detach()?;
     }
@@ -62,7 +81,9 @@ pub fn run(args: Args) -> Result<(), CliError> {
     for signal in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
         signals.add(signal);
     }
-    signals.thread_block().map_err(|e| system("blocking signals")(e.into()))?;
+    signals
+        .thread_block()
+        .map_err(|e| system("blocking signals")(e.into()))?;
     let mut unmounter = session.unmount_callable();
     let mountpoint = args.mountpoint.clone();
     std::thread::spawn(move || {
@@ -70,13 +91,19 @@ pub fn run(args: Args) -> Result<(), CliError> {
             log::info!("{signal:?}: unmounting {}", mountpoint.display());
             if let Err(e) = unmounter.unmount() {
                 // Busy (files open): detach now; the session ends when the last user closes.
-                log::warn!("unmount of {} failed ({e}); detaching lazily", mountpoint.display());
+                log::warn!(
+                    "unmount of {} failed ({e}); detaching lazily",
+                    mountpoint.display()
+                );
                 let _ = umount2(&mountpoint, MntFlags::MNT_DETACH);
             }
         }
     });
     if let Some(fd) = args.ready_fd {
-        let mut ready = std::fs::OpenOptions::new().write(true).open(format!("/proc/self/fd/{fd}")).map_err(system("--ready-fd"))?;
+        let mut ready = std::fs::OpenOptions::new()
+            .write(true)
+            .open(format!("/proc/self/fd/{fd}"))
+            .map_err(system("--ready-fd"))?;
         ready.write_all(b"READY\n").map_err(system("--ready-fd"))?;
     }
     log::info!("mounted {} on {}", args.source, args.mountpoint.display());
@@ -101,7 +128,11 @@ fn detach() -> Result<(), CliError> {
             drop(read_end);
             nix::unistd::setsid().map_err(|e| system("setsid")(e.into()))?;
             let _ = nix::unistd::chdir("/");
-            let null = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null").map_err(system("/dev/null"))?;
+            let null = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open("/dev/null")
+                .map_err(system("/dev/null"))?;
             let _ = nix::unistd::dup2_stdin(&null);
             let _ = nix::unistd::dup2_stdout(&null);
             let _ = nix::unistd::dup2_stderr(&null);

@@ -94,13 +94,22 @@ pub struct DafFs {
 
 impl DafFs {
     /// The filesystem showing `datasets` with the selected views.
-    pub fn new(datasets: &[NamedDataset], selection: ViewSelection, root_mtime: SystemTime) -> DafFs {
+    pub fn new(
+        datasets: &[NamedDataset],
+        selection: ViewSelection,
+        root_mtime: SystemTime,
+    ) -> DafFs {
         let namespace = Namespace::build(mount_entries(datasets, selection), root_mtime);
-        DafFs { namespace: RwLock::new(Arc::new(namespace)) }
+        DafFs {
+            namespace: RwLock::new(Arc::new(namespace)),
+        }
     }
 
     fn namespace(&self) -> Arc<Namespace> {
-        self.namespace.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.namespace
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Attributes of `ino`.
@@ -108,8 +117,22 @@ impl DafFs {
         let ns = self.namespace();
         let node = ns.node(ino).ok_or(FsError::NotFound)?;
         Ok(match &node.kind {
-            NodeKind::Dir { .. } => Attr { ino, kind: Kind::Dir, size: 0, perm: 0o555, nlink: 2 + node.subdirs(&ns), mtime: node.mtime },
-            NodeKind::File(blob) => Attr { ino, kind: Kind::File, size: blob.len()?, perm: 0o444, nlink: 1, mtime: node.mtime },
+            NodeKind::Dir { .. } => Attr {
+                ino,
+                kind: Kind::Dir,
+                size: 0,
+                perm: 0o555,
+                nlink: 2 + node.subdirs(&ns),
+                mtime: node.mtime,
+            },
+            NodeKind::File(blob) => Attr {
+                ino,
+                kind: Kind::File,
+                size: blob.len()?,
+                perm: 0o444,
+                nlink: 1,
+                mtime: node.mtime,
+            },
         })
     }
 
@@ -128,7 +151,9 @@ impl DafFs {
     pub fn readdir(&self, ino: u64, offset: u64) -> Result<Vec<DirEntry>, FsError> {
         let ns = self.namespace();
         let node = ns.node(ino).ok_or(FsError::NotFound)?;
-        let NodeKind::Dir { children } = &node.kind else { return Err(FsError::NotDir) };
+        let NodeKind::Dir { children } = &node.kind else {
+            return Err(FsError::NotDir);
+        };
         let kind_of = |ino: u64| match ns.node(ino).map(|n| &n.kind) {
             Some(NodeKind::File(_)) => Kind::File,
             _ => Kind::Dir,
@@ -138,7 +163,12 @@ impl DafFs {
         Ok(all
             .enumerate()
             .skip(usize::try_from(offset).unwrap_or(usize::MAX))
-            .map(|(i, (name, child))| DirEntry { ino: child, kind: kind_of(child), name, next_offset: i as u64 + 1 })
+            .map(|(i, (name, child))| DirEntry {
+                ino: child,
+                kind: kind_of(child),
+                name,
+                next_offset: i as u64 + 1,
+            })
             .collect())
     }
 
@@ -169,7 +199,9 @@ impl DafFs {
         let content = self.content(ino)?;
         let start = offset.min(content.len());
         let len = u64::from(size).min(content.len() - start);
-        content.slice(start, len).ok_or_else(|| FsError::Internal("read range".into()))
+        content
+            .slice(start, len)
+            .ok_or_else(|| FsError::Internal("read range".into()))
     }
 
     /// Numbers for `statfs`.
@@ -182,12 +214,19 @@ impl DafFs {
                 NodeKind::Dir { .. } => None,
             })
             .sum();
-        FsStats { bytes, inodes: ns.len() as u64 }
+        FsStats {
+            bytes,
+            inodes: ns.len() as u64,
+        }
     }
 
     /// Resolves a `/`-separated path from the root (for tests and tools).
     pub fn resolve(&self, path: &str) -> Result<u64, FsError> {
-        path.split('/').filter(|c| !c.is_empty()).try_fold(ROOT, |dir, name| self.lookup(dir, OsStr::new(name)).map(|a| a.ino))
+        path.split('/')
+            .filter(|c| !c.is_empty())
+            .try_fold(ROOT, |dir, name| {
+                self.lookup(dir, OsStr::new(name)).map(|a| a.ino)
+            })
     }
 }
 

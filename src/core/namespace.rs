@@ -41,9 +41,12 @@ impl Node {
     /// Number of sub-directories (for `st_nlink`).
     pub fn subdirs(&self, ns: &Namespace) -> u32 {
         match &self.kind {
-            NodeKind::Dir { children } => {
-                children.iter().filter(|(_, ino)| matches!(ns.node(*ino).map(|n| &n.kind), Some(NodeKind::Dir { .. }))).count() as u32
-            }
+            NodeKind::Dir { children } => children
+                .iter()
+                .filter(|(_, ino)| {
+                    matches!(ns.node(*ino).map(|n| &n.kind), Some(NodeKind::Dir { .. }))
+                })
+                .count() as u32,
             NodeKind::File(_) => 0,
         }
     }
@@ -59,7 +62,13 @@ impl Namespace {
     /// Builds the tree. Parents are created as needed; a path used both as a file and as a
     /// directory keeps its first use (the conflict is logged).
     pub fn build(entries: Vec<ViewEntry>, root_mtime: SystemTime) -> Namespace {
-        let mut nodes = vec![Node { parent: ROOT, mtime: root_mtime, kind: NodeKind::Dir { children: Vec::new() } }];
+        let mut nodes = vec![Node {
+            parent: ROOT,
+            mtime: root_mtime,
+            kind: NodeKind::Dir {
+                children: Vec::new(),
+            },
+        }];
         let mut by_path: HashMap<String, u64> = HashMap::from([(String::new(), ROOT)]);
         for entry in entries {
             let mut parent = ROOT;
@@ -72,15 +81,31 @@ impl Namespace {
             };
             let mut ok = true;
             for dir in dirs {
-                walked = if walked.is_empty() { dir.to_string() } else { format!("{walked}/{dir}") };
+                walked = if walked.is_empty() {
+                    dir.to_string()
+                } else {
+                    format!("{walked}/{dir}")
+                };
                 parent = match by_path.get(&walked) {
-                    Some(&ino) if matches!(nodes[(ino - 1) as usize].kind, NodeKind::Dir { .. }) => ino,
+                    Some(&ino)
+                        if matches!(nodes[(ino - 1) as usize].kind, NodeKind::Dir { .. }) =>
+                    {
+                        ino
+                    }
                     Some(_) => {
                         ok = false;
                         break;
                     }
                     None => {
-                        let ino = push(&mut nodes, parent, dir, entry.mtime, NodeKind::Dir { children: Vec::new() });
+                        let ino = push(
+                            &mut nodes,
+                            parent,
+                            dir,
+                            entry.mtime,
+                            NodeKind::Dir {
+                                children: Vec::new(),
+                            },
+                        );
                         by_path.insert(walked.clone(), ino);
                         ino
                     }
@@ -89,14 +114,21 @@ impl Namespace {
             let full = components.join("/");
             if !ok || by_path.contains_key(&full) {
                 let same_dir = matches!(entry.node, ViewNode::Dir)
-                    && by_path.get(&full).is_some_and(|&i| matches!(nodes[(i - 1) as usize].kind, NodeKind::Dir { .. }));
+                    && by_path.get(&full).is_some_and(|&i| {
+                        matches!(nodes[(i - 1) as usize].kind, NodeKind::Dir { .. })
+                    });
                 if !same_dir {
-                    log::warn!("{}: shown twice in the mount, keeping the first", entry.path);
+                    log::warn!(
+                        "{}: shown twice in the mount, keeping the first",
+                        entry.path
+                    );
                 }
                 continue;
             }
             let kind = match entry.node {
-                ViewNode::Dir => NodeKind::Dir { children: Vec::new() },
+                ViewNode::Dir => NodeKind::Dir {
+                    children: Vec::new(),
+                },
                 ViewNode::File(blob) => NodeKind::File(blob),
             };
             let ino = push(&mut nodes, parent, last, entry.mtime, kind);
@@ -124,9 +156,10 @@ impl Namespace {
     /// The child `name` of directory `parent`: `None` if absent, `Err(())` if `parent` is a file.
     pub fn child(&self, parent: u64, name: &str) -> Option<Result<u64, ()>> {
         match &self.node(parent)?.kind {
-            NodeKind::Dir { children } => {
-                children.binary_search_by(|(n, _)| n.as_str().cmp(name)).ok().map(|i| Ok(children[i].1))
-            }
+            NodeKind::Dir { children } => children
+                .binary_search_by(|(n, _)| n.as_str().cmp(name))
+                .ok()
+                .map(|i| Ok(children[i].1)),
             NodeKind::File(_) => Some(Err(())),
         }
     }
@@ -143,12 +176,19 @@ impl Namespace {
 
     /// All inodes, in inode order.
     pub fn nodes(&self) -> impl Iterator<Item = (u64, &Node)> {
-        self.nodes.iter().enumerate().map(|(i, n)| (i as u64 + 1, n))
+        self.nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (i as u64 + 1, n))
     }
 }
 
 fn push(nodes: &mut Vec<Node>, parent: u64, name: &str, mtime: SystemTime, kind: NodeKind) -> u64 {
-    nodes.push(Node { parent, mtime, kind });
+    nodes.push(Node {
+        parent,
+        mtime,
+        kind,
+    });
     let ino = nodes.len() as u64;
     if let NodeKind::Dir { children } = &mut nodes[(parent - 1) as usize].kind {
         children.push((name.to_string(), ino));

@@ -18,7 +18,11 @@ fn mount(source: &str, selection: ViewSelection) -> DafFs {
 /// Every path under `dir` of the mount: `None` for directories, the bytes for files.
 fn walk(fs: &DafFs, ino: u64, prefix: &str, out: &mut BTreeMap<String, Option<Vec<u8>>>) {
     for entry in fs.readdir(ino, 2).unwrap() {
-        let path = if prefix.is_empty() { entry.name.clone() } else { format!("{prefix}/{}", entry.name) };
+        let path = if prefix.is_empty() {
+            entry.name.clone()
+        } else {
+            format!("{prefix}/{}", entry.name)
+        };
         let attr = fs.getattr(entry.ino).unwrap();
         match entry.kind {
             Kind::Dir => {
@@ -27,7 +31,11 @@ fn walk(fs: &DafFs, ino: u64, prefix: &str, out: &mut BTreeMap<String, Option<Ve
             }
             Kind::File => {
                 let bytes = fs.content(entry.ino).unwrap().as_slice().to_vec();
-                assert_eq!(attr.size, bytes.len() as u64, "{path}: st_size must be exact");
+                assert_eq!(
+                    attr.size,
+                    bytes.len() as u64,
+                    "{path}: st_size must be exact"
+                );
                 out.insert(path, Some(bytes));
             }
         }
@@ -38,7 +46,11 @@ fn walk_disk(root: &Path, prefix: &str, out: &mut BTreeMap<String, Option<Vec<u8
     for entry in std::fs::read_dir(root.join(prefix)).unwrap() {
         let entry = entry.unwrap();
         let name = entry.file_name().into_string().unwrap();
-        let path = if prefix.is_empty() { name } else { format!("{prefix}/{name}") };
+        let path = if prefix.is_empty() {
+            name
+        } else {
+            format!("{prefix}/{name}")
+        };
         if entry.file_type().unwrap().is_dir() {
             out.insert(path.clone(), None);
             walk_disk(root, &path, out);
@@ -51,17 +63,38 @@ fn walk_disk(root: &Path, prefix: &str, out: &mut BTreeMap<String, Option<Vec<u8
 /// Compares a view with a fixture tree: the same files; JSON equal as JSON, everything else byte
 /// for byte; every fixture directory present (the view also has the empty directories Julia
 /// creates, which a fixture kept in git cannot hold).
-fn assert_same_tree(view: &BTreeMap<String, Option<Vec<u8>>>, fixture: &BTreeMap<String, Option<Vec<u8>>>, what: &str) {
-    let files = |t: &BTreeMap<String, Option<Vec<u8>>>| t.iter().filter(|(_, v)| v.is_some()).map(|(k, _)| k.clone()).collect::<Vec<_>>();
+fn assert_same_tree(
+    view: &BTreeMap<String, Option<Vec<u8>>>,
+    fixture: &BTreeMap<String, Option<Vec<u8>>>,
+    what: &str,
+) {
+    let files = |t: &BTreeMap<String, Option<Vec<u8>>>| {
+        t.iter()
+            .filter(|(_, v)| v.is_some())
+            .map(|(k, _)| k.clone())
+            .collect::<Vec<_>>()
+    };
     assert_eq!(files(view), files(fixture), "{what}: files differ");
     for dir in fixture.iter().filter(|(_, v)| v.is_none()).map(|(k, _)| k) {
-        assert_eq!(view.get(dir), Some(&None), "{what}: directory {dir} missing");
+        assert_eq!(
+            view.get(dir),
+            Some(&None),
+            "{what}: directory {dir} missing"
+        );
     }
     for (path, expected) in fixture {
         let got = &view[path];
-        let (Some(got), Some(expected)) = (got, expected) else { continue };
-        if path.ends_with(".json") || path.ends_with(".zarray") || path.ends_with(".zgroup") || path.ends_with(".zattrs") || path.ends_with(".zmetadata") {
-            let a: Value = serde_json::from_slice(got).unwrap_or_else(|e| panic!("{what}: {path}: {e}"));
+        let (Some(got), Some(expected)) = (got, expected) else {
+            continue;
+        };
+        if path.ends_with(".json")
+            || path.ends_with(".zarray")
+            || path.ends_with(".zgroup")
+            || path.ends_with(".zattrs")
+            || path.ends_with(".zmetadata")
+        {
+            let a: Value =
+                serde_json::from_slice(got).unwrap_or_else(|e| panic!("{what}: {path}: {e}"));
             let b: Value = serde_json::from_slice(expected).unwrap();
             assert_eq!(a, b, "{what}: {path}");
         } else {
@@ -98,14 +131,36 @@ fn every_source_kind_shows_the_fixture_layouts() {
         ("multi_v1_1.dafs.zip#/g1", "g1"),
     ] {
         let fs = mount(&format!("{VECTORS}/{source}"), ViewSelection::Both);
-        let root: Vec<String> = fs.readdir(ROOT, 2).unwrap().into_iter().map(|e| e.name).collect();
-        assert_eq!(root, vec![format!("{name}.daf"), format!("{name}.daf.zarr")], "{source}");
+        let root: Vec<String> = fs
+            .readdir(ROOT, 2)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
+        assert_eq!(
+            root,
+            vec![format!("{name}.daf"), format!("{name}.daf.zarr")],
+            "{source}"
+        );
         let files_view = view_of(&fs, &format!("{name}.daf"));
         assert_same_tree(&files_view, &files, &format!("{source} FilesDaf view"));
-        for dir in ["vectors/gene", "matrices/cell/cell", "matrices/gene/cell", "matrices/gene/gene"] {
-            assert_eq!(files_view.get(dir), Some(&None), "{source}: FilesDaf needs {dir}/");
+        for dir in [
+            "vectors/gene",
+            "matrices/cell/cell",
+            "matrices/gene/cell",
+            "matrices/gene/gene",
+        ] {
+            assert_eq!(
+                files_view.get(dir),
+                Some(&None),
+                "{source}: FilesDaf needs {dir}/"
+            );
         }
-        assert_same_tree(&view_of(&fs, &format!("{name}.daf.zarr")), &zarr, &format!("{source} Zarr view"));
+        assert_same_tree(
+            &view_of(&fs, &format!("{name}.daf.zarr")),
+            &zarr,
+            &format!("{source} Zarr view"),
+        );
     }
 }
 
@@ -119,7 +174,9 @@ fn zmetadata_keys_are_sorted() {
     sorted.sort();
     assert_eq!(keys, sorted);
     assert!(text.as_slice().ends_with(b"}\n"));
-    assert!(std::str::from_utf8(text.as_slice()).unwrap().contains("\n    \"metadata\": {\n        \".zattrs\": {},"));
+    assert!(std::str::from_utf8(text.as_slice())
+        .unwrap()
+        .contains("\n    \"metadata\": {\n        \".zattrs\": {},"));
 }
 
 #[test]
@@ -130,13 +187,30 @@ fn numeric_payloads_of_both_views_are_one_mapped_region() {
         for (files_path, zarr_path) in [
             ("vectors/cell/score.data", "vectors/cell/score/0"),
             ("vectors/cell/counts.nzval", "vectors/cell/counts/nzval/0"),
-            ("matrices/cell/gene/expr.data", "matrices/cell/gene/expr/0.0"),
-            ("matrices/cell/gene/umis.colptr", "matrices/cell/gene/umis/colptr/0"),
+            (
+                "matrices/cell/gene/expr.data",
+                "matrices/cell/gene/expr/0.0",
+            ),
+            (
+                "matrices/cell/gene/umis.colptr",
+                "matrices/cell/gene/umis/colptr/0",
+            ),
         ] {
-            let a = fs.content(fs.resolve(&format!("{name}.daf/{files_path}")).unwrap()).unwrap();
-            let b = fs.content(fs.resolve(&format!("{name}.daf.zarr/{zarr_path}")).unwrap()).unwrap();
-            assert!(a.is_mapped() && b.is_mapped(), "{source}: {files_path} must come from the source's map");
-            assert_eq!(a.as_slice().as_ptr(), b.as_slice().as_ptr(), "{source}: {files_path} and {zarr_path}");
+            let a = fs
+                .content(fs.resolve(&format!("{name}.daf/{files_path}")).unwrap())
+                .unwrap();
+            let b = fs
+                .content(fs.resolve(&format!("{name}.daf.zarr/{zarr_path}")).unwrap())
+                .unwrap();
+            assert!(
+                a.is_mapped() && b.is_mapped(),
+                "{source}: {files_path} must come from the source's map"
+            );
+            assert_eq!(
+                a.as_slice().as_ptr(),
+                b.as_slice().as_ptr(),
+                "{source}: {files_path} and {zarr_path}"
+            );
             assert_eq!(a.len(), b.len());
         }
     }
@@ -144,10 +218,24 @@ fn numeric_payloads_of_both_views_are_one_mapped_region() {
 
 #[test]
 fn single_view_selection_mounts_at_the_root() {
-    let fs = mount(&format!("{VECTORS}/zarr_v2.daf.zarr.zip"), ViewSelection::Files);
-    let root: Vec<String> = fs.readdir(ROOT, 2).unwrap().into_iter().map(|e| e.name).collect();
-    assert_eq!(root, vec!["axes", "daf.json", "matrices", "scalars", "vectors"]);
-    let fs = mount(&format!("{VECTORS}/zarr_v2.daf.zarr.zip"), ViewSelection::Zarr);
+    let fs = mount(
+        &format!("{VECTORS}/zarr_v2.daf.zarr.zip"),
+        ViewSelection::Files,
+    );
+    let root: Vec<String> = fs
+        .readdir(ROOT, 2)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(
+        root,
+        vec!["axes", "daf.json", "matrices", "scalars", "vectors"]
+    );
+    let fs = mount(
+        &format!("{VECTORS}/zarr_v2.daf.zarr.zip"),
+        ViewSelection::Zarr,
+    );
     assert!(fs.resolve(".zmetadata").is_ok());
 }
 
@@ -159,18 +247,30 @@ fn operations_answer_like_a_read_only_file_system() {
     assert_eq!(fs.read(axis, 100, 10).unwrap().len(), 0);
     assert!(matches!(fs.open(axis, true), Err(FsError::ReadOnly)));
     assert!(fs.open(axis, false).is_ok());
-    assert!(matches!(fs.lookup(axis, OsStr::new("x")), Err(FsError::NotDir)));
-    assert!(matches!(fs.lookup(ROOT, OsStr::new("nope")), Err(FsError::NotFound)));
+    assert!(matches!(
+        fs.lookup(axis, OsStr::new("x")),
+        Err(FsError::NotDir)
+    ));
+    assert!(matches!(
+        fs.lookup(ROOT, OsStr::new("nope")),
+        Err(FsError::NotFound)
+    ));
     assert!(matches!(fs.readdir(axis, 0), Err(FsError::NotDir)));
     let dir = fs.resolve("files_v1_0.daf/matrices").unwrap();
     let attr = fs.getattr(dir).unwrap();
     assert_eq!((attr.kind, attr.perm, attr.nlink), (Kind::Dir, 0o555, 4));
     // readdir offsets resume exactly after the last entry returned.
     let all = fs.readdir(dir, 0).unwrap();
-    assert_eq!(all.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), vec![".", "..", "cell", "gene"]);
+    assert_eq!(
+        all.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(),
+        vec![".", "..", "cell", "gene"]
+    );
     assert_eq!(fs.readdir(dir, all[2].next_offset).unwrap()[0].name, "gene");
     // Directory mtimes are the latest of their contents; files keep their source's.
-    let source_mtime = std::fs::metadata(format!("{VECTORS}/files_v1_0.daf/axes/cell.txt")).unwrap().modified().unwrap();
+    let source_mtime = std::fs::metadata(format!("{VECTORS}/files_v1_0.daf/axes/cell.txt"))
+        .unwrap()
+        .modified()
+        .unwrap();
     assert_eq!(fs.getattr(axis).unwrap().mtime, source_mtime);
     assert!(fs.stats().inodes > 50);
 }

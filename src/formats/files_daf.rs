@@ -22,13 +22,19 @@ use super::FormatError;
 
 /// Checks `daf.json` and reads the whole data set.
 pub fn read_files_daf(index: &StoreIndex, path: &Path) -> Result<Dataset, FormatError> {
-    let marker = index
-        .get("daf.json")
-        .ok_or_else(|| FormatError::NotDaf { path: path.to_path_buf(), why: "no daf.json".into() })?;
-    check_version(&marker.blob.bytes()?.as_slice().to_vec(), &path.join("daf.json"))?;
-    let mut dataset = Dataset { mtime: index.root_mtime, ..Dataset::default() };
+    let marker = index.get("daf.json").ok_or_else(|| FormatError::NotDaf {
+        path: path.to_path_buf(),
+        why: "no daf.json".into(),
+    })?;
+    check_version(marker.blob.bytes()?.as_slice(), &path.join("daf.json"))?;
+    let mut dataset = Dataset {
+        mtime: index.root_mtime,
+        ..Dataset::default()
+    };
     for file in index.children("axes") {
-        let Some(name) = file.strip_suffix(".txt") else { continue };
+        let Some(name) = file.strip_suffix(".txt") else {
+            continue;
+        };
         let key = format!("axes/{file}");
         match read_axis(index, &key) {
             Ok(axis) => {
@@ -38,19 +44,37 @@ pub fn read_files_daf(index: &StoreIndex, path: &Path) -> Result<Dataset, Format
         }
     }
     for file in index.children("scalars") {
-        let Some(name) = file.strip_suffix(".json") else { continue };
+        let Some(name) = file.strip_suffix(".json") else {
+            continue;
+        };
         let key = format!("scalars/{file}");
-        let Some(entry) = index.get(&key) else { continue };
-        match entry.blob.bytes().map_err(FormatError::from).and_then(|b| Scalar::from_json(b.as_slice())) {
+        let Some(entry) = index.get(&key) else {
+            continue;
+        };
+        match entry
+            .blob
+            .bytes()
+            .map_err(FormatError::from)
+            .and_then(|b| Scalar::from_json(b.as_slice()))
+        {
             Ok(scalar) => {
-                dataset.scalars.insert(name.to_string(), ScalarProperty { scalar, mtime: entry.mtime });
+                dataset.scalars.insert(
+                    name.to_string(),
+                    ScalarProperty {
+                        scalar,
+                        mtime: entry.mtime,
+                    },
+                );
             }
             Err(e) => log::warn!("skipping scalar {name} ({key}: {e}) in {}", path.display()),
         }
     }
     for axis in index.children("vectors") {
         let Some(len) = dataset.axes.get(&axis).map(Axis::len) else {
-            log::warn!("skipping vectors/{axis}/: no axis {axis} in {}", path.display());
+            log::warn!(
+                "skipping vectors/{axis}/: no axis {axis} in {}",
+                path.display()
+            );
             continue;
         };
         let dir = format!("vectors/{axis}");
@@ -59,10 +83,14 @@ pub fn read_files_daf(index: &StoreIndex, path: &Path) -> Result<Dataset, Format
     }
     for rows in index.children("matrices") {
         for cols in index.children(&format!("matrices/{rows}")) {
-            let (Some(nrows), Some(ncols)) =
-                (dataset.axes.get(&rows).map(Axis::len), dataset.axes.get(&cols).map(Axis::len))
-            else {
-                log::warn!("skipping matrices/{rows}/{cols}/: unknown axis in {}", path.display());
+            let (Some(nrows), Some(ncols)) = (
+                dataset.axes.get(&rows).map(Axis::len),
+                dataset.axes.get(&cols).map(Axis::len),
+            ) else {
+                log::warn!(
+                    "skipping matrices/{rows}/{cols}/: unknown axis in {}",
+                    path.display()
+                );
                 continue;
             };
             let dir = format!("matrices/{rows}/{cols}");
@@ -74,9 +102,15 @@ pub fn read_files_daf(index: &StoreIndex, path: &Path) -> Result<Dataset, Format
 }
 
 fn check_version(bytes: &[u8], marker: &Path) -> Result<(), FormatError> {
-    let bad = |why: &str| FormatError::NotDaf { path: marker.to_path_buf(), why: why.to_string() };
+    let bad = |why: &str| FormatError::NotDaf {
+        path: marker.to_path_buf(),
+        why: why.to_string(),
+    };
     let doc: Value = serde_json::from_slice(bytes).map_err(|_| bad("daf.json is not JSON"))?;
-    let version = doc.get("version").and_then(Value::as_array).ok_or_else(|| bad("daf.json has no version"))?;
+    let version = doc
+        .get("version")
+        .and_then(Value::as_array)
+        .ok_or_else(|| bad("daf.json has no version"))?;
     let parts: Vec<u64> = version.iter().filter_map(Value::as_u64).collect();
     match parts.as_slice() {
         [1, 0] | [1, 1] => Ok(()),
@@ -93,7 +127,10 @@ fn check_version(bytes: &[u8], marker: &Path) -> Result<(), FormatError> {
 fn read_axis(index: &StoreIndex, key: &str) -> Result<Axis, FormatError> {
     let entry = index.get(key).ok_or_else(|| FormatError::bad("missing"))?;
     let count = count_lines(entry.blob.bytes()?.as_slice()).map_err(FormatError::Bad)?;
-    Ok(Axis { entries: Strings::from_lines(entry.blob.clone(), count), mtime: entry.mtime })
+    Ok(Axis {
+        entries: Strings::from_lines(entry.blob.clone(), count),
+        mtime: entry.mtime,
+    })
 }
 
 /// The dimensions a property must have.
@@ -120,7 +157,9 @@ fn read_properties(
 ) -> std::collections::BTreeMap<String, Property> {
     let mut props = std::collections::BTreeMap::new();
     for file in index.children(dir) {
-        let Some(name) = file.strip_suffix(".json") else { continue };
+        let Some(name) = file.strip_suffix(".json") else {
+            continue;
+        };
         let base = format!("{dir}/{name}");
         match read_property(index, &base, shape) {
             Ok(prop) => {
@@ -147,7 +186,8 @@ impl PropertyFiles<'_> {
     }
 
     fn required(&mut self, ext: &str) -> Result<Arc<Blob>, FormatError> {
-        self.optional(ext).ok_or_else(|| FormatError::bad(format!("no .{ext} file")))
+        self.optional(ext)
+            .ok_or_else(|| FormatError::bad(format!("no .{ext} file")))
     }
 
     /// A blob of exactly `count` elements of `t`.
@@ -168,31 +208,53 @@ impl PropertyFiles<'_> {
         let blob = self.required(ext)?;
         let len = blob.len()?;
         if len % t.size() != 0 {
-            return Err(FormatError::bad(format!(".{ext} size {len} is not a multiple of {}", t.size())));
+            return Err(FormatError::bad(format!(
+                ".{ext} size {len} is not a multiple of {}",
+                t.size()
+            )));
         }
         Ok((blob, len / t.size()))
     }
 }
 
 fn read_property(index: &StoreIndex, base: &str, shape: Shape) -> Result<Property, FormatError> {
-    let descriptor_entry = index.get(&format!("{base}.json")).ok_or_else(|| FormatError::bad("no descriptor"))?;
+    let descriptor_entry = index
+        .get(&format!("{base}.json"))
+        .ok_or_else(|| FormatError::bad("no descriptor"))?;
     let descriptor = parse_descriptor(descriptor_entry.blob.bytes()?.as_slice())?;
-    let mut files = PropertyFiles { index, base, mtime: descriptor_entry.mtime };
+    let mut files = PropertyFiles {
+        index,
+        base,
+        mtime: descriptor_entry.mtime,
+    };
     let len = shape.len();
     let payload = match descriptor {
-        Descriptor::Dense { eltype: ElementType::String } => {
-            Payload::DenseStrings(Strings::from_lines(files.required("txt")?, len))
-        }
-        Descriptor::Dense { eltype: ElementType::Num(t) } => {
+        Descriptor::Dense {
+            eltype: ElementType::String,
+        } => Payload::DenseStrings(Strings::from_lines(files.required("txt")?, len)),
+        Descriptor::Dense {
+            eltype: ElementType::Num(t),
+        } => {
             let data = files.required("data")?;
             let available = data.len()?;
             if available < len * t.size() {
-                return Err(FormatError::bad(format!(".data has {available} bytes, {len} × {} needed", t.julia_name())));
+                return Err(FormatError::bad(format!(
+                    ".data has {available} bytes, {len} × {} needed",
+                    t.julia_name()
+                )));
             }
             // Julia may write a longer .data (constant fills); show exactly the logical size.
-            Payload::Dense { eltype: t, data: Blob::slice(&data, 0, len * t.size()) }
+            Payload::Dense {
+                eltype: t,
+                data: Blob::slice(&data, 0, len * t.size()),
+            }
         }
-        Descriptor::Sparse { eltype, indtype, nnz, has_nzval } => {
+        Descriptor::Sparse {
+            eltype,
+            indtype,
+            nnz,
+            has_nzval,
+        } => {
             let (index, found_nnz) = match shape {
                 Shape::Vector(_) => {
                     let (nzind, nnz) = files.count_of("nzind", indtype)?;
@@ -205,41 +267,70 @@ fn read_property(index: &StoreIndex, base: &str, shape: Shape) -> Result<Propert
                 }
             };
             if let Some(declared) = nnz.filter(|&n| n != found_nnz) {
-                return Err(FormatError::bad(format!("descriptor says {declared} stored values, index files hold {found_nnz}")));
+                return Err(FormatError::bad(format!(
+                    "descriptor says {declared} stored values, index files hold {found_nnz}"
+                )));
             }
             if found_nnz > len {
-                return Err(FormatError::bad(format!("{found_nnz} stored values for {len} elements")));
+                return Err(FormatError::bad(format!(
+                    "{found_nnz} stored values for {len} elements"
+                )));
             }
             match eltype {
                 ElementType::String => {
                     let nztxt = files.required("nztxt")?;
                     let positions = match (&index, shape) {
-                        (SparseIndex::Vector { nzind }, _) => SparsePositions::Vector { nzind: nzind.clone() },
+                        (SparseIndex::Vector { nzind }, _) => SparsePositions::Vector {
+                            nzind: nzind.clone(),
+                        },
                         (SparseIndex::Matrix { colptr, rowval }, Shape::Matrix(nrows, ncols)) => {
-                            SparsePositions::Matrix { colptr: colptr.clone(), rowval: rowval.clone(), nrows, ncols }
+                            SparsePositions::Matrix {
+                                colptr: colptr.clone(),
+                                rowval: rowval.clone(),
+                                nrows,
+                                ncols,
+                            }
                         }
                         _ => return Err(FormatError::bad("matrix index on a vector")),
                     };
-                    let dense = densify_sparse_strings(positions, indtype, nztxt.clone(), found_nnz, len);
-                    Payload::SparseStrings { indtype, index, nztxt, dense }
+                    let dense =
+                        densify_sparse_strings(positions, indtype, nztxt.clone(), found_nnz, len);
+                    Payload::SparseStrings {
+                        indtype,
+                        index,
+                        nztxt,
+                        dense,
+                    }
                 }
                 ElementType::Num(t) => {
                     // 1.0: the .nzval file decides (absent = all true); 1.1: the descriptor does.
                     let nzval = match has_nzval {
                         Some(false) => None,
                         Some(true) => Some(files.sized("nzval", t, found_nnz)?),
-                        None if files.index.contains(&format!("{base}.nzval")) => Some(files.sized("nzval", t, found_nnz)?),
+                        None if files.index.contains(&format!("{base}.nzval")) => {
+                            Some(files.sized("nzval", t, found_nnz)?)
+                        }
                         None => None,
                     };
                     if nzval.is_none() && t != NumType::Bool {
-                        return Err(FormatError::bad("no .nzval file (only all-true Bool data may omit it)"));
+                        return Err(FormatError::bad(
+                            "no .nzval file (only all-true Bool data may omit it)",
+                        ));
                     }
-                    Payload::Sparse { eltype: t, indtype, index, nzval }
+                    Payload::Sparse {
+                        eltype: t,
+                        indtype,
+                        index,
+                        nzval,
+                    }
                 }
             }
         }
     };
-    Ok(Property { payload, mtime: files.mtime })
+    Ok(Property {
+        payload,
+        mtime: files.mtime,
+    })
 }
 
 #[cfg(test)]
@@ -253,13 +344,29 @@ mod tests {
     fn reads_the_seed_fixture() {
         let root = Path::new(FIXTURES).join("vectors/files_v1_0.daf");
         let ds = read_files_daf(&open_directory(&root).unwrap(), &root).unwrap();
-        assert_eq!(ds.scalars.keys().collect::<Vec<_>>(), vec!["ratio", "title"]);
+        assert_eq!(
+            ds.scalars.keys().collect::<Vec<_>>(),
+            vec!["ratio", "title"]
+        );
         assert_eq!(ds.axes["cell"].len(), 3);
         assert_eq!(ds.axes["gene"].len(), 2);
         let cell = &ds.vectors["cell"];
-        assert_eq!(cell.keys().collect::<Vec<_>>(), vec!["counts", "is_marker", "score", "type"]);
-        assert!(matches!(cell["is_marker"].payload, Payload::Sparse { nzval: None, eltype: NumType::Bool, .. }));
-        assert!(matches!(ds.matrices[&("cell".into(), "gene".into())]["umis"].payload, Payload::Sparse { .. }));
+        assert_eq!(
+            cell.keys().collect::<Vec<_>>(),
+            vec!["counts", "is_marker", "score", "type"]
+        );
+        assert!(matches!(
+            cell["is_marker"].payload,
+            Payload::Sparse {
+                nzval: None,
+                eltype: NumType::Bool,
+                ..
+            }
+        ));
+        assert!(matches!(
+            ds.matrices[&("cell".into(), "gene".into())]["umis"].payload,
+            Payload::Sparse { .. }
+        ));
     }
 
     #[test]
@@ -278,7 +385,10 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         std::fs::write(tmp.path().join("daf.json"), "{\"version\":[2,0]}\n").unwrap();
         let err = read_files_daf(&open_directory(tmp.path()).unwrap(), tmp.path()).unwrap_err();
-        assert!(err.to_string().contains("unsupported FilesDaf version 2.0"), "{err}");
+        assert!(
+            err.to_string().contains("unsupported FilesDaf version 2.0"),
+            "{err}"
+        );
         std::fs::remove_file(tmp.path().join("daf.json")).unwrap();
         let err = read_files_daf(&open_directory(tmp.path()).unwrap(), tmp.path()).unwrap_err();
         assert!(err.to_string().starts_with("not a daf data set"), "{err}");
@@ -293,16 +403,30 @@ mod tests {
         }
         std::fs::write(p.join("daf.json"), "{\"version\":[1,0]}\n").unwrap();
         std::fs::write(p.join("axes/a.txt"), "x\ny\n").unwrap();
-        std::fs::write(p.join("vectors/a/long.json"), "{\"format\":\"dense\",\"eltype\":\"UInt8\"}\n").unwrap();
+        std::fs::write(
+            p.join("vectors/a/long.json"),
+            "{\"format\":\"dense\",\"eltype\":\"UInt8\"}\n",
+        )
+        .unwrap();
         std::fs::write(p.join("vectors/a/long.data"), [1u8, 2, 3, 4]).unwrap();
-        std::fs::write(p.join("vectors/a/short.json"), "{\"format\":\"dense\",\"eltype\":\"Int64\"}\n").unwrap();
+        std::fs::write(
+            p.join("vectors/a/short.json"),
+            "{\"format\":\"dense\",\"eltype\":\"Int64\"}\n",
+        )
+        .unwrap();
         std::fs::write(p.join("vectors/a/short.data"), [1u8, 2, 3]).unwrap();
-        std::fs::write(p.join("vectors/a/nonzval.json"), "{\"format\":\"sparse\",\"eltype\":\"Int8\",\"indtype\":\"UInt8\"}\n").unwrap();
+        std::fs::write(
+            p.join("vectors/a/nonzval.json"),
+            "{\"format\":\"sparse\",\"eltype\":\"Int8\",\"indtype\":\"UInt8\"}\n",
+        )
+        .unwrap();
         std::fs::write(p.join("vectors/a/nonzval.nzind"), [1u8]).unwrap();
         let ds = read_files_daf(&open_directory(p).unwrap(), p).unwrap();
         let vectors = &ds.vectors["a"];
         assert_eq!(vectors.keys().collect::<Vec<_>>(), vec!["long"]);
-        let Payload::Dense { data, .. } = &vectors["long"].payload else { panic!() };
+        let Payload::Dense { data, .. } = &vectors["long"].payload else {
+            panic!()
+        };
         assert_eq!(data.bytes().unwrap().as_slice(), &[1, 2]);
     }
 }

@@ -23,7 +23,9 @@ pub fn quote(s: &str) -> String {
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 || c == '\u{7f}' => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                out.push_str(&format!("\\u{:04x}", c as u32))
+            }
             c => out.push(c),
         }
     }
@@ -33,7 +35,10 @@ pub fn quote(s: &str) -> String {
 
 /// `{"format":"dense","eltype":"T"}\n`.
 pub fn dense_descriptor(eltype: ElementType) -> String {
-    format!("{{\"format\":\"dense\",\"eltype\":\"{}\"}}\n", eltype.julia_name())
+    format!(
+        "{{\"format\":\"dense\",\"eltype\":\"{}\"}}\n",
+        eltype.julia_name()
+    )
 }
 
 /// `{"format":"sparse","eltype":"T","indtype":"I"}\n` (FilesDaf 1.0).
@@ -68,26 +73,38 @@ pub enum Descriptor {
 }
 
 fn type_field(obj: &Value, key: &str) -> Result<ElementType, FormatError> {
-    let name = obj.get(key).and_then(Value::as_str).ok_or_else(|| FormatError::bad(format!("no \"{key}\" name")))?;
-    ElementType::from_julia_name(name).ok_or_else(|| FormatError::bad(format!("unknown element type \"{name}\"")))
+    let name = obj
+        .get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| FormatError::bad(format!("no \"{key}\" name")))?;
+    ElementType::from_julia_name(name)
+        .ok_or_else(|| FormatError::bad(format!("unknown element type \"{name}\"")))
 }
 
 fn index_type(obj: &Value, key: &str) -> Result<NumType, FormatError> {
     match type_field(obj, key)? {
         ElementType::Num(t) if t.is_integer() => Ok(t),
-        other => Err(FormatError::bad(format!("index type {} is not an integer type", other.julia_name()))),
+        other => Err(FormatError::bad(format!(
+            "index type {} is not an integer type",
+            other.julia_name()
+        ))),
     }
 }
 
 /// Parses a descriptor file's bytes.
 pub fn parse_descriptor(bytes: &[u8]) -> Result<Descriptor, FormatError> {
-    let value: Value = serde_json::from_slice(bytes).map_err(|e| FormatError::bad(format!("invalid JSON: {e}")))?;
+    let value: Value = serde_json::from_slice(bytes)
+        .map_err(|e| FormatError::bad(format!("invalid JSON: {e}")))?;
     let format = value.get("format").and_then(Value::as_str);
     if value.get("packed_format").is_some() {
-        return Err(FormatError::bad("packed properties (FilesDaf 1.1 \"packed_format\") are not supported"));
+        return Err(FormatError::bad(
+            "packed properties (FilesDaf 1.1 \"packed_format\") are not supported",
+        ));
     }
     match format {
-        Some("dense") => Ok(Descriptor::Dense { eltype: type_field(&value, "eltype")? }),
+        Some("dense") => Ok(Descriptor::Dense {
+            eltype: type_field(&value, "eltype")?,
+        }),
         Some("sparse") if value.get("eltype").is_some() => Ok(Descriptor::Sparse {
             eltype: type_field(&value, "eltype")?,
             indtype: index_type(&value, "indtype")?,
@@ -106,10 +123,16 @@ pub fn parse_descriptor(bytes: &[u8]) -> Result<Descriptor, FormatError> {
             if nzval.is_some_and(|c| c.get("packed_format").is_some())
                 || index.1.get("packed_format").is_some()
             {
-                return Err(FormatError::bad("packed sparse components are not supported"));
+                return Err(FormatError::bad(
+                    "packed sparse components are not supported",
+                ));
             }
             let nnz = nzval.and_then(nnz_of).or_else(|| {
-                let pos = if index.0 == "colptr" { value.get("rowval") } else { Some(index.1) };
+                let pos = if index.0 == "colptr" {
+                    value.get("rowval")
+                } else {
+                    Some(index.1)
+                };
                 pos.and_then(nnz_of)
             });
             Ok(Descriptor::Sparse {
@@ -139,7 +162,10 @@ mod tests {
 
     #[test]
     fn writers_match_the_seed_bytes() {
-        assert_eq!(dense_descriptor(ElementType::Num(NumType::Float32)), "{\"format\":\"dense\",\"eltype\":\"Float32\"}\n");
+        assert_eq!(
+            dense_descriptor(ElementType::Num(NumType::Float32)),
+            "{\"format\":\"dense\",\"eltype\":\"Float32\"}\n"
+        );
         assert_eq!(
             sparse_descriptor(ElementType::Num(NumType::UInt16), NumType::Int64),
             "{\"format\":\"sparse\",\"eltype\":\"UInt16\",\"indtype\":\"Int64\"}\n"
@@ -148,10 +174,16 @@ mod tests {
 
     #[test]
     fn parses_both_descriptor_forms() {
-        let v10 = parse_descriptor(br#"{"format":"sparse","eltype":"Int64","indtype":"Int32"}"#).unwrap();
+        let v10 =
+            parse_descriptor(br#"{"format":"sparse","eltype":"Int64","indtype":"Int32"}"#).unwrap();
         assert_eq!(
             v10,
-            Descriptor::Sparse { eltype: ElementType::Num(NumType::Int64), indtype: NumType::Int32, nnz: None, has_nzval: None }
+            Descriptor::Sparse {
+                eltype: ElementType::Num(NumType::Int64),
+                indtype: NumType::Int32,
+                nnz: None,
+                has_nzval: None
+            }
         );
         let v11 = parse_descriptor(
             br#"{"format":"sparse","colptr":{"format":"dense","eltype":"Int64","n_elements":3},"rowval":{"format":"dense","eltype":"Int64","n_elements":3},"nzval":{"format":"dense","eltype":"UInt16","n_elements":3}}"#,
@@ -159,15 +191,31 @@ mod tests {
         .unwrap();
         assert_eq!(
             v11,
-            Descriptor::Sparse { eltype: ElementType::Num(NumType::UInt16), indtype: NumType::Int64, nnz: Some(3), has_nzval: Some(true) }
+            Descriptor::Sparse {
+                eltype: ElementType::Num(NumType::UInt16),
+                indtype: NumType::Int64,
+                nnz: Some(3),
+                has_nzval: Some(true)
+            }
         );
-        let bool11 = parse_descriptor(br#"{"format":"sparse","nzind":{"format":"dense","eltype":"Int64","n_elements":1}}"#).unwrap();
+        let bool11 = parse_descriptor(
+            br#"{"format":"sparse","nzind":{"format":"dense","eltype":"Int64","n_elements":1}}"#,
+        )
+        .unwrap();
         assert_eq!(
             bool11,
-            Descriptor::Sparse { eltype: ElementType::Num(NumType::Bool), indtype: NumType::Int64, nnz: Some(1), has_nzval: Some(false) }
+            Descriptor::Sparse {
+                eltype: ElementType::Num(NumType::Bool),
+                indtype: NumType::Int64,
+                nnz: Some(1),
+                has_nzval: Some(false)
+            }
         );
         assert!(parse_descriptor(b"{\"format\":\"dense\",\"eltype\":\"Float16\"}").is_err());
-        assert!(parse_descriptor(b"{\"format\":\"sparse\",\"eltype\":\"Int64\",\"indtype\":\"Float64\"}").is_err());
+        assert!(parse_descriptor(
+            b"{\"format\":\"sparse\",\"eltype\":\"Int64\",\"indtype\":\"Float64\"}"
+        )
+        .is_err());
         assert!(parse_descriptor(b"not json").is_err());
     }
 }

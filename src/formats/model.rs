@@ -124,7 +124,11 @@ pub struct Dataset {
 impl Dataset {
     /// The latest modification time of anything in the data set (for synthesised files).
     pub fn latest_mtime(&self) -> SystemTime {
-        let props = self.vectors.values().chain(self.matrices.values()).flat_map(|m| m.values().map(|p| p.mtime));
+        let props = self
+            .vectors
+            .values()
+            .chain(self.matrices.values())
+            .flat_map(|m| m.values().map(|p| p.mtime));
         self.scalars
             .values()
             .map(|s| s.mtime)

@@ -38,10 +38,17 @@ fn out_of_range(v: &Value, t: NumType) -> FormatError {
 impl Scalar {
     /// Parses a FilesDaf scalar file (`{"type":T,"value":V}`, any key order).
     pub fn from_json(bytes: &[u8]) -> Result<Scalar, FormatError> {
-        let doc: Value = serde_json::from_slice(bytes).map_err(|e| FormatError::bad(format!("invalid JSON: {e}")))?;
-        let name = doc.get("type").and_then(Value::as_str).ok_or_else(|| FormatError::bad("no \"type\""))?;
-        let eltype = ElementType::from_julia_name(name).ok_or_else(|| FormatError::bad(format!("unknown type \"{name}\"")))?;
-        let v = doc.get("value").ok_or_else(|| FormatError::bad("no \"value\""))?;
+        let doc: Value = serde_json::from_slice(bytes)
+            .map_err(|e| FormatError::bad(format!("invalid JSON: {e}")))?;
+        let name = doc
+            .get("type")
+            .and_then(Value::as_str)
+            .ok_or_else(|| FormatError::bad("no \"type\""))?;
+        let eltype = ElementType::from_julia_name(name)
+            .ok_or_else(|| FormatError::bad(format!("unknown type \"{name}\"")))?;
+        let v = doc
+            .get("value")
+            .ok_or_else(|| FormatError::bad("no \"value\""))?;
         Scalar::from_value(eltype, v)
     }
 
@@ -49,8 +56,13 @@ impl Scalar {
     pub fn from_value(eltype: ElementType, v: &Value) -> Result<Scalar, FormatError> {
         let t = match eltype {
             ElementType::String => {
-                let s = v.as_str().ok_or_else(|| FormatError::bad("String scalar value is not a JSON string"))?;
-                return Ok(Scalar { eltype, value: ScalarValue::String(s.to_string()) });
+                let s = v
+                    .as_str()
+                    .ok_or_else(|| FormatError::bad("String scalar value is not a JSON string"))?;
+                return Ok(Scalar {
+                    eltype,
+                    value: ScalarValue::String(s.to_string()),
+                });
             }
             ElementType::Num(t) => t,
         };
@@ -66,7 +78,11 @@ impl Scalar {
                 _ => ScalarValue::Float(v.as_f64().ok_or_else(|| out_of_range(v, t))?),
             },
             NumType::UInt8 | NumType::UInt16 | NumType::UInt32 | NumType::UInt64 => {
-                let n = v.as_u64().or_else(|| integral.filter(|f| *f >= 0.0 && *f < 1.9e19).map(|f| f as u64));
+                let n = v.as_u64().or_else(|| {
+                    integral
+                        .filter(|f| *f >= 0.0 && *f < 1.9e19)
+                        .map(|f| f as u64)
+                });
                 let n = n.ok_or_else(|| out_of_range(v, t))?;
                 if t.size() < 8 && n >> (8 * t.size()) != 0 {
                     return Err(out_of_range(v, t));
@@ -74,7 +90,9 @@ impl Scalar {
                 ScalarValue::UInt(n)
             }
             _ => {
-                let n = v.as_i64().or_else(|| integral.filter(|f| f.abs() < 9.2e18).map(|f| f as i64));
+                let n = v
+                    .as_i64()
+                    .or_else(|| integral.filter(|f| f.abs() < 9.2e18).map(|f| f as i64));
                 let n = n.ok_or_else(|| out_of_range(v, t))?;
                 let bits = 8 * t.size() as u32;
                 if bits < 64 && (n < -(1i64 << (bits - 1)) || n >= 1i64 << (bits - 1)) {
@@ -90,7 +108,11 @@ impl Scalar {
     pub fn from_le_bytes(t: NumType, bytes: &[u8]) -> Result<Scalar, FormatError> {
         let size = t.size() as usize;
         if bytes.len() != size {
-            return Err(FormatError::bad(format!("scalar chunk has {} bytes, {} expected", bytes.len(), size)));
+            return Err(FormatError::bad(format!(
+                "scalar chunk has {} bytes, {} expected",
+                bytes.len(),
+                size
+            )));
         }
         let mut word = [0u8; 8];
         word[..size].copy_from_slice(bytes);
@@ -100,10 +122,15 @@ impl Scalar {
             NumType::Bool => ScalarValue::Bool(raw != 0),
             NumType::Float32 => ScalarValue::Float(f64::from(f32::from_bits(raw as u32))),
             NumType::Float64 => ScalarValue::Float(f64::from_bits(raw)),
-            NumType::UInt8 | NumType::UInt16 | NumType::UInt32 | NumType::UInt64 => ScalarValue::UInt(raw),
+            NumType::UInt8 | NumType::UInt16 | NumType::UInt32 | NumType::UInt64 => {
+                ScalarValue::UInt(raw)
+            }
             _ => ScalarValue::Int(((raw << shift) as i64) >> shift),
         };
-        Ok(Scalar { eltype: ElementType::Num(t), value })
+        Ok(Scalar {
+            eltype: ElementType::Num(t),
+            value,
+        })
     }
 
     /// The value as JSON.jl 0.21 prints it (floats shortest round-trip, non-finite as `null`).
@@ -113,7 +140,9 @@ impl Scalar {
             (ScalarValue::Int(n), _) => n.to_string(),
             (ScalarValue::UInt(n), _) => n.to_string(),
             (ScalarValue::Float(f), _) if !f.is_finite() => "null".to_string(),
-            (ScalarValue::Float(f), ElementType::Num(NumType::Float32)) => float_text(format!("{:?}", *f as f32)),
+            (ScalarValue::Float(f), ElementType::Num(NumType::Float32)) => {
+                float_text(format!("{:?}", *f as f32))
+            }
             (ScalarValue::Float(f), _) => float_text(format!("{f:?}")),
             (ScalarValue::String(s), _) => quote(s),
         }
@@ -121,7 +150,11 @@ impl Scalar {
 
     /// The FilesDaf file: `{"value":V,"type":"T"}\n` (seed key order).
     pub fn files_json(&self) -> String {
-        format!("{{\"value\":{},\"type\":\"{}\"}}\n", self.value_json(), self.eltype.julia_name())
+        format!(
+            "{{\"value\":{},\"type\":\"{}\"}}\n",
+            self.value_json(),
+            self.eltype.julia_name()
+        )
     }
 
     /// The one-element Zarr chunk: little-endian bytes, or a one-item vlen-utf8 buffer.
@@ -135,7 +168,9 @@ impl Scalar {
             (ScalarValue::Bool(b), _) => vec![u8::from(*b)],
             (ScalarValue::Int(n), _) => n.to_le_bytes()[..size].to_vec(),
             (ScalarValue::UInt(n), _) => n.to_le_bytes()[..size].to_vec(),
-            (ScalarValue::Float(f), ElementType::Num(NumType::Float32)) => (*f as f32).to_le_bytes().to_vec(),
+            (ScalarValue::Float(f), ElementType::Num(NumType::Float32)) => {
+                (*f as f32).to_le_bytes().to_vec()
+            }
             (ScalarValue::Float(f), _) => f.to_le_bytes().to_vec(),
         }
     }
@@ -188,8 +223,16 @@ mod tests {
         let title = Scalar::from_json(br#"{"value":"hello","type":"String"}"#).unwrap();
         assert_eq!(title.zarr_chunk(), b"\x01\x00\x00\x00\x05\x00\x00\x00hello");
         let small = Scalar::from_json(br#"{"value":-2,"type":"Int16"}"#).unwrap();
-        assert_eq!(Scalar::from_le_bytes(NumType::Int16, &small.zarr_chunk()).unwrap(), small);
+        assert_eq!(
+            Scalar::from_le_bytes(NumType::Int16, &small.zarr_chunk()).unwrap(),
+            small
+        );
         let f = Scalar::from_json(br#"{"value":0.1,"type":"Float32"}"#).unwrap();
-        assert_eq!(Scalar::from_le_bytes(NumType::Float32, &f.zarr_chunk()).unwrap().files_json(), f.files_json());
+        assert_eq!(
+            Scalar::from_le_bytes(NumType::Float32, &f.zarr_chunk())
+                .unwrap()
+                .files_json(),
+            f.files_json()
+        );
     }
 }

@@ -47,10 +47,16 @@ pub enum SourceSpec {
     },
 }
 
-const ZIP_SUFFIXES: [(&str, &str, Layout); 2] = [(".daf.zarr.zip", ".dafs.zarr.zip", Layout::Zarr), (".daf.zip", ".dafs.zip", Layout::Files)];
+const ZIP_SUFFIXES: [(&str, &str, Layout); 2] = [
+    (".daf.zarr.zip", ".dafs.zarr.zip", Layout::Zarr),
+    (".daf.zip", ".dafs.zip", Layout::Files),
+];
 
 fn bad(path: &str, why: impl Into<String>) -> FormatError {
-    FormatError::BadPath { path: path.to_string(), why: why.into() }
+    FormatError::BadPath {
+        path: path.to_string(),
+        why: why.into(),
+    }
 }
 
 /// Parses a source path (no file system access).
@@ -68,23 +74,53 @@ pub fn parse_source(arg: &str) -> Result<SourceSpec, FormatError> {
             if group.is_empty() {
                 return Err(bad(arg, "empty group name after '#/'"));
             }
-            return Ok(SourceSpec::Zip { path: PathBuf::from(format!("{container}{multi}")), layout, multi: true, group: Some(group.to_string()) });
+            return Ok(SourceSpec::Zip {
+                path: PathBuf::from(format!("{container}{multi}")),
+                layout,
+                multi: true,
+                group: Some(group.to_string()),
+            });
         }
         if arg.contains(&format!("{single}#")) {
-            return Err(bad(arg, format!("can't address a sub-daf in a singular {single} path; use NAME{multi}#/GROUP")));
+            return Err(bad(
+                arg,
+                format!(
+                    "can't address a sub-daf in a singular {single} path; use NAME{multi}#/GROUP"
+                ),
+            ));
         }
         if arg.ends_with(single) || arg.ends_with(multi) {
             let multi = arg.ends_with(multi);
-            return Ok(SourceSpec::Zip { path: PathBuf::from(arg), layout, multi, group: None });
+            return Ok(SourceSpec::Zip {
+                path: PathBuf::from(arg),
+                layout,
+                multi,
+                group: None,
+            });
         }
     }
-    Ok(SourceSpec::Directory(PathBuf::from(arg.trim_end_matches('/')).components().collect()))
+    Ok(SourceSpec::Directory(
+        PathBuf::from(arg.trim_end_matches('/'))
+            .components()
+            .collect(),
+    ))
 }
 
 /// The name a source shows under: its file name without the format suffix.
 pub fn display_name(path: &Path) -> String {
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "daf".into());
-    for suffix in [".dafs.zarr.zip", ".daf.zarr.zip", ".dafs.zip", ".daf.zip", ".daf.zarr", ".zarr", ".daf"] {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "daf".into());
+    for suffix in [
+        ".dafs.zarr.zip",
+        ".daf.zarr.zip",
+        ".dafs.zip",
+        ".daf.zip",
+        ".daf.zarr",
+        ".zarr",
+        ".daf",
+    ] {
         if let Some(stem) = name.strip_suffix(suffix).filter(|s| !s.is_empty()) {
             return stem.to_string();
         }
@@ -116,7 +152,10 @@ pub fn open_source(arg: &str) -> Result<Source, FormatError> {
         SourceSpec::Directory(path) => {
             let meta = std::fs::metadata(&path).map_err(|_| FormatError::Missing(path.clone()))?;
             if !meta.is_dir() {
-                return Err(FormatError::NotDaf { path, why: "a file, but not a .daf.zarr.zip/.daf.zip archive".into() });
+                return Err(FormatError::NotDaf {
+                    path,
+                    why: "a file, but not a .daf.zarr.zip/.daf.zip archive".into(),
+                });
             }
             // Absolute, so files mapped later still resolve after the daemon leaves the cwd.
             let absolute = std::fs::canonicalize(&path).map_err(|e| StoreError::io(&path, e))?;
@@ -126,14 +165,31 @@ pub fn open_source(arg: &str) -> Result<Source, FormatError> {
             } else if index.contains(".zgroup") || index.contains("zarr.json") {
                 read_zarr_daf(&index, &path)?
             } else {
-                return Err(FormatError::NotDaf { path, why: "no daf.json (FilesDaf) or .zgroup (ZarrDaf)".into() });
+                return Err(FormatError::NotDaf {
+                    path,
+                    why: "no daf.json (FilesDaf) or .zgroup (ZarrDaf)".into(),
+                });
             };
-            Ok(Source { datasets: vec![NamedDataset { name: display_name(&path), dataset }], path: absolute })
+            Ok(Source {
+                datasets: vec![NamedDataset {
+                    name: display_name(&path),
+                    dataset,
+                }],
+                path: absolute,
+            })
         }
-        SourceSpec::Zip { path, layout, multi, group } => {
+        SourceSpec::Zip {
+            path,
+            layout,
+            multi,
+            group,
+        } => {
             let meta = std::fs::metadata(&path).map_err(|_| FormatError::Missing(path.clone()))?;
             if meta.is_dir() {
-                return Err(FormatError::NotDaf { path, why: "a directory named like a ZIP archive".into() });
+                return Err(FormatError::NotDaf {
+                    path,
+                    why: "a directory named like a ZIP archive".into(),
+                });
             }
             let path = std::fs::canonicalize(&path).map_err(|e| StoreError::io(&path, e))?;
             let index = open_zip(&path)?;
@@ -146,12 +202,21 @@ pub fn open_source(arg: &str) -> Result<Source, FormatError> {
                 let shown = PathBuf::from(format!("{}#/{group}", path.display()));
                 let sub = index.subtree(&group);
                 if sub.is_empty() {
-                    return Err(FormatError::NotDaf { path: shown, why: format!("no group {group} in the archive") });
+                    return Err(FormatError::NotDaf {
+                        path: shown,
+                        why: format!("no group {group} in the archive"),
+                    });
                 }
                 let name = group.rsplit('/').next().unwrap_or(&group).to_string();
-                datasets.push(NamedDataset { name, dataset: read(&sub, &shown)? });
+                datasets.push(NamedDataset {
+                    name,
+                    dataset: read(&sub, &shown)?,
+                });
             } else if !multi {
-                datasets.push(NamedDataset { name: display_name(&path), dataset: read(&index, &path)? });
+                datasets.push(NamedDataset {
+                    name: display_name(&path),
+                    dataset: read(&index, &path)?,
+                });
             } else {
                 for group in find_groups(&index, layout) {
                     let shown = PathBuf::from(format!("{}#/{group}", path.display()));
@@ -166,7 +231,10 @@ pub fn open_source(arg: &str) -> Result<Source, FormatError> {
                     }
                 }
                 if datasets.is_empty() {
-                    return Err(FormatError::NotDaf { path, why: "no data set found in the archive".into() });
+                    return Err(FormatError::NotDaf {
+                        path,
+                        why: "no data set found in the archive".into(),
+                    });
                 }
             }
             Ok(Source { path, datasets })
@@ -183,13 +251,33 @@ fn find_groups(index: &StoreIndex, layout: Layout) -> Vec<String> {
     };
     let mut candidates: Vec<String> = index
         .keys()
-        .filter_map(|k| if k == marker { Some(String::new()) } else { k.strip_suffix(&format!("/{marker}")).map(str::to_string) })
-        .filter(|g| layout == Layout::Files || index.contains(&if g.is_empty() { ".zgroup".into() } else { format!("{g}/.zgroup") }))
+        .filter_map(|k| {
+            if k == marker {
+                Some(String::new())
+            } else {
+                k.strip_suffix(&format!("/{marker}")).map(str::to_string)
+            }
+        })
+        .filter(|g| {
+            layout == Layout::Files
+                || index.contains(&if g.is_empty() {
+                    ".zgroup".into()
+                } else {
+                    format!("{g}/.zgroup")
+                })
+        })
         .collect();
-    candidates.sort_by_key(|g| (g.matches('/').count() + usize::from(!g.is_empty()), g.clone()));
+    candidates.sort_by_key(|g| {
+        (
+            g.matches('/').count() + usize::from(!g.is_empty()),
+            g.clone(),
+        )
+    });
     let mut groups: Vec<String> = Vec::new();
     for candidate in candidates {
-        let nested = groups.iter().any(|g| g.is_empty() || candidate.starts_with(&format!("{g}/")));
+        let nested = groups
+            .iter()
+            .any(|g| g.is_empty() || candidate.starts_with(&format!("{g}/")));
         if !nested {
             groups.push(candidate);
         }
@@ -208,14 +296,35 @@ mod tests {
     fn path_grammar() {
         assert_eq!(
             parse_source("a/x.dafs.zarr.zip#/g/h").unwrap(),
-            SourceSpec::Zip { path: "a/x.dafs.zarr.zip".into(), layout: Layout::Zarr, multi: true, group: Some("g/h".into()) }
+            SourceSpec::Zip {
+                path: "a/x.dafs.zarr.zip".into(),
+                layout: Layout::Zarr,
+                multi: true,
+                group: Some("g/h".into())
+            }
         );
         assert_eq!(
             parse_source("x.daf.zarr.zip").unwrap(),
-            SourceSpec::Zip { path: "x.daf.zarr.zip".into(), layout: Layout::Zarr, multi: false, group: None }
+            SourceSpec::Zip {
+                path: "x.daf.zarr.zip".into(),
+                layout: Layout::Zarr,
+                multi: false,
+                group: None
+            }
         );
-        assert!(matches!(parse_source("x.dafs.zip").unwrap(), SourceSpec::Zip { layout: Layout::Files, multi: true, group: None, .. }));
-        assert_eq!(parse_source("some/dir/").unwrap(), SourceSpec::Directory("some/dir".into()));
+        assert!(matches!(
+            parse_source("x.dafs.zip").unwrap(),
+            SourceSpec::Zip {
+                layout: Layout::Files,
+                multi: true,
+                group: None,
+                ..
+            }
+        ));
+        assert_eq!(
+            parse_source("some/dir/").unwrap(),
+            SourceSpec::Directory("some/dir".into())
+        );
         for (bad_path, message) in [
             ("x.daf.zarr.zip#/g", "can't address a sub-daf"),
             ("x.dafs.zarr.zip#/", "empty group name"),
@@ -228,7 +337,13 @@ mod tests {
 
     #[test]
     fn names_drop_the_format_suffix() {
-        for (path, name) in [("/d/pbmc.daf.zarr.zip", "pbmc"), ("pbmc.daf.zarr", "pbmc"), ("pbmc.daf", "pbmc"), ("pbmc", "pbmc"), ("m.dafs.zarr.zip", "m")] {
+        for (path, name) in [
+            ("/d/pbmc.daf.zarr.zip", "pbmc"),
+            ("pbmc.daf.zarr", "pbmc"),
+            ("pbmc.daf", "pbmc"),
+            ("pbmc", "pbmc"),
+            ("m.dafs.zarr.zip", "m"),
+        ] {
             assert_eq!(display_name(Path::new(path)), name);
         }
     }
@@ -239,27 +354,45 @@ mod tests {
             (format!("{VECTORS}/files_v1_0.daf"), vec!["files_v1_0"]),
             (format!("{VECTORS}/zarr_v2.daf.zarr"), vec!["zarr_v2"]),
             (format!("{VECTORS}/zarr_v2.daf.zarr.zip"), vec!["zarr_v2"]),
-            (format!("{VECTORS}/zipdaf_v1_0.daf.zip"), vec!["zipdaf_v1_0"]),
+            (
+                format!("{VECTORS}/zipdaf_v1_0.daf.zip"),
+                vec!["zipdaf_v1_0"],
+            ),
             (format!("{VECTORS}/multi_v1_1.dafs.zip#/g1"), vec!["g1"]),
             (format!("{VECTORS}/multi_v1_1.dafs.zip"), vec!["g1"]),
         ] {
             let source = open_source(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
             let got: Vec<&str> = source.datasets.iter().map(|d| d.name.as_str()).collect();
             assert_eq!(got, names, "{path}");
-            assert_eq!(source.datasets[0].dataset.vectors["cell"].len(), 4, "{path}");
+            assert_eq!(
+                source.datasets[0].dataset.vectors["cell"].len(),
+                4,
+                "{path}"
+            );
         }
     }
 
     #[test]
     fn error_cases_name_the_problem_and_the_path() {
-        let err = open_source("/nonexistent/x.daf.zarr.zip").unwrap_err().to_string();
+        let err = open_source("/nonexistent/x.daf.zarr.zip")
+            .unwrap_err()
+            .to_string();
         assert_eq!(err, "source does not exist: /nonexistent/x.daf.zarr.zip");
         let tmp = tempfile::tempdir().unwrap();
-        let err = open_source(tmp.path().to_str().unwrap()).unwrap_err().to_string();
-        assert!(err.starts_with("not a daf data set") && err.contains(tmp.path().to_str().unwrap()), "{err}");
-        let err = open_source(&format!("{VECTORS}/multi_v1_1.dafs.zip#/nope")).unwrap_err().to_string();
+        let err = open_source(tmp.path().to_str().unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("not a daf data set") && err.contains(tmp.path().to_str().unwrap()),
+            "{err}"
+        );
+        let err = open_source(&format!("{VECTORS}/multi_v1_1.dafs.zip#/nope"))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("no group nope"), "{err}");
-        let err = open_source(&format!("{VECTORS}/empty.zip")).unwrap_err().to_string();
+        let err = open_source(&format!("{VECTORS}/empty.zip"))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("not a daf data set"), "{err}");
     }
 }

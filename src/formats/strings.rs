@@ -24,22 +24,31 @@ pub fn encode_vlen<'a>(items: impl Iterator<Item = &'a [u8]>, count: usize) -> V
 
 /// Splits a vlen-utf8 buffer into its items, checking the header count against `expected`.
 pub fn decode_vlen(data: &[u8], expected: u64) -> Result<Vec<&[u8]>, String> {
-    let header = data.get(..4).ok_or("vlen-utf8 buffer shorter than its header")?;
+    let header = data
+        .get(..4)
+        .ok_or("vlen-utf8 buffer shorter than its header")?;
     let count = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
     if u64::from(count) != expected {
-        return Err(format!("vlen-utf8 buffer holds {count} items, {expected} expected"));
+        return Err(format!(
+            "vlen-utf8 buffer holds {count} items, {expected} expected"
+        ));
     }
     let mut items = Vec::with_capacity(count as usize);
     let mut at = 4usize;
     for _ in 0..count {
         let len = data.get(at..at + 4).ok_or("vlen-utf8 buffer cut short")?;
         let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
-        let item = data.get(at + 4..at + 4 + len).ok_or("vlen-utf8 item runs past the buffer")?;
+        let item = data
+            .get(at + 4..at + 4 + len)
+            .ok_or("vlen-utf8 item runs past the buffer")?;
         items.push(item);
         at += 4 + len;
     }
     if at != data.len() {
-        return Err(format!("vlen-utf8 buffer has {} trailing bytes", data.len() - at));
+        return Err(format!(
+            "vlen-utf8 buffer has {} trailing bytes",
+            data.len() - at
+        ));
     }
     Ok(items)
 }
@@ -47,14 +56,21 @@ pub fn decode_vlen(data: &[u8], expected: u64) -> Result<Vec<&[u8]>, String> {
 /// Splits `\n`-terminated text into exactly `expected` lines.
 pub fn split_lines(text: &[u8], expected: u64) -> Result<Vec<&[u8]>, String> {
     if text.is_empty() {
-        return if expected == 0 { Ok(Vec::new()) } else { Err(format!("empty text, {expected} lines expected")) };
+        return if expected == 0 {
+            Ok(Vec::new())
+        } else {
+            Err(format!("empty text, {expected} lines expected"))
+        };
     }
     if text.last() != Some(&b'\n') {
         return Err("text does not end with a newline".into());
     }
     let lines: Vec<&[u8]> = text[..text.len() - 1].split(|&b| b == b'\n').collect();
     if lines.len() as u64 != expected {
-        return Err(format!("text has {} lines, {expected} expected", lines.len()));
+        return Err(format!(
+            "text has {} lines, {expected} expected",
+            lines.len()
+        ));
     }
     Ok(lines)
 }
@@ -74,7 +90,9 @@ fn lines_from_items(items: &[&[u8]]) -> Result<Vec<u8>, String> {
     let mut out = Vec::with_capacity(items.iter().map(|i| i.len() + 1).sum());
     for item in items {
         if item.contains(&b'\n') {
-            return Err("a string value contains a newline, which FilesDaf text cannot hold".into());
+            return Err(
+                "a string value contains a newline, which FilesDaf text cannot hold".into(),
+            );
         }
         out.extend_from_slice(item);
         out.push(b'\n');
@@ -99,14 +117,22 @@ impl Strings {
     pub fn from_lines(blob: Arc<Blob>, count: u64) -> Strings {
         let lines = OnceLock::new();
         let _ = lines.set(blob);
-        Strings { count, lines, vlen: OnceLock::new() }
+        Strings {
+            count,
+            lines,
+            vlen: OnceLock::new(),
+        }
     }
 
     /// Strings stored as one vlen-utf8 buffer.
     pub fn from_vlen(blob: Arc<Blob>, count: u64) -> Strings {
         let vlen = OnceLock::new();
         let _ = vlen.set(blob);
-        Strings { count, lines: OnceLock::new(), vlen }
+        Strings {
+            count,
+            lines: OnceLock::new(),
+            vlen,
+        }
     }
 
     /// Number of strings.
@@ -119,13 +145,21 @@ impl Strings {
         let count = self.count;
         self.lines
             .get_or_init(|| {
-                let vlen = self.vlen.get().cloned().unwrap_or_else(|| Blob::ready(Bytes::empty()));
+                let vlen = self
+                    .vlen
+                    .get()
+                    .cloned()
+                    .unwrap_or_else(|| Blob::ready(Bytes::empty()));
                 // Each item loses its 4-byte length and gains a newline.
                 let len = vlen.known_len().map(|n| n.saturating_sub(4 + 3 * count));
                 Blob::lazy(len, move || {
                     let data = vlen.bytes()?;
-                    let items = decode_vlen(data.as_slice(), count).map_err(|e| produce_error("vlen-utf8 to text", e))?;
-                    Ok(Bytes::from_vec(lines_from_items(&items).map_err(|e| produce_error("vlen-utf8 to text", e))?))
+                    let items = decode_vlen(data.as_slice(), count)
+                        .map_err(|e| produce_error("vlen-utf8 to text", e))?;
+                    Ok(Bytes::from_vec(
+                        lines_from_items(&items)
+                            .map_err(|e| produce_error("vlen-utf8 to text", e))?,
+                    ))
                 })
             })
             .clone()
@@ -136,12 +170,20 @@ impl Strings {
         let count = self.count;
         self.vlen
             .get_or_init(|| {
-                let lines = self.lines.get().cloned().unwrap_or_else(|| Blob::ready(Bytes::empty()));
+                let lines = self
+                    .lines
+                    .get()
+                    .cloned()
+                    .unwrap_or_else(|| Blob::ready(Bytes::empty()));
                 let len = lines.known_len().map(|n| n + 4 + 3 * count);
                 Blob::lazy(len, move || {
                     let data = lines.bytes()?;
-                    let items = split_lines(data.as_slice(), count).map_err(|e| produce_error("text to vlen-utf8", e))?;
-                    Ok(Bytes::from_vec(encode_vlen(items.into_iter(), count as usize)))
+                    let items = split_lines(data.as_slice(), count)
+                        .map_err(|e| produce_error("text to vlen-utf8", e))?;
+                    Ok(Bytes::from_vec(encode_vlen(
+                        items.into_iter(),
+                        count as usize,
+                    )))
                 })
             })
             .clone()
@@ -179,35 +221,60 @@ pub fn densify_sparse_strings(
     dense_len: u64,
 ) -> Strings {
     // Dense buffer: header, a length per element, and the bytes of the non-empty values.
-    let len = nztxt.known_len().map(|n| 4 + 4 * dense_len + n.saturating_sub(nnz));
+    let len = nztxt
+        .known_len()
+        .map(|n| 4 + 4 * dense_len + n.saturating_sub(nnz));
     let blob = Blob::lazy(len, move || {
         let what = "sparse strings to vlen-utf8";
         let text = nztxt.bytes()?;
         let values = split_lines(text.as_slice(), nnz).map_err(|e| produce_error(what, e))?;
-        let linear = linear_positions(&positions, indtype, nnz).map_err(|e| produce_error(what, e))?;
+        let linear =
+            linear_positions(&positions, indtype, nnz).map_err(|e| produce_error(what, e))?;
         let mut dense: Vec<&[u8]> = vec![b""; dense_len as usize];
         for (pos, value) in linear.into_iter().zip(values) {
-            let slot = dense.get_mut(pos as usize).ok_or_else(|| produce_error(what, format!("position {pos} out of range")))?;
+            let slot = dense
+                .get_mut(pos as usize)
+                .ok_or_else(|| produce_error(what, format!("position {pos} out of range")))?;
             *slot = value;
         }
-        Ok(Bytes::from_vec(encode_vlen(dense.into_iter(), dense_len as usize)))
+        Ok(Bytes::from_vec(encode_vlen(
+            dense.into_iter(),
+            dense_len as usize,
+        )))
     });
     Strings::from_vlen(blob, dense_len)
 }
 
 /// 0-based linear (column-major) positions of the stored values.
-fn linear_positions(positions: &SparsePositions, indtype: NumType, nnz: u64) -> Result<Vec<u64>, String> {
+fn linear_positions(
+    positions: &SparsePositions,
+    indtype: NumType,
+    nnz: u64,
+) -> Result<Vec<u64>, String> {
     let read_all = |blob: &Arc<Blob>, count: u64| -> Result<Vec<u64>, String> {
         let data = blob.bytes().map_err(|e| e.to_string())?;
         (0..count as usize)
-            .map(|i| indtype.read_index(data.as_slice(), i).ok_or_else(|| format!("bad index at {i}")))
+            .map(|i| {
+                indtype
+                    .read_index(data.as_slice(), i)
+                    .ok_or_else(|| format!("bad index at {i}"))
+            })
             .collect()
     };
     match positions {
-        SparsePositions::Vector { nzind } => {
-            read_all(nzind, nnz)?.into_iter().map(|p| p.checked_sub(1).ok_or_else(|| "index 0 in nzind".to_string())).collect()
-        }
-        SparsePositions::Matrix { colptr, rowval, nrows, ncols } => {
+        SparsePositions::Vector { nzind } => read_all(nzind, nnz)?
+            .into_iter()
+            .map(|p| {
+                p.checked_sub(1)
+                    .ok_or_else(|| "index 0 in nzind".to_string())
+            })
+            .collect(),
+        SparsePositions::Matrix {
+            colptr,
+            rowval,
+            nrows,
+            ncols,
+        } => {
             let colptr = read_all(colptr, ncols + 1)?;
             let rows = read_all(rowval, nnz)?;
             let mut out = Vec::with_capacity(nnz as usize);
@@ -269,7 +336,9 @@ mod tests {
     fn sparse_strings_densify_for_vectors_and_matrices() {
         let nzind: Vec<u8> = [2u32, 3].iter().flat_map(|v| v.to_le_bytes()).collect();
         let dense = densify_sparse_strings(
-            SparsePositions::Vector { nzind: ready(&nzind) },
+            SparsePositions::Vector {
+                nzind: ready(&nzind),
+            },
             NumType::UInt32,
             ready(b"x\nyz\n"),
             2,
@@ -277,18 +346,29 @@ mod tests {
         );
         let bytes = dense.vlen().bytes().unwrap();
         assert_eq!(dense.vlen().known_len(), Some(bytes.len()));
-        assert_eq!(decode_vlen(bytes.as_slice(), 4).unwrap(), vec![&b""[..], b"x", b"yz", b""]);
+        assert_eq!(
+            decode_vlen(bytes.as_slice(), 4).unwrap(),
+            vec![&b""[..], b"x", b"yz", b""]
+        );
         // 2x2 matrix, value at (row 2, col 1) and (row 1, col 2).
         let colptr: Vec<u8> = [1u8, 2, 3].to_vec();
         let rowval: Vec<u8> = [2u8, 1].to_vec();
         let m = densify_sparse_strings(
-            SparsePositions::Matrix { colptr: ready(&colptr), rowval: ready(&rowval), nrows: 2, ncols: 2 },
+            SparsePositions::Matrix {
+                colptr: ready(&colptr),
+                rowval: ready(&rowval),
+                nrows: 2,
+                ncols: 2,
+            },
             NumType::UInt8,
             ready(b"a\nb\n"),
             2,
             4,
         );
         let bytes = m.vlen().bytes().unwrap();
-        assert_eq!(decode_vlen(bytes.as_slice(), 4).unwrap(), vec![&b""[..], b"a", b"b", b""]);
+        assert_eq!(
+            decode_vlen(bytes.as_slice(), 4).unwrap(),
+            vec![&b""[..], b"a", b"b", b""]
+        );
     }
 }

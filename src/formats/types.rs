@@ -84,7 +84,8 @@ impl NumType {
         if name == "int" || name == "Int" {
             return Some(NumType::Int64);
         }
-        ALL.into_iter().find(|t| t.julia_name() == name || t.julia_name().to_lowercase() == name)
+        ALL.into_iter()
+            .find(|t| t.julia_name() == name || t.julia_name().to_lowercase() == name)
     }
 
     /// The Zarr v2 dtype Daf writes (`<f8`, `|b1`, ...).
@@ -196,15 +197,27 @@ mod tests {
     fn names_round_trip_and_accept_upstream_aliases() {
         for t in ALL {
             assert_eq!(NumType::from_julia_name(t.julia_name()), Some(t));
-            assert_eq!(NumType::from_zarr_dtype(t.zarr_dtype()), Some((t, Endian::Little)));
+            assert_eq!(
+                NumType::from_zarr_dtype(t.zarr_dtype()),
+                Some((t, Endian::Little))
+            );
         }
         assert_eq!(NumType::from_julia_name("float32"), Some(NumType::Float32));
         assert_eq!(NumType::from_julia_name("int"), Some(NumType::Int64));
         assert_eq!(NumType::from_julia_name("Float16"), None);
-        assert_eq!(NumType::from_zarr_dtype(">f8"), Some((NumType::Float64, Endian::Big)));
-        assert_eq!(NumType::from_zarr_dtype("<u1"), Some((NumType::UInt8, Endian::Little)));
+        assert_eq!(
+            NumType::from_zarr_dtype(">f8"),
+            Some((NumType::Float64, Endian::Big))
+        );
+        assert_eq!(
+            NumType::from_zarr_dtype("<u1"),
+            Some((NumType::UInt8, Endian::Little))
+        );
         assert_eq!(NumType::from_zarr_dtype("<U5"), None);
-        assert_eq!(ElementType::from_julia_name("string"), Some(ElementType::String));
+        assert_eq!(
+            ElementType::from_julia_name("string"),
+            Some(ElementType::String)
+        );
     }
 
     #[test]

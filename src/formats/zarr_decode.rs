@@ -39,7 +39,10 @@ impl Compressor {
         if value.is_null() {
             return Ok(None);
         }
-        let id = value.get("id").and_then(Value::as_str).ok_or("compressor without an id")?;
+        let id = value
+            .get("id")
+            .and_then(Value::as_str)
+            .ok_or("compressor without an id")?;
         Ok(Some(match id {
             "blosc" => Compressor::Blosc,
             "zstd" => Compressor::Zstd,
@@ -57,13 +60,17 @@ impl Compressor {
         let io = |r: std::io::Result<usize>| r.map(|_| ()).map_err(|e| e.to_string());
         match self {
             Compressor::Blosc => return crate::sys::blosc_decompress(data),
-            Compressor::Zstd => io(zstd::stream::read::Decoder::new(data).and_then(|mut d| d.read_to_end(&mut out)))?,
+            Compressor::Zstd => {
+                io(zstd::stream::read::Decoder::new(data)
+                    .and_then(|mut d| d.read_to_end(&mut out)))?
+            }
             Compressor::Zlib => io(flate2::read::ZlibDecoder::new(data).read_to_end(&mut out))?,
             Compressor::Gzip => io(flate2::read::MultiGzDecoder::new(data).read_to_end(&mut out))?,
             Compressor::Bz2 => io(bzip2::read::BzDecoder::new(data).read_to_end(&mut out))?,
             Compressor::Lz4 => {
                 let header = data.get(..4).ok_or("lz4 chunk shorter than its header")?;
-                let size = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
+                let size =
+                    u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
                 out = lz4_flex::block::decompress(&data[4..], size).map_err(|e| e.to_string())?;
             }
         }
@@ -112,7 +119,11 @@ impl ChunkLayout {
 
     /// Chunk counts per dimension.
     pub fn grid(&self) -> Vec<u64> {
-        self.shape.iter().zip(&self.chunks).map(|(s, c)| s.div_ceil(*c)).collect()
+        self.shape
+            .iter()
+            .zip(&self.chunks)
+            .map(|(s, c)| s.div_ceil(*c))
+            .collect()
     }
 
     /// Every chunk coordinate, in C order.
@@ -146,8 +157,14 @@ fn for_each_run(layout: &ChunkLayout, coord: &[u64], mut copy: impl FnMut(usize,
         copy(0, 0, 1);
         return;
     }
-    let origin: Vec<u64> = coord.iter().zip(&layout.chunks).map(|(c, n)| c * n).collect();
-    let valid: Vec<u64> = (0..ndim).map(|d| layout.chunks[d].min(layout.shape[d] - origin[d])).collect();
+    let origin: Vec<u64> = coord
+        .iter()
+        .zip(&layout.chunks)
+        .map(|(c, n)| c * n)
+        .collect();
+    let valid: Vec<u64> = (0..ndim)
+        .map(|d| layout.chunks[d].min(layout.shape[d] - origin[d]))
+        .collect();
     let run = valid[ndim - 1] as usize;
     let mut index = vec![0u64; ndim - 1];
     loop {
@@ -207,8 +224,13 @@ fn decode_chunk(layout: &ChunkLayout, raw: &[u8]) -> Result<Vec<u8>, String> {
 
 /// Assembles a numeric array: `chunks` holds, per chunk coordinate (C order), the stored chunk
 /// if there is one.
-pub fn assemble_numeric(layout: &ChunkLayout, chunks: &[Option<Arc<Blob>>]) -> Result<Vec<u8>, String> {
-    let ArrayKind::Numeric(t, endian) = layout.kind else { return Err("not a numeric array".into()) };
+pub fn assemble_numeric(
+    layout: &ChunkLayout,
+    chunks: &[Option<Arc<Blob>>],
+) -> Result<Vec<u8>, String> {
+    let ArrayKind::Numeric(t, endian) = layout.kind else {
+        return Err("not a numeric array".into());
+    };
     let size = t.size() as usize;
     let mut out = layout.fill.repeat(layout.len() as usize);
     let chunk_len: u64 = layout.chunks.iter().product();
@@ -217,7 +239,11 @@ pub fn assemble_numeric(layout: &ChunkLayout, chunks: &[Option<Arc<Blob>>]) -> R
         let raw = stored.bytes().map_err(|e| e.to_string())?;
         let mut data = decode_chunk(layout, raw.as_slice())?;
         if data.len() as u64 != chunk_len * size as u64 {
-            return Err(format!("chunk {coord:?} decodes to {} bytes, {} expected", data.len(), chunk_len * size as u64));
+            return Err(format!(
+                "chunk {coord:?} decodes to {} bytes, {} expected",
+                data.len(),
+                chunk_len * size as u64
+            ));
         }
         if layout.fortran_order && layout.chunks.len() > 1 {
             data = fortran_to_c(&data, &layout.chunks, size);
@@ -226,14 +252,18 @@ pub fn assemble_numeric(layout: &ChunkLayout, chunks: &[Option<Arc<Blob>>]) -> R
             data.chunks_exact_mut(size).for_each(<[u8]>::reverse);
         }
         for_each_run(layout, coord, |from, to, run| {
-            out[to * size..(to + run) * size].copy_from_slice(&data[from * size..(from + run) * size]);
+            out[to * size..(to + run) * size]
+                .copy_from_slice(&data[from * size..(from + run) * size]);
         });
     }
     Ok(out)
 }
 
 /// Assembles a string array into one vlen-utf8 buffer (missing chunks are empty strings).
-pub fn assemble_strings(layout: &ChunkLayout, chunks: &[Option<Arc<Blob>>]) -> Result<Vec<u8>, String> {
+pub fn assemble_strings(
+    layout: &ChunkLayout,
+    chunks: &[Option<Arc<Blob>>],
+) -> Result<Vec<u8>, String> {
     let total = layout.len() as usize;
     let mut values: Vec<Vec<u8>> = vec![Vec::new(); total];
     let chunk_len: u64 = layout.chunks.iter().product();
@@ -330,24 +360,42 @@ mod tests {
         use std::io::Write;
         let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
         z.write_all(&data).unwrap();
-        assert_eq!(Compressor::Zlib.decompress(&z.finish().unwrap()).unwrap(), data);
+        assert_eq!(
+            Compressor::Zlib.decompress(&z.finish().unwrap()).unwrap(),
+            data
+        );
         let mut g = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
         g.write_all(&data).unwrap();
-        assert_eq!(Compressor::Gzip.decompress(&g.finish().unwrap()).unwrap(), data);
-        assert_eq!(Compressor::Zstd.decompress(&zstd::encode_all(&data[..], 3).unwrap()).unwrap(), data);
+        assert_eq!(
+            Compressor::Gzip.decompress(&g.finish().unwrap()).unwrap(),
+            data
+        );
+        assert_eq!(
+            Compressor::Zstd
+                .decompress(&zstd::encode_all(&data[..], 3).unwrap())
+                .unwrap(),
+            data
+        );
         let mut lz = (data.len() as u32).to_le_bytes().to_vec();
         lz.extend(lz4_flex::block::compress(&data));
         assert_eq!(Compressor::Lz4.decompress(&lz).unwrap(), data);
         let mut b = bzip2::write::BzEncoder::new(Vec::new(), bzip2::Compression::default());
         b.write_all(&data).unwrap();
-        assert_eq!(Compressor::Bz2.decompress(&b.finish().unwrap()).unwrap(), data);
+        assert_eq!(
+            Compressor::Bz2.decompress(&b.finish().unwrap()).unwrap(),
+            data
+        );
         assert!(Compressor::Blosc.decompress(b"not blosc").is_err());
         assert!(Compressor::parse(&serde_json::json!({"id": "lzma"})).is_err());
     }
 
     #[test]
     fn strings_assemble_across_chunks() {
-        let l = ChunkLayout { kind: ArrayKind::Strings, fill: Vec::new(), ..layout(&[3], &[2], NumType::UInt8) };
+        let l = ChunkLayout {
+            kind: ArrayKind::Strings,
+            fill: Vec::new(),
+            ..layout(&[3], &[2], NumType::UInt8)
+        };
         let c0 = encode_vlen([&b"a"[..], b"bb"].into_iter(), 2);
         let c1 = encode_vlen([&b"c"[..], b""].into_iter(), 2);
         let out = assemble_strings(&l, &[blob(c0), blob(c1)]).unwrap();

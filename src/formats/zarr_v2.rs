@@ -30,7 +30,11 @@ pub const ZATTRS: &str = "{}";
 pub fn zarray_json(dtype: &str, strings: bool, shape: &[u64]) -> String {
     let list = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
     let chunks: Vec<u64> = shape.iter().map(|&n| n.max(1)).collect();
-    let filters = if strings { "[{\"id\":\"vlen-utf8\"}]" } else { "null" };
+    let filters = if strings {
+        "[{\"id\":\"vlen-utf8\"}]"
+    } else {
+        "null"
+    };
     format!(
         "{{\"dtype\":\"{dtype}\",\"filters\":{filters},\"shape\":[{}],\"order\":\"C\",\"zarr_format\":2,\"chunks\":[{}],\"fill_value\":null,\"compressor\":null}}",
         list(shape),
@@ -63,7 +67,9 @@ impl ZarrArray {
 }
 
 fn parse_fill(fill: &Value, kind: ArrayKind) -> Result<Vec<u8>, String> {
-    let ArrayKind::Numeric(t, _) = kind else { return Ok(Vec::new()) };
+    let ArrayKind::Numeric(t, _) = kind else {
+        return Ok(Vec::new());
+    };
     let float = |f: f64| match t {
         NumType::Float32 => (f as f32).to_le_bytes().to_vec(),
         _ => f.to_le_bytes().to_vec(),
@@ -78,8 +84,9 @@ fn parse_fill(fill: &Value, kind: ArrayKind) -> Result<Vec<u8>, String> {
             other => return Err(format!("unsupported fill_value \"{other}\"")),
         },
         Value::Number(n) => {
-            let scalar = Scalar::from_value(super::types::ElementType::Num(t), &Value::Number(n.clone()))
-                .map_err(|e| e.to_string())?;
+            let scalar =
+                Scalar::from_value(super::types::ElementType::Num(t), &Value::Number(n.clone()))
+                    .map_err(|e| e.to_string())?;
             scalar.zarr_chunk()
         }
         other => return Err(format!("unsupported fill_value {other}")),
@@ -104,25 +111,36 @@ fn parse_zarray(bytes: &[u8]) -> Result<ChunkLayout, String> {
     if chunks.len() != shape.len() || chunks.contains(&0) {
         return Err("chunks do not match shape".into());
     }
-    let dtype = meta.get("dtype").and_then(Value::as_str).ok_or("dtype is not a simple type")?;
+    let dtype = meta
+        .get("dtype")
+        .and_then(Value::as_str)
+        .ok_or("dtype is not a simple type")?;
     let filters: Vec<String> = match meta.get("filters") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(list)) => list
             .iter()
-            .map(|f| f.get("id").and_then(Value::as_str).map(str::to_string).ok_or("filter without an id".to_string()))
+            .map(|f| {
+                f.get("id")
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+                    .ok_or("filter without an id".to_string())
+            })
             .collect::<Result<_, _>>()?,
         Some(_) => return Err("bad \"filters\"".into()),
     };
     let kind = if dtype == "|O" {
         if filters != ["vlen-utf8"] {
-            return Err(format!("object dtype with filters {filters:?}; only vlen-utf8 strings are supported"));
+            return Err(format!(
+                "object dtype with filters {filters:?}; only vlen-utf8 strings are supported"
+            ));
         }
         ArrayKind::Strings
     } else {
         if !filters.is_empty() {
             return Err(format!("unsupported filters {filters:?}"));
         }
-        let (t, endian) = NumType::from_zarr_dtype(dtype).ok_or_else(|| format!("unsupported dtype \"{dtype}\""))?;
+        let (t, endian) = NumType::from_zarr_dtype(dtype)
+            .ok_or_else(|| format!("unsupported dtype \"{dtype}\""))?;
         ArrayKind::Numeric(t, endian)
     };
     let compressor = Compressor::parse(meta.get("compressor").unwrap_or(&Value::Null))?;
@@ -132,23 +150,40 @@ fn parse_zarray(bytes: &[u8]) -> Result<ChunkLayout, String> {
         Some(other) => return Err(format!("unknown order \"{other}\"")),
     };
     let fill = parse_fill(meta.get("fill_value").unwrap_or(&Value::Null), kind)?;
-    let separator = meta.get("dimension_separator").and_then(Value::as_str).unwrap_or(".");
+    let separator = meta
+        .get("dimension_separator")
+        .and_then(Value::as_str)
+        .unwrap_or(".");
     if separator != "." && separator != "/" {
         return Err(format!("unknown dimension_separator \"{separator}\""));
     }
-    Ok(ChunkLayout { shape, chunks, kind, compressor, fortran_order, fill, separator: separator.to_string() })
+    Ok(ChunkLayout {
+        shape,
+        chunks,
+        kind,
+        compressor,
+        fortran_order,
+        fill,
+        separator: separator.to_string(),
+    })
 }
 
 /// Opens the array stored under `key` (`key/.zarray` and its chunks).
 pub fn open_array(index: &StoreIndex, key: &str) -> Result<ZarrArray, FormatError> {
-    let meta_entry = index.get(&format!("{key}/.zarray")).ok_or_else(|| FormatError::bad("no .zarray"))?;
+    let meta_entry = index
+        .get(&format!("{key}/.zarray"))
+        .ok_or_else(|| FormatError::bad("no .zarray"))?;
     let layout = parse_zarray(meta_entry.blob.bytes()?.as_slice()).map_err(FormatError::Bad)?;
     let mtime = index.latest_mtime_under(key).unwrap_or(meta_entry.mtime);
     let chunk_key = |coord: &[u64]| {
         let name = if coord.is_empty() {
             "0".to_string()
         } else {
-            coord.iter().map(u64::to_string).collect::<Vec<_>>().join(&layout.separator)
+            coord
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(&layout.separator)
         };
         format!("{key}/{name}")
     };
@@ -159,11 +194,19 @@ pub fn open_array(index: &StoreIndex, key: &str) -> Result<ZarrArray, FormatErro
             ArrayKind::Strings => vec![0u8; 4],
             ArrayKind::Numeric(..) => Vec::new(),
         };
-        return Ok(ZarrArray { kind, shape, blob: Blob::ready(Bytes::from_vec(empty)), mtime });
+        return Ok(ZarrArray {
+            kind,
+            shape,
+            blob: Blob::ready(Bytes::from_vec(empty)),
+            mtime,
+        });
     }
     let single = layout.chunks == layout.shape && layout.compressor.is_none();
     let plain_bytes = (!layout.fortran_order || layout.shape.len() <= 1)
-        && matches!(kind, ArrayKind::Strings | ArrayKind::Numeric(_, Endian::Little));
+        && matches!(
+            kind,
+            ArrayKind::Strings | ArrayKind::Numeric(_, Endian::Little)
+        );
     if single && plain_bytes {
         let zeros = vec![0u64; layout.shape.len()];
         if let Some(chunk) = index.get(&chunk_key(&zeros)) {
@@ -172,14 +215,25 @@ pub fn open_array(index: &StoreIndex, key: &str) -> Result<ZarrArray, FormatErro
                 ArrayKind::Strings => true,
             };
             if fits {
-                return Ok(ZarrArray { kind, shape, blob: chunk.blob.clone(), mtime });
+                return Ok(ZarrArray {
+                    kind,
+                    shape,
+                    blob: chunk.blob.clone(),
+                    mtime,
+                });
             }
-            return Err(FormatError::bad(format!("chunk has {} bytes, {len} elements expected", chunk.blob.len()?)));
+            return Err(FormatError::bad(format!(
+                "chunk has {} bytes, {len} elements expected",
+                chunk.blob.len()?
+            )));
         }
     }
     // Anything else is decoded once, on first access.
-    let stored: Vec<Option<Arc<Blob>>> =
-        layout.chunk_coords().iter().map(|c| index.get(&chunk_key(c)).map(|e| e.blob.clone())).collect();
+    let stored: Vec<Option<Arc<Blob>>> = layout
+        .chunk_coords()
+        .iter()
+        .map(|c| index.get(&chunk_key(c)).map(|e| e.blob.clone()))
+        .collect();
     let what = key.to_string();
     let blob = match kind {
         ArrayKind::Numeric(t, _) => Blob::lazy(Some(len * t.size()), move || {
@@ -193,12 +247,20 @@ pub fn open_array(index: &StoreIndex, key: &str) -> Result<ZarrArray, FormatErro
                 .map_err(|e| crate::stores::StoreError::Produce(format!("decoding {what}: {e}")))
         }),
     };
-    Ok(ZarrArray { kind, shape, blob, mtime })
+    Ok(ZarrArray {
+        kind,
+        shape,
+        blob,
+        mtime,
+    })
 }
 
 /// Checks the root group and the `daf` version array, then reads the whole data set.
 pub fn read_zarr_daf(index: &StoreIndex, path: &Path) -> Result<Dataset, FormatError> {
-    let not_daf = |why: &str| FormatError::NotDaf { path: path.to_path_buf(), why: why.to_string() };
+    let not_daf = |why: &str| FormatError::NotDaf {
+        path: path.to_path_buf(),
+        why: why.to_string(),
+    };
     if !index.contains(".zgroup") {
         if index.contains("zarr.json") {
             return Err(FormatError::Version {
@@ -227,8 +289,12 @@ pub fn read_zarr_daf(index: &StoreIndex, path: &Path) -> Result<Dataset, FormatE
         }
         _ => return Err(not_daf("the 'daf' array is not two UInt8 numbers")),
     }
-    let mut dataset = Dataset { mtime: index.root_mtime, ..Dataset::default() };
-    let warn = |what: &str, e: FormatError| log::warn!("skipping {what} ({e}) in {}", path.display());
+    let mut dataset = Dataset {
+        mtime: index.root_mtime,
+        ..Dataset::default()
+    };
+    let warn =
+        |what: &str, e: FormatError| log::warn!("skipping {what} ({e}) in {}", path.display());
     for name in node_names(index, "scalars") {
         let key = format!("scalars/{name}");
         match read_scalar(index, &key) {
@@ -241,7 +307,10 @@ pub fn read_zarr_daf(index: &StoreIndex, path: &Path) -> Result<Dataset, FormatE
     for name in node_names(index, "axes") {
         let key = format!("axes/{name}");
         match open_array(index, &key).and_then(|a| match (a.kind, a.shape.as_slice()) {
-            (ArrayKind::Strings, [n]) => Ok(Axis { entries: Strings::from_vlen(a.blob, *n), mtime: a.mtime }),
+            (ArrayKind::Strings, [n]) => Ok(Axis {
+                entries: Strings::from_vlen(a.blob, *n),
+                mtime: a.mtime,
+            }),
             _ => Err(FormatError::bad("an axis must be a 1-D string array")),
         }) {
             Ok(axis) => {
@@ -252,7 +321,10 @@ pub fn read_zarr_daf(index: &StoreIndex, path: &Path) -> Result<Dataset, FormatE
     }
     for axis in node_names(index, "vectors") {
         let Some(n) = dataset.axes.get(&axis).map(Axis::len) else {
-            log::warn!("skipping vectors/{axis}: no axis {axis} in {}", path.display());
+            log::warn!(
+                "skipping vectors/{axis}: no axis {axis} in {}",
+                path.display()
+            );
             continue;
         };
         let mut props = std::collections::BTreeMap::new();
@@ -269,9 +341,14 @@ pub fn read_zarr_daf(index: &StoreIndex, path: &Path) -> Result<Dataset, FormatE
     }
     for rows in node_names(index, "matrices") {
         for cols in node_names(index, &format!("matrices/{rows}")) {
-            let (Some(nrows), Some(ncols)) = (dataset.axes.get(&rows).map(Axis::len), dataset.axes.get(&cols).map(Axis::len))
-            else {
-                log::warn!("skipping matrices/{rows}/{cols}: unknown axis in {}", path.display());
+            let (Some(nrows), Some(ncols)) = (
+                dataset.axes.get(&rows).map(Axis::len),
+                dataset.axes.get(&cols).map(Axis::len),
+            ) else {
+                log::warn!(
+                    "skipping matrices/{rows}/{cols}: unknown axis in {}",
+                    path.display()
+                );
                 continue;
             };
             let mut props = std::collections::BTreeMap::new();
@@ -298,7 +375,8 @@ fn node_names(index: &StoreIndex, group: &str) -> Vec<String> {
         .into_iter()
         .filter(|name| {
             !name.starts_with('.')
-                && (index.contains(&format!("{group}/{name}/.zarray")) || index.contains(&format!("{group}/{name}/.zgroup")))
+                && (index.contains(&format!("{group}/{name}/.zarray"))
+                    || index.contains(&format!("{group}/{name}/.zgroup")))
         })
         .collect()
 }
@@ -306,24 +384,36 @@ fn node_names(index: &StoreIndex, group: &str) -> Vec<String> {
 fn read_scalar(index: &StoreIndex, key: &str) -> Result<ScalarProperty, FormatError> {
     let array = open_array(index, key)?;
     if array.len() != 1 {
-        return Err(FormatError::bad(format!("a scalar must have one element, not {}", array.len())));
+        return Err(FormatError::bad(format!(
+            "a scalar must have one element, not {}",
+            array.len()
+        )));
     }
     let bytes = array.blob.bytes()?;
     let scalar = match array.kind {
         ArrayKind::Numeric(t, _) => Scalar::from_le_bytes(t, bytes.as_slice())?,
         ArrayKind::Strings => {
             let items = decode_vlen(bytes.as_slice(), 1).map_err(FormatError::Bad)?;
-            let text = std::str::from_utf8(items[0]).map_err(|_| FormatError::bad("string is not UTF-8"))?;
-            Scalar::from_value(super::types::ElementType::String, &Value::String(text.to_string()))?
+            let text = std::str::from_utf8(items[0])
+                .map_err(|_| FormatError::bad("string is not UTF-8"))?;
+            Scalar::from_value(
+                super::types::ElementType::String,
+                &Value::String(text.to_string()),
+            )?
         }
     };
-    Ok(ScalarProperty { scalar, mtime: array.mtime })
+    Ok(ScalarProperty {
+        scalar,
+        mtime: array.mtime,
+    })
 }
 
 fn numeric(array: &ZarrArray, what: &str) -> Result<NumType, FormatError> {
     match array.kind {
         ArrayKind::Numeric(t, _) if array.shape.len() == 1 => Ok(t),
-        _ => Err(FormatError::bad(format!("{what} must be a 1-D numeric array"))),
+        _ => Err(FormatError::bad(format!(
+            "{what} must be a 1-D numeric array"
+        ))),
     }
 }
 
@@ -332,19 +422,39 @@ fn read_property(index: &StoreIndex, key: &str, shape: &[u64]) -> Result<Propert
     if index.contains(&format!("{key}/.zarray")) {
         let array = open_array(index, key)?;
         if array.shape != shape {
-            return Err(FormatError::bad(format!("shape {:?}, {shape:?} expected", array.shape)));
+            return Err(FormatError::bad(format!(
+                "shape {:?}, {shape:?} expected",
+                array.shape
+            )));
         }
         let payload = match array.kind {
-            ArrayKind::Numeric(t, _) => Payload::Dense { eltype: t, data: array.blob },
-            ArrayKind::Strings => Payload::DenseStrings(Strings::from_vlen(array.blob, shape[0] * shape.get(1).copied().unwrap_or(1))),
+            ArrayKind::Numeric(t, _) => Payload::Dense {
+                eltype: t,
+                data: array.blob,
+            },
+            ArrayKind::Strings => Payload::DenseStrings(Strings::from_vlen(
+                array.blob,
+                shape[0] * shape.get(1).copied().unwrap_or(1),
+            )),
         };
-        return Ok(Property { payload, mtime: array.mtime });
+        return Ok(Property {
+            payload,
+            mtime: array.mtime,
+        });
     }
-    let mtime = index.latest_mtime_under(key).unwrap_or(SystemTime::UNIX_EPOCH);
+    let mtime = index
+        .latest_mtime_under(key)
+        .unwrap_or(SystemTime::UNIX_EPOCH);
     let (index_kind, nnz, indtype) = if shape.len() == 1 {
         let nzind = open_array(index, &format!("{key}/nzind"))?;
         let t = numeric(&nzind, "nzind")?;
-        (SparseIndex::Vector { nzind: nzind.blob.clone() }, nzind.len(), t)
+        (
+            SparseIndex::Vector {
+                nzind: nzind.blob.clone(),
+            },
+            nzind.len(),
+            t,
+        )
     } else {
         let colptr = open_array(index, &format!("{key}/colptr"))?;
         let rowval = open_array(index, &format!("{key}/rowval"))?;
@@ -353,25 +463,51 @@ fn read_property(index: &StoreIndex, key: &str, shape: &[u64]) -> Result<Propert
             return Err(FormatError::bad("colptr and rowval have different types"));
         }
         if colptr.len() != shape[0] + 1 {
-            return Err(FormatError::bad(format!("colptr has {} entries, {} expected", colptr.len(), shape[0] + 1)));
+            return Err(FormatError::bad(format!(
+                "colptr has {} entries, {} expected",
+                colptr.len(),
+                shape[0] + 1
+            )));
         }
-        (SparseIndex::Matrix { colptr: colptr.blob.clone(), rowval: rowval.blob.clone() }, rowval.len(), t)
+        (
+            SparseIndex::Matrix {
+                colptr: colptr.blob.clone(),
+                rowval: rowval.blob.clone(),
+            },
+            rowval.len(),
+            t,
+        )
     };
     if !indtype.is_integer() {
         return Err(FormatError::bad("sparse index arrays must be integers"));
     }
-    let nzval = if index.contains(&format!("{key}/nzval/.zarray")) { Some(open_array(index, &format!("{key}/nzval"))?) } else { None };
+    let nzval = if index.contains(&format!("{key}/nzval/.zarray")) {
+        Some(open_array(index, &format!("{key}/nzval"))?)
+    } else {
+        None
+    };
     let (eltype, nzval) = match nzval {
         Some(values) => {
             let t = numeric(&values, "nzval")?;
             if values.len() != nnz {
-                return Err(FormatError::bad(format!("nzval has {} values for {nnz} positions", values.len())));
+                return Err(FormatError::bad(format!(
+                    "nzval has {} values for {nnz} positions",
+                    values.len()
+                )));
             }
             (t, Some(values.blob))
         }
         None => (NumType::Bool, None),
     };
-    Ok(Property { payload: Payload::Sparse { eltype, indtype, index: index_kind, nzval }, mtime })
+    Ok(Property {
+        payload: Payload::Sparse {
+            eltype,
+            indtype,
+            index: index_kind,
+            nzval,
+        },
+        mtime,
+    })
 }
 
 #[cfg(test)]
@@ -398,16 +534,33 @@ mod tests {
     #[test]
     fn reads_the_v2_fixture_from_a_directory_and_a_zip_zero_copy() {
         for (path, idx) in [
-            (format!("{VECTORS}/zarr_v2.daf.zarr"), open_directory(Path::new(&format!("{VECTORS}/zarr_v2.daf.zarr"))).unwrap()),
-            (format!("{VECTORS}/zarr_v2.daf.zarr.zip"), open_zip(Path::new(&format!("{VECTORS}/zarr_v2.daf.zarr.zip"))).unwrap()),
+            (
+                format!("{VECTORS}/zarr_v2.daf.zarr"),
+                open_directory(Path::new(&format!("{VECTORS}/zarr_v2.daf.zarr"))).unwrap(),
+            ),
+            (
+                format!("{VECTORS}/zarr_v2.daf.zarr.zip"),
+                open_zip(Path::new(&format!("{VECTORS}/zarr_v2.daf.zarr.zip"))).unwrap(),
+            ),
         ] {
             let ds = read_zarr_daf(&idx, Path::new(&path)).unwrap();
-            assert_eq!(ds.scalars["title"].scalar.files_json(), "{\"value\":\"hello\",\"type\":\"String\"}\n");
+            assert_eq!(
+                ds.scalars["title"].scalar.files_json(),
+                "{\"value\":\"hello\",\"type\":\"String\"}\n"
+            );
             assert_eq!(ds.axes["cell"].len(), 3);
-            let Payload::Dense { eltype, data } = &ds.vectors["cell"]["score"].payload else { panic!() };
+            let Payload::Dense { eltype, data } = &ds.vectors["cell"]["score"].payload else {
+                panic!()
+            };
             assert_eq!(*eltype, NumType::Float32);
-            assert!(Arc::ptr_eq(data, &idx.get("vectors/cell/score/0").unwrap().blob));
-            assert!(matches!(ds.vectors["cell"]["is_marker"].payload, Payload::Sparse { nzval: None, .. }));
+            assert!(Arc::ptr_eq(
+                data,
+                &idx.get("vectors/cell/score/0").unwrap().blob
+            ));
+            assert!(matches!(
+                ds.vectors["cell"]["is_marker"].payload,
+                Payload::Sparse { nzval: None, .. }
+            ));
             assert_eq!(ds.matrices[&("cell".into(), "gene".into())].len(), 2);
         }
     }
@@ -415,11 +568,18 @@ mod tests {
     #[test]
     fn v3_and_non_daf_groups_are_refused() {
         let v3 = format!("{VECTORS}/zarr_v3.daf.zarr");
-        let err = read_zarr_daf(&open_directory(Path::new(&v3)).unwrap(), Path::new(&v3)).unwrap_err();
-        assert!(err.to_string().contains("unsupported Zarr version 3"), "{err}");
+        let err =
+            read_zarr_daf(&open_directory(Path::new(&v3)).unwrap(), Path::new(&v3)).unwrap_err();
+        assert!(
+            err.to_string().contains("unsupported Zarr version 3"),
+            "{err}"
+        );
         let tmp = tempfile::tempdir().unwrap();
         std::fs::write(tmp.path().join(".zgroup"), ZGROUP).unwrap();
         let err = read_zarr_daf(&open_directory(tmp.path()).unwrap(), tmp.path()).unwrap_err();
-        assert!(err.to_string().contains("without a 'daf' version array"), "{err}");
+        assert!(
+            err.to_string().contains("without a 'daf' version array"),
+            "{err}"
+        );
     }
 }

@@ -10,9 +10,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use fuser::{
-    Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
-    LockOwner, MountOption, OpenAccMode, OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
-    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, SessionACL, TimeOrNow, WriteFlags,
+    Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
+    InitFlags, KernelConfig, LockOwner, MountOption, OpenAccMode, OpenFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen,
+    ReplyStatfs, ReplyWrite, Request, SessionACL, TimeOrNow, WriteFlags,
 };
 
 use crate::core::{Attr, DafFs, FsError, Kind};
@@ -140,7 +141,9 @@ fn refuse(what: &str) -> Errno {
 impl Filesystem for FuseAdapter {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // The tree never changes while mounted: let the kernel serve `ls -l` from readdirplus.
-        let wanted = InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO | InitFlags::FUSE_PARALLEL_DIROPS;
+        let wanted = InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_READDIRPLUS_AUTO
+            | InitFlags::FUSE_PARALLEL_DIROPS;
         if let Err(missing) = config.add_capabilities(wanted) {
             log::debug!("kernel lacks {missing:?}");
         }
@@ -188,7 +191,14 @@ impl Filesystem for FuseAdapter {
         }
     }
 
-    fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
         match guarded("readdir", || self.core.readdir(ino.0, offset)) {
             Ok(entries) => {
                 for e in entries {
@@ -202,7 +212,14 @@ impl Filesystem for FuseAdapter {
         }
     }
 
-    fn readdirplus(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
         let entries = guarded("readdirplus", || {
             self.core
                 .readdir(ino.0, offset)?
@@ -213,7 +230,14 @@ impl Filesystem for FuseAdapter {
         match entries {
             Ok(entries) => {
                 for (attr, e) in entries {
-                    if reply.add(INodeNo(e.ino), e.next_offset, &e.name, &TTL, &self.attr(&attr), Generation(0)) {
+                    if reply.add(
+                        INodeNo(e.ino),
+                        e.next_offset,
+                        &e.name,
+                        &TTL,
+                        &self.attr(&attr),
+                        Generation(0),
+                    ) {
                         break;
                     }
                 }
@@ -225,7 +249,16 @@ impl Filesystem for FuseAdapter {
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         let stats = self.core.stats();
-        reply.statfs(stats.bytes.div_ceil(4096), 0, 0, stats.inodes, 0, 4096, 255, 4096);
+        reply.statfs(
+            stats.bytes.div_ceil(4096),
+            0,
+            0,
+            stats.inodes,
+            0,
+            4096,
+            255,
+            4096,
+        );
     }
 
     fn setattr(
@@ -249,7 +282,15 @@ impl Filesystem for FuseAdapter {
         reply.error(refuse("setattr"));
     }
 
-    fn mkdir(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, _mode: u32, _umask: u32, reply: ReplyEntry) {
+    fn mkdir(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
         reply.error(refuse("mkdir"));
     }
 
@@ -274,11 +315,27 @@ impl Filesystem for FuseAdapter {
         reply.error(refuse("rename"));
     }
 
-    fn link(&self, _req: &Request, _ino: INodeNo, _newparent: INodeNo, _newname: &OsStr, reply: ReplyEntry) {
+    fn link(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _newparent: INodeNo,
+        _newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
         reply.error(refuse("link"));
     }
 
-    fn create(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, _mode: u32, _umask: u32, _flags: i32, reply: ReplyCreate) {
+    fn create(
+        &self,
+        _req: &Request,
+        _parent: INodeNo,
+        _name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
         reply.error(refuse("create"));
     }
 

@@ -29,7 +29,12 @@ impl Blob {
         let value = OnceLock::new();
         let known_len = Some(bytes.len());
         let _ = value.set(bytes);
-        Arc::new(Blob { known_len, value, producer: None, producing: Mutex::new(()) })
+        Arc::new(Blob {
+            known_len,
+            value,
+            producer: None,
+            producing: Mutex::new(()),
+        })
     }
 
     /// A blob made on first access by `producer`. When `len` is given, the producer must return
@@ -67,6 +72,11 @@ impl Blob {
         }
     }
 
+    /// Whether the content is empty (producing it if its length is not known in advance).
+    pub fn is_empty(&self) -> Result<bool, StoreError> {
+        Ok(self.len()? == 0)
+    }
+
     /// The length if it is known without producing anything.
     pub fn known_len(&self) -> Option<u64> {
         self.known_len.or_else(|| self.value.get().map(Bytes::len))
@@ -78,7 +88,10 @@ impl Blob {
             return Ok(bytes.clone());
         }
         // One producer at a time per blob, so a costly decode is never done twice.
-        let _guard = self.producing.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let _guard = self
+            .producing
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some(bytes) = self.value.get() {
             return Ok(bytes.clone());
         }

@@ -32,13 +32,21 @@ impl Bytes {
     /// Takes ownership of a buffer we built.
     pub fn from_vec(data: Vec<u8>) -> Bytes {
         let len = data.len();
-        Bytes { backing: Backing::Owned(Arc::new(data)), start: 0, len }
+        Bytes {
+            backing: Backing::Owned(Arc::new(data)),
+            start: 0,
+            len,
+        }
     }
 
     /// The whole of a memory map.
     pub fn from_map(map: Arc<Mmap>) -> Bytes {
         let len = map.len();
-        Bytes { backing: Backing::Map(map), start: 0, len }
+        Bytes {
+            backing: Backing::Map(map),
+            start: 0,
+            len,
+        }
     }
 
     /// A sub-range, or `None` if it does not fit inside this range.
@@ -48,7 +56,11 @@ impl Bytes {
         if offset.checked_add(len)? > self.len {
             return None;
         }
-        Some(Bytes { backing: self.backing.clone(), start: self.start + offset, len })
+        Some(Bytes {
+            backing: self.backing.clone(),
+            start: self.start + offset,
+            len,
+        })
     }
 
     /// The bytes.

@@ -9,8 +9,8 @@ use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::sys::map_readonly;
 use super::{Blob, Bytes, Entry, StoreError, StoreIndex};
+use crate::sys::map_readonly;
 
 /// Walks `root` into an index of its regular files (keys are `/`-separated relative paths).
 /// Symbolic links to files are followed; links to directories are not (no cycles).
@@ -26,11 +26,18 @@ fn walk(dir: &Path, prefix: &str, out: &mut BTreeMap<String, Entry>) -> Result<(
     for item in listing {
         let item = item.map_err(|e| StoreError::io(dir, e))?;
         let Some(name) = item.file_name().to_str().map(str::to_string) else {
-            log::warn!("skipping a file name that is not UTF-8 in {}", dir.display());
+            log::warn!(
+                "skipping a file name that is not UTF-8 in {}",
+                dir.display()
+            );
             continue;
         };
         let path = item.path();
-        let key = if prefix.is_empty() { name } else { format!("{prefix}/{name}") };
+        let key = if prefix.is_empty() {
+            name
+        } else {
+            format!("{prefix}/{name}")
+        };
         let file_type = item.file_type().map_err(|e| StoreError::io(&path, e))?;
         if file_type.is_dir() {
             walk(&path, &key, out)?;
@@ -45,7 +52,13 @@ fn walk(dir: &Path, prefix: &str, out: &mut BTreeMap<String, Entry>) -> Result<(
             }
         };
         let mtime = meta.modified().map_err(|e| StoreError::io(&path, e))?;
-        out.insert(key, Entry { blob: mapped_file(path, meta.len()), mtime });
+        out.insert(
+            key,
+            Entry {
+                blob: mapped_file(path, meta.len()),
+                mtime,
+            },
+        );
     }
     Ok(())
 }
@@ -58,9 +71,9 @@ pub fn mapped_file(path: PathBuf, len: u64) -> Arc<Blob> {
         }
         let file = File::open(&path).map_err(|e| StoreError::io(&path, e))?;
         let map = map_readonly(&file).map_err(|e| StoreError::io(&path, e))?;
-        Bytes::from_map(Arc::new(map)).slice(0, len).ok_or_else(|| {
-            StoreError::Produce(format!("{} shrank while mounted", path.display()))
-        })
+        Bytes::from_map(Arc::new(map))
+            .slice(0, len)
+            .ok_or_else(|| StoreError::Produce(format!("{} shrank while mounted", path.display())))
     })
 }
 
@@ -76,7 +89,10 @@ mod tests {
         fs::write(tmp.path().join("top.json"), b"{}").unwrap();
         fs::write(tmp.path().join("empty"), b"").unwrap();
         let idx = open_directory(tmp.path()).unwrap();
-        assert_eq!(idx.keys().collect::<Vec<_>>(), vec!["a/b/x.data", "empty", "top.json"]);
+        assert_eq!(
+            idx.keys().collect::<Vec<_>>(),
+            vec!["a/b/x.data", "empty", "top.json"]
+        );
         let entry = idx.get("a/b/x.data").unwrap();
         assert!(!entry.blob.is_materialized());
         assert_eq!(entry.blob.len().unwrap(), 8);

@@ -44,7 +44,10 @@ pub enum StoreError {
 
 impl StoreError {
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> StoreError {
-        StoreError::Io { path: path.into(), source }
+        StoreError::Io {
+            path: path.into(),
+            source,
+        }
     }
 }
 
@@ -68,7 +71,10 @@ pub struct StoreIndex {
 impl StoreIndex {
     /// An index over the given entries.
     pub fn new(entries: BTreeMap<String, Entry>, root_mtime: Option<SystemTime>) -> StoreIndex {
-        StoreIndex { entries, root_mtime }
+        StoreIndex {
+            entries,
+            root_mtime,
+        }
     }
 
     /// The entry stored under `key`.
@@ -100,11 +106,21 @@ impl StoreIndex {
     /// sorted, each once. Jumps over whole sub-trees, so it costs one step per child.
     pub fn children(&self, dir: &str) -> Vec<String> {
         use std::ops::Bound::{Included, Unbounded};
-        let prefix = if dir.is_empty() { String::new() } else { format!("{dir}/") };
+        let prefix = if dir.is_empty() {
+            String::new()
+        } else {
+            format!("{dir}/")
+        };
         let mut names = Vec::new();
         let mut cursor = prefix.clone();
-        while let Some((key, _)) = self.entries.range::<str, _>((Included(cursor.as_str()), Unbounded)).next() {
-            let Some(rest) = key.strip_prefix(&prefix) else { break };
+        while let Some((key, _)) = self
+            .entries
+            .range::<str, _>((Included(cursor.as_str()), Unbounded))
+            .next()
+        {
+            let Some(rest) = key.strip_prefix(&prefix) else {
+                break;
+            };
             match rest.split_once('/') {
                 Some((name, _)) => {
                     // '0' follows '/': this skips every key under "prefix/name/".
@@ -130,11 +146,17 @@ impl StoreIndex {
         let full = format!("{prefix}/");
         let entries = self
             .entries
-            .range::<str, _>((std::ops::Bound::Included(full.as_str()), std::ops::Bound::Unbounded))
+            .range::<str, _>((
+                std::ops::Bound::Included(full.as_str()),
+                std::ops::Bound::Unbounded,
+            ))
             .take_while(|(key, _)| key.starts_with(&full))
             .map(|(key, entry)| (key[full.len()..].to_string(), entry.clone()))
             .collect();
-        StoreIndex { entries, root_mtime: self.root_mtime }
+        StoreIndex {
+            entries,
+            root_mtime: self.root_mtime,
+        }
     }
 
     /// The latest modification time among the entries under `dir` (and the entry `dir` itself).
@@ -142,7 +164,10 @@ impl StoreIndex {
         let full = format!("{dir}/");
         let below = self
             .entries
-            .range::<str, _>((std::ops::Bound::Included(full.as_str()), std::ops::Bound::Unbounded))
+            .range::<str, _>((
+                std::ops::Bound::Included(full.as_str()),
+                std::ops::Bound::Unbounded,
+            ))
             .take_while(|(key, _)| key.starts_with(&full))
             .map(|(_, entry)| entry.mtime);
         below.chain(self.get(dir).map(|e| e.mtime)).max()
@@ -157,8 +182,10 @@ mod tests {
         let entries = keys
             .iter()
             .map(|k| {
-                let entry =
-                    Entry { blob: Blob::ready(Bytes::from_vec(k.as_bytes().to_vec())), mtime: SystemTime::UNIX_EPOCH };
+                let entry = Entry {
+                    blob: Blob::ready(Bytes::from_vec(k.as_bytes().to_vec())),
+                    mtime: SystemTime::UNIX_EPOCH,
+                };
                 (k.to_string(), entry)
             })
             .collect();
@@ -167,7 +194,16 @@ mod tests {
 
     #[test]
     fn children_lists_files_and_directories_once() {
-        let idx = index(&["a/.zarray", "a/0", "a.b", "a-c/x/y", "b", "b/c", "c/d/e", "c/f"]);
+        let idx = index(&[
+            "a/.zarray",
+            "a/0",
+            "a.b",
+            "a-c/x/y",
+            "b",
+            "b/c",
+            "c/d/e",
+            "c/f",
+        ]);
         assert_eq!(idx.children(""), vec!["a", "a-c", "a.b", "b", "c"]);
         assert_eq!(idx.children("a"), vec![".zarray", "0"]);
         assert_eq!(idx.children("c"), vec!["d", "f"]);

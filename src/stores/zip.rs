@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::sys::map_readonly;
 use super::{Blob, Bytes, Entry, StoreError, StoreIndex};
+use crate::sys::map_readonly;
 
 const EOCD_SIG: u32 = 0x0605_4b50;
 const ZIP64_LOCATOR_SIG: u32 = 0x0706_4b50;
@@ -83,7 +83,9 @@ pub fn open_archive(path: &Path) -> Result<ZipArchive, StoreError> {
     let bytes = if meta.len() == 0 {
         Bytes::empty()
     } else {
-        Bytes::from_map(Arc::new(map_readonly(&file).map_err(|e| StoreError::io(path, e))?))
+        Bytes::from_map(Arc::new(
+            map_readonly(&file).map_err(|e| StoreError::io(path, e))?,
+        ))
     };
     parse(path, bytes, file_mtime)
 }
@@ -102,24 +104,35 @@ impl ZipArchive {
                 continue;
             }
             let blob = entry_blob(&self.path, &self.bytes, record);
-            entries.insert(record.name.clone(), Entry { blob, mtime: record.mtime });
+            entries.insert(
+                record.name.clone(),
+                Entry {
+                    blob,
+                    mtime: record.mtime,
+                },
+            );
         }
         StoreIndex::new(entries, Some(self.file_mtime))
     }
 }
 
 fn corrupt(path: &Path, what: impl Into<String>) -> StoreError {
-    StoreError::CorruptZip { path: path.to_path_buf(), what: what.into() }
+    StoreError::CorruptZip {
+        path: path.to_path_buf(),
+        what: what.into(),
+    }
 }
 
 fn u16_at(data: &[u8], at: u64) -> Option<u16> {
     let at = usize::try_from(at).ok()?;
-    data.get(at..at.checked_add(2)?).map(|b| u16::from_le_bytes([b[0], b[1]]))
+    data.get(at..at.checked_add(2)?)
+        .map(|b| u16::from_le_bytes([b[0], b[1]]))
 }
 
 fn u32_at(data: &[u8], at: u64) -> Option<u32> {
     let at = usize::try_from(at).ok()?;
-    data.get(at..at.checked_add(4)?).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    data.get(at..at.checked_add(4)?)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
 }
 
 fn u64_at(data: &[u8], at: u64) -> Option<u64> {
@@ -136,17 +149,24 @@ fn find_eocd(data: &[u8]) -> Option<u64> {
         return None;
     }
     let lowest = data.len().saturating_sub(22 + 0xFFFF);
-    (lowest..=data.len() - 22).rev().find(|&at| {
-        data[at..at + 4] == EOCD_SIG.to_le_bytes()
-            && at + 22 + usize::from(u16::from_le_bytes([data[at + 20], data[at + 21]])) <= data.len()
-    })
-    .map(|at| at as u64)
+    (lowest..=data.len() - 22)
+        .rev()
+        .find(|&at| {
+            data[at..at + 4] == EOCD_SIG.to_le_bytes()
+                && at + 22 + usize::from(u16::from_le_bytes([data[at + 20], data[at + 21]]))
+                    <= data.len()
+        })
+        .map(|at| at as u64)
 }
 
 fn parse(path: &Path, bytes: Bytes, file_mtime: SystemTime) -> Result<ZipArchive, StoreError> {
     let data = bytes.as_slice();
-    let eocd = find_eocd(data)
-        .ok_or_else(|| corrupt(path, "no end of central directory record: truncated or not a ZIP"))?;
+    let eocd = find_eocd(data).ok_or_else(|| {
+        corrupt(
+            path,
+            "no end of central directory record: truncated or not a ZIP",
+        )
+    })?;
     let short = || corrupt(path, "end of central directory record is cut short");
     let mut count = u64::from(u16_at(data, eocd + 10).ok_or_else(short)?);
     let mut cd_size = u64::from(u32_at(data, eocd + 12).ok_or_else(short)?);
@@ -173,7 +193,14 @@ fn parse(path: &Path, bytes: Bytes, file_mtime: SystemTime) -> Result<ZipArchive
         at = record.raw_range.1;
         records.push(record);
     }
-    Ok(ZipArchive { path: path.to_path_buf(), bytes, records, cd_offset, cd_size, file_mtime })
+    Ok(ZipArchive {
+        path: path.to_path_buf(),
+        bytes,
+        records,
+        cd_offset,
+        cd_size,
+        file_mtime,
+    })
 }
 
 /// Parses the central record at `at`; `None` when it is cut short.
@@ -184,7 +211,10 @@ fn parse_record(
     archive_mtime: SystemTime,
 ) -> Option<Result<CentralRecord, StoreError>> {
     if u32_at(data, at)? != CENTRAL_SIG {
-        return Some(Err(corrupt(path, format!("bad central directory signature at offset {at}"))));
+        return Some(Err(corrupt(
+            path,
+            format!("bad central directory signature at offset {at}"),
+        )));
     }
     let flags = u16_at(data, at + 8)?;
     let method = u16_at(data, at + 10)?;
@@ -235,15 +265,28 @@ fn parse_record(
         None => dos_to_system_time(dos_date, dos_time).unwrap_or(archive_mtime),
     };
     // Julia's writer stamps every entry with 1980-01-01 00:00 ("no time"): use the archive's.
-    let mtime = if (dos_date, dos_time) == (0x0021, 0) && unix_mtime.is_none() { archive_mtime } else { mtime };
+    let mtime = if (dos_date, dos_time) == (0x0021, 0) && unix_mtime.is_none() {
+        archive_mtime
+    } else {
+        mtime
+    };
     let data_offset = match local_data_offset(data, local_header_offset) {
         Some(offset) => offset,
         None => {
-            return Some(Err(corrupt(path, format!("local header of {name} is missing or damaged"))));
+            return Some(Err(corrupt(
+                path,
+                format!("local header of {name} is missing or damaged"),
+            )));
         }
     };
-    if data_offset.checked_add(compressed_size).is_none_or(|e| e > data.len() as u64) {
-        return Some(Err(corrupt(path, format!("data of {name} runs past the end of the file"))));
+    if data_offset
+        .checked_add(compressed_size)
+        .is_none_or(|e| e > data.len() as u64)
+    {
+        return Some(Err(corrupt(
+            path,
+            format!("data of {name} runs past the end of the file"),
+        )));
     }
     Some(Ok(CentralRecord {
         name,
@@ -277,7 +320,9 @@ fn dos_to_system_time(date: u16, time: u16) -> Option<SystemTime> {
     if !(1..=12).contains(&month) || day == 0 {
         return None;
     }
-    let secs_of_day = i64::from(time >> 11) * 3600 + i64::from((time >> 5) & 0x3F) * 60 + i64::from(time & 0x1F) * 2;
+    let secs_of_day = i64::from(time >> 11) * 3600
+        + i64::from((time >> 5) & 0x3F) * 60
+        + i64::from(time & 0x1F) * 2;
     // Days from 1970-01-01 to the civil date (Howard Hinnant's algorithm).
     let y = if month <= 2 { year - 1 } else { year };
     let era = y.div_euclid(400);
@@ -297,12 +342,16 @@ fn entry_blob(path: &Path, archive: &Bytes, record: &CentralRecord) -> Arc<Blob>
     let Some(raw) = archive.slice(record.data_offset, record.compressed_size) else {
         // Checked when parsing; keep the error lazy rather than failing the whole mount.
         return Blob::lazy(Some(record.size), move || {
-            Err(StoreError::Produce(format!("{archive_path}: entry {name} lies outside the archive")))
+            Err(StoreError::Produce(format!(
+                "{archive_path}: entry {name} lies outside the archive"
+            )))
         });
     };
     if record.flags & 1 != 0 {
         return Blob::lazy(Some(record.size), move || {
-            Err(StoreError::Produce(format!("{archive_path}: entry {name} is encrypted")))
+            Err(StoreError::Produce(format!(
+                "{archive_path}: entry {name} is encrypted"
+            )))
         });
     }
     let (method, size, crc) = (record.method, record.size, record.crc32);
@@ -315,7 +364,9 @@ fn entry_blob(path: &Path, archive: &Bytes, record: &CentralRecord) -> Arc<Blob>
         let result = match method {
             METHOD_DEFLATE => flate2::read::DeflateDecoder::new(input).read_to_end(&mut out),
             METHOD_BZIP2 => bzip2::read::BzDecoder::new(input).read_to_end(&mut out),
-            METHOD_ZSTD => zstd::stream::read::Decoder::new(input).and_then(|mut d| d.read_to_end(&mut out)),
+            METHOD_ZSTD => {
+                zstd::stream::read::Decoder::new(input).and_then(|mut d| d.read_to_end(&mut out))
+            }
             other => {
                 return Err(StoreError::Produce(format!(
                     "{archive_path}: entry {name} uses ZIP compression method {other}; \
@@ -325,7 +376,9 @@ fn entry_blob(path: &Path, archive: &Bytes, record: &CentralRecord) -> Arc<Blob>
         };
         result.map_err(|e| StoreError::Produce(format!("{archive_path}: entry {name}: {e}")))?;
         if crc32fast::hash(&out) != crc {
-            return Err(StoreError::Produce(format!("{archive_path}: entry {name} fails its CRC check")));
+            return Err(StoreError::Produce(format!(
+                "{archive_path}: entry {name} fails its CRC check"
+            )));
         }
         Ok(Bytes::from_vec(out))
     })
@@ -343,12 +396,24 @@ mod tests {
         let archive = open_archive(&Path::new(FIXTURES).join("zarr_v2.daf.zarr.zip")).unwrap();
         assert_eq!(archive.records.len(), 74);
         assert_eq!(archive.cd_offset, 8254);
-        let score = archive.records.iter().find(|r| r.name == "vectors/cell/score/0").unwrap();
+        let score = archive
+            .records
+            .iter()
+            .find(|r| r.name == "vectors/cell/score/0")
+            .unwrap();
         assert_eq!(score.data_offset, 4392);
         let idx = archive.index();
-        let bytes = idx.get("vectors/cell/score/0").unwrap().blob.bytes().unwrap();
+        let bytes = idx
+            .get("vectors/cell/score/0")
+            .unwrap()
+            .blob
+            .bytes()
+            .unwrap();
         assert!(bytes.is_mapped());
-        assert_eq!(bytes.as_slice(), &[0, 0, 0xc0, 0x3f, 0, 0, 0, 0x40, 0, 0, 0, 0xbf]);
+        assert_eq!(
+            bytes.as_slice(),
+            &[0, 0, 0xc0, 0x3f, 0, 0, 0, 0x40, 0, 0, 0, 0xbf]
+        );
     }
 
     #[test]
@@ -374,7 +439,10 @@ mod tests {
         let a = idx.get("a.txt").unwrap().blob.bytes().unwrap();
         assert_eq!(a.as_slice(), b"second".repeat(100).as_slice());
         assert!(!a.is_mapped());
-        assert_eq!(idx.get("s.bin").unwrap().blob.bytes().unwrap().as_slice(), b"streamed".repeat(50).as_slice());
+        assert_eq!(
+            idx.get("s.bin").unwrap().blob.bytes().unwrap().as_slice(),
+            b"streamed".repeat(50).as_slice()
+        );
     }
 
     #[test]
@@ -384,12 +452,21 @@ mod tests {
         for (name, data) in [
             ("cut.zip", &original[..original.len() - 30]),
             ("headless.zip", &original[100..]),
-            ("garbage.zip", &b"this is not a zip archive at all, not even close"[..]),
+            (
+                "garbage.zip",
+                &b"this is not a zip archive at all, not even close"[..],
+            ),
         ] {
             let path = tmp.path().join(name);
-            std::fs::File::create(&path).unwrap().write_all(data).unwrap();
+            std::fs::File::create(&path)
+                .unwrap()
+                .write_all(data)
+                .unwrap();
             let err = open_zip(&path).unwrap_err();
-            assert!(matches!(err, StoreError::CorruptZip { .. }), "{name}: {err}");
+            assert!(
+                matches!(err, StoreError::CorruptZip { .. }),
+                "{name}: {err}"
+            );
             assert!(err.to_string().contains(name), "{err}");
         }
     }
@@ -398,6 +475,9 @@ mod tests {
     fn dos_times_convert() {
         // 2024-03-15 13:45:30 → date ((44<<9)|(3<<5)|15), time ((13<<11)|(45<<5)|15)
         let t = dos_to_system_time((44 << 9) | (3 << 5) | 15, (13 << 11) | (45 << 5) | 15).unwrap();
-        assert_eq!(t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs(), 1_710_510_330);
+        assert_eq!(
+            t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs(),
+            1_710_510_330
+        );
     }
 }

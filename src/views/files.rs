@@ -21,10 +21,16 @@ pub fn files_view(dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {
     }
     for (name, prop) in &dataset.scalars {
         let scalar = prop.scalar.clone();
-        view.text(&format!("scalars/{name}.json"), prop.mtime, move || scalar.files_json());
+        view.text(&format!("scalars/{name}.json"), prop.mtime, move || {
+            scalar.files_json()
+        });
     }
     for (name, axis) in &dataset.axes {
-        view.file(&format!("axes/{name}.txt"), axis.entries.lines(), axis.mtime);
+        view.file(
+            &format!("axes/{name}.txt"),
+            axis.entries.lines(),
+            axis.mtime,
+        );
         view.dir(&format!("vectors/{name}"), mtime);
         view.dir(&format!("matrices/{name}"), mtime);
         for other in dataset.axes.keys() {
@@ -35,7 +41,12 @@ pub fn files_view(dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {
         .vectors
         .iter()
         .map(|(axis, props)| (format!("vectors/{axis}"), props))
-        .chain(dataset.matrices.iter().map(|((rows, cols), props)| (format!("matrices/{rows}/{cols}"), props)));
+        .chain(
+            dataset
+                .matrices
+                .iter()
+                .map(|((rows, cols), props)| (format!("matrices/{rows}/{cols}"), props)),
+        );
     for (dir, props) in properties {
         for (name, prop) in props {
             property_files(&mut view, &format!("{dir}/{name}"), prop);
@@ -46,7 +57,8 @@ pub fn files_view(dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {
 
 fn property_files(view: &mut ViewBuilder, base: &str, prop: &Property) {
     let mtime = prop.mtime;
-    let mut file = |ext: &str, blob: &Arc<Blob>| view.file(&format!("{base}.{ext}"), blob.clone(), mtime);
+    let mut file =
+        |ext: &str, blob: &Arc<Blob>| view.file(&format!("{base}.{ext}"), blob.clone(), mtime);
     let descriptor = match &prop.payload {
         Payload::Dense { eltype, data } => {
             file("data", data);
@@ -56,14 +68,24 @@ fn property_files(view: &mut ViewBuilder, base: &str, prop: &Property) {
             file("txt", &strings.lines());
             dense_descriptor(ElementType::String)
         }
-        Payload::Sparse { eltype, indtype, index, nzval } => {
+        Payload::Sparse {
+            eltype,
+            indtype,
+            index,
+            nzval,
+        } => {
             index_files(&mut file, index);
             if let Some(nzval) = nzval {
                 file("nzval", nzval);
             }
             sparse_descriptor(ElementType::Num(*eltype), *indtype)
         }
-        Payload::SparseStrings { indtype, index, nztxt, .. } => {
+        Payload::SparseStrings {
+            indtype,
+            index,
+            nztxt,
+            ..
+        } => {
             index_files(&mut file, index);
             file("nztxt", nztxt);
             sparse_descriptor(ElementType::String, *indtype)

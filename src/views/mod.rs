@@ -53,27 +53,53 @@ pub(crate) struct ViewBuilder {
 
 impl ViewBuilder {
     pub(crate) fn new(prefix: &str) -> ViewBuilder {
-        let prefix = if prefix.is_empty() { String::new() } else { format!("{prefix}/") };
-        ViewBuilder { prefix, entries: Vec::new() }
+        let prefix = if prefix.is_empty() {
+            String::new()
+        } else {
+            format!("{prefix}/")
+        };
+        ViewBuilder {
+            prefix,
+            entries: Vec::new(),
+        }
     }
 
     fn full(&self, path: &str) -> String {
-        format!("{}{path}", self.prefix).trim_end_matches('/').to_string()
+        format!("{}{path}", self.prefix)
+            .trim_end_matches('/')
+            .to_string()
     }
 
     pub(crate) fn dir(&mut self, path: &str, mtime: SystemTime) {
         let path = self.full(path);
-        self.entries.push(ViewEntry { path, node: ViewNode::Dir, mtime });
+        self.entries.push(ViewEntry {
+            path,
+            node: ViewNode::Dir,
+            mtime,
+        });
     }
 
     pub(crate) fn file(&mut self, path: &str, blob: Arc<Blob>, mtime: SystemTime) {
         let path = self.full(path);
-        self.entries.push(ViewEntry { path, node: ViewNode::File(blob), mtime });
+        self.entries.push(ViewEntry {
+            path,
+            node: ViewNode::File(blob),
+            mtime,
+        });
     }
 
     /// A file whose (small) content is made by `make` on first access.
-    pub(crate) fn text(&mut self, path: &str, mtime: SystemTime, make: impl Fn() -> String + Send + Sync + 'static) {
-        self.file(path, Blob::lazy(None, move || Ok(Bytes::from_vec(make().into_bytes()))), mtime);
+    pub(crate) fn text(
+        &mut self,
+        path: &str,
+        mtime: SystemTime,
+        make: impl Fn() -> String + Send + Sync + 'static,
+    ) {
+        self.file(
+            path,
+            Blob::lazy(None, move || Ok(Bytes::from_vec(make().into_bytes()))),
+            mtime,
+        );
     }
 
     pub(crate) fn finish(self) -> Vec<ViewEntry> {
@@ -86,7 +112,13 @@ pub fn mount_entries(datasets: &[NamedDataset], selection: ViewSelection) -> Vec
     let single = datasets.len() == 1;
     let mut entries = Vec::new();
     for NamedDataset { name, dataset } in datasets {
-        let place = |suffix: &str| if single && selection != ViewSelection::Both { String::new() } else { format!("{name}{suffix}") };
+        let place = |suffix: &str| {
+            if single && selection != ViewSelection::Both {
+                String::new()
+            } else {
+                format!("{name}{suffix}")
+            }
+        };
         if selection != ViewSelection::Zarr {
             entries.extend(files::files_view(dataset, &place(".daf")));
         }

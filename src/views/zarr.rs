@@ -28,23 +28,52 @@ impl ZarrBuilder {
     }
 
     fn group(&mut self, path: &str, mtime: SystemTime) {
-        let at = |doc: &str| if path.is_empty() { doc.to_string() } else { format!("{path}/{doc}") };
+        let at = |doc: &str| {
+            if path.is_empty() {
+                doc.to_string()
+            } else {
+                format!("{path}/{doc}")
+            }
+        };
         self.view.dir(path, mtime);
         self.document(at(".zgroup"), ZGROUP.to_string(), mtime);
         self.document(at(".zattrs"), ZATTRS.to_string(), mtime);
     }
 
     /// An array of `shape` (Zarr order) whose single chunk is `chunk` (omitted when empty).
-    fn array(&mut self, path: &str, dtype: &str, strings: bool, shape: &[u64], chunk: Arc<Blob>, mtime: SystemTime) {
+    fn array(
+        &mut self,
+        path: &str,
+        dtype: &str,
+        strings: bool,
+        shape: &[u64],
+        chunk: Arc<Blob>,
+        mtime: SystemTime,
+    ) {
         self.view.dir(path, mtime);
-        self.document(format!("{path}/.zarray"), zarray_json(dtype, strings, shape), mtime);
+        self.document(
+            format!("{path}/.zarray"),
+            zarray_json(dtype, strings, shape),
+            mtime,
+        );
         self.document(format!("{path}/.zattrs"), ZATTRS.to_string(), mtime);
         if shape.iter().product::<u64>() > 0 {
-            self.view.file(&format!("{path}/{}", single_chunk_key(shape.len())), chunk, mtime);
+            self.view.file(
+                &format!("{path}/{}", single_chunk_key(shape.len())),
+                chunk,
+                mtime,
+            );
         }
     }
 
-    fn numeric(&mut self, path: &str, t: NumType, shape: &[u64], chunk: &Arc<Blob>, mtime: SystemTime) {
+    fn numeric(
+        &mut self,
+        path: &str,
+        t: NumType,
+        shape: &[u64],
+        chunk: &Arc<Blob>,
+        mtime: SystemTime,
+    ) {
         self.array(path, t.zarr_dtype(), false, shape, chunk.clone(), mtime);
     }
 }
@@ -52,9 +81,19 @@ impl ZarrBuilder {
 /// The Zarr tree of `dataset`, rooted at `prefix`.
 pub fn zarr_view(dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {
     let mtime = dataset_mtime(dataset);
-    let mut z = ZarrBuilder { view: ViewBuilder::new(prefix), metadata: Vec::new() };
+    let mut z = ZarrBuilder {
+        view: ViewBuilder::new(prefix),
+        metadata: Vec::new(),
+    };
     z.group("", mtime);
-    z.array("daf", "|u1", false, &[2], Blob::ready(Bytes::from_vec(vec![1, 0])), mtime);
+    z.array(
+        "daf",
+        "|u1",
+        false,
+        &[2],
+        Blob::ready(Bytes::from_vec(vec![1, 0])),
+        mtime,
+    );
     for group in ["scalars", "axes", "vectors", "matrices"] {
         z.group(group, mtime);
     }
@@ -64,10 +103,24 @@ pub fn zarr_view(dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {
             crate::formats::types::ElementType::String => ("|O", true),
         };
         let chunk = Blob::ready(Bytes::from_vec(prop.scalar.zarr_chunk()));
-        z.array(&format!("scalars/{name}"), dtype, strings, &[1], chunk, prop.mtime);
+        z.array(
+            &format!("scalars/{name}"),
+            dtype,
+            strings,
+            &[1],
+            chunk,
+            prop.mtime,
+        );
     }
     for (name, axis) in &dataset.axes {
-        z.array(&format!("axes/{name}"), "|O", true, &[axis.len()], axis.entries.vlen(), axis.mtime);
+        z.array(
+            &format!("axes/{name}"),
+            "|O",
+            true,
+            &[axis.len()],
+            axis.entries.vlen(),
+            axis.mtime,
+        );
         z.group(&format!("vectors/{name}"), mtime);
         z.group(&format!("matrices/{name}"), mtime);
         for other in dataset.axes.keys() {
@@ -77,7 +130,13 @@ pub fn zarr_view(dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {
     for (axis, props) in &dataset.vectors {
         let n = dataset.axes.get(axis).map_or(0, |a| a.len());
         for (name, prop) in props {
-            property(&mut z, &format!("vectors/{axis}/{name}"), &prop.payload, &[n], prop.mtime);
+            property(
+                &mut z,
+                &format!("vectors/{axis}/{name}"),
+                &prop.payload,
+                &[n],
+                prop.mtime,
+            );
         }
     }
     for ((rows, cols), props) in &dataset.matrices {
@@ -85,11 +144,21 @@ pub fn zarr_view(dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {
         let ncols = dataset.axes.get(cols).map_or(0, |a| a.len());
         for (name, prop) in props {
             // Zarr shows the Julia (rows, cols) column-major array as a C-order [cols, rows].
-            property(&mut z, &format!("matrices/{rows}/{cols}/{name}"), &prop.payload, &[ncols, nrows], prop.mtime);
+            property(
+                &mut z,
+                &format!("matrices/{rows}/{cols}/{name}"),
+                &prop.payload,
+                &[ncols, nrows],
+                prop.mtime,
+            );
         }
     }
     let documents = std::mem::take(&mut z.metadata);
-    z.view.file(".zmetadata", Blob::lazy(None, move || consolidated(&documents)), mtime);
+    z.view.file(
+        ".zmetadata",
+        Blob::lazy(None, move || consolidated(&documents)),
+        mtime,
+    );
     z.view.finish()
 }
 
@@ -97,8 +166,15 @@ fn property(z: &mut ZarrBuilder, path: &str, payload: &Payload, shape: &[u64], m
     match payload {
         Payload::Dense { eltype, data } => z.numeric(path, *eltype, shape, data, mtime),
         Payload::DenseStrings(strings) => z.array(path, "|O", true, shape, strings.vlen(), mtime),
-        Payload::SparseStrings { dense, .. } => z.array(path, "|O", true, shape, dense.vlen(), mtime),
-        Payload::Sparse { eltype, indtype, index, nzval } => {
+        Payload::SparseStrings { dense, .. } => {
+            z.array(path, "|O", true, shape, dense.vlen(), mtime)
+        }
+        Payload::Sparse {
+            eltype,
+            indtype,
+            index,
+            nzval,
+        } => {
             z.group(path, mtime);
             let nnz = match index {
                 SparseIndex::Vector { nzind } => {
@@ -108,7 +184,13 @@ fn property(z: &mut ZarrBuilder, path: &str, payload: &Payload, shape: &[u64], m
                 }
                 SparseIndex::Matrix { colptr, rowval } => {
                     let nnz = rowval.len().unwrap_or(0) / indtype.size();
-                    z.numeric(&format!("{path}/colptr"), *indtype, &[shape[0] + 1], colptr, mtime);
+                    z.numeric(
+                        &format!("{path}/colptr"),
+                        *indtype,
+                        &[shape[0] + 1],
+                        colptr,
+                        mtime,
+                    );
                     z.numeric(&format!("{path}/rowval"), *indtype, &[nnz], rowval, mtime);
                     nnz
                 }

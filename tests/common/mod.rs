@@ -14,7 +14,10 @@ use daf_mount::fuse::{mount_config, FuseAdapter, MountSettings};
 use daf_mount::views::ViewSelection;
 
 pub const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/vectors");
-pub const JULIA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/julia-filesdaf");
+pub const JULIA: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../shared/fixtures/julia-filesdaf"
+);
 pub const IO_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Whether this machine can mount FUSE file systems (root and /dev/fuse).
@@ -27,7 +30,10 @@ pub fn fuse_usable() -> bool {
 macro_rules! require_fuse {
     () => {
         if !common::fuse_usable() {
-            assert!(std::env::var("FUSE_TESTS_REQUIRED").is_err(), "FUSE is required but not usable here");
+            assert!(
+                std::env::var("FUSE_TESTS_REQUIRED").is_err(),
+                "FUSE is required but not usable here"
+            );
             eprintln!("SKIPPED: FUSE not usable on this machine");
             return;
         }
@@ -38,13 +44,18 @@ macro_rules! require_fuse {
 pub fn is_mounted(path: &Path) -> bool {
     let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let wanted = path.to_string_lossy().replace(' ', "\\040");
-    info.lines().any(|line| line.split(' ').nth(4) == Some(wanted.as_str()))
+    info.lines()
+        .any(|line| line.split(' ').nth(4) == Some(wanted.as_str()))
 }
 
 fn mount_minor(path: &Path) -> Option<String> {
     let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     let wanted = path.to_string_lossy().to_string();
-    info.lines().find(|l| l.split(' ').nth(4) == Some(wanted.as_str())).and_then(|l| l.split(' ').nth(2)).and_then(|d| d.split(':').nth(1)).map(str::to_string)
+    info.lines()
+        .find(|l| l.split(' ').nth(4) == Some(wanted.as_str()))
+        .and_then(|l| l.split(' ').nth(2))
+        .and_then(|d| d.split(':').nth(1))
+        .map(str::to_string)
 }
 
 /// Aborts the FUSE connection of the mount at `path` (a wedged daemon cannot hang the test).
@@ -52,7 +63,10 @@ pub fn force_abort(path: &Path) {
     if let Some(minor) = mount_minor(path) {
         let _ = std::fs::write(format!("/sys/fs/fuse/connections/{minor}/abort"), "1");
     }
-    let _ = nix::mount::umount2(path, nix::mount::MntFlags::MNT_FORCE | nix::mount::MntFlags::MNT_DETACH);
+    let _ = nix::mount::umount2(
+        path,
+        nix::mount::MntFlags::MNT_FORCE | nix::mount::MntFlags::MNT_DETACH,
+    );
 }
 
 /// Runs `f` with a deadline; on timeout aborts the mount at `mnt` and fails the test.
@@ -69,7 +83,10 @@ pub fn io_timeout<R: Send + 'static>(mnt: &Path, f: impl FnOnce() -> R + Send + 
         Err(_) => {
             force_abort(mnt);
             let _ = handle.join();
-            panic!("file system operation on {} timed out after {IO_TIMEOUT:?}", mnt.display());
+            panic!(
+                "file system operation on {} timed out after {IO_TIMEOUT:?}",
+                mnt.display()
+            );
         }
     }
 }
@@ -85,13 +102,35 @@ pub struct TestMount {
 impl TestMount {
     pub fn new(source: &str, selection: ViewSelection) -> TestMount {
         let opened = open_source(source).unwrap_or_else(|e| panic!("{source}: {e}"));
-        let core = Arc::new(DafFs::new(&opened.datasets, selection, SystemTime::UNIX_EPOCH));
-        let dir = tempfile::Builder::new().prefix("daf-mount-test-").tempdir().unwrap();
+        let core = Arc::new(DafFs::new(
+            &opened.datasets,
+            selection,
+            SystemTime::UNIX_EPOCH,
+        ));
+        let dir = tempfile::Builder::new()
+            .prefix("daf-mount-test-")
+            .tempdir()
+            .unwrap();
         let path = dir.path().to_path_buf();
-        let settings = MountSettings { fsname: source.to_string(), allow_other: false, allow_root: false, auto_unmount: false, threads: 2 };
-        let adapter = FuseAdapter::new(core.clone(), nix::unistd::getuid().as_raw(), nix::unistd::getgid().as_raw());
+        let settings = MountSettings {
+            fsname: source.to_string(),
+            allow_other: false,
+            allow_root: false,
+            auto_unmount: false,
+            threads: 2,
+        };
+        let adapter = FuseAdapter::new(
+            core.clone(),
+            nix::unistd::getuid().as_raw(),
+            nix::unistd::getgid().as_raw(),
+        );
         let session = fuser::spawn_mount(adapter, &path, &mount_config(&settings)).unwrap();
-        TestMount { session: Some(session), dir: Some(dir), path, core }
+        TestMount {
+            session: Some(session),
+            dir: Some(dir),
+            path,
+            core,
+        }
     }
 
     pub fn join(&self, rel: &str) -> PathBuf {
@@ -120,18 +159,29 @@ pub type Tree = BTreeMap<String, Option<Vec<u8>>>;
 /// file's `st_size` equals what a read returns.
 pub fn read_tree(root: &Path) -> Tree {
     fn walk(root: &Path, rel: &str, out: &mut Tree) {
-        let mut names: Vec<_> = std::fs::read_dir(root.join(rel)).unwrap().map(|e| e.unwrap()).collect();
+        let mut names: Vec<_> = std::fs::read_dir(root.join(rel))
+            .unwrap()
+            .map(|e| e.unwrap())
+            .collect();
         names.sort_by_key(|e| e.file_name());
         for entry in names {
             let name = entry.file_name().into_string().unwrap();
-            let path = if rel.is_empty() { name } else { format!("{rel}/{name}") };
+            let path = if rel.is_empty() {
+                name
+            } else {
+                format!("{rel}/{name}")
+            };
             let meta = std::fs::metadata(entry.path()).unwrap();
             if meta.is_dir() {
                 out.insert(path.clone(), None);
                 walk(root, &path, out);
             } else {
                 let bytes = std::fs::read(entry.path()).unwrap();
-                assert_eq!(meta.len(), bytes.len() as u64, "{path}: st_size must equal the bytes read");
+                assert_eq!(
+                    meta.len(),
+                    bytes.len() as u64,
+                    "{path}: st_size must equal the bytes read"
+                );
                 out.insert(path, Some(bytes));
             }
         }
@@ -142,20 +192,28 @@ pub fn read_tree(root: &Path) -> Tree {
 }
 
 fn is_json(path: &str) -> bool {
-    [".json", ".zarray", ".zgroup", ".zattrs", ".zmetadata"].iter().any(|s| path.ends_with(s))
+    [".json", ".zarray", ".zgroup", ".zattrs", ".zmetadata"]
+        .iter()
+        .any(|s| path.ends_with(s))
 }
 
 /// The same files (JSON equal as JSON, everything else byte for byte), every fixture directory
 /// present. `ignore` lists fixture files that are optional caches the views do not show.
 pub fn assert_same_files(view: &Tree, fixture: &Tree, ignore: &[&str], what: &str) {
-    let files = |t: &Tree| t.iter().filter(|(k, v)| v.is_some() && !ignore.contains(&k.as_str())).map(|(k, _)| k.clone()).collect::<Vec<_>>();
+    let files = |t: &Tree| {
+        t.iter()
+            .filter(|(k, v)| v.is_some() && !ignore.contains(&k.as_str()))
+            .map(|(k, _)| k.clone())
+            .collect::<Vec<_>>()
+    };
     assert_eq!(files(view), files(fixture), "{what}: the file lists differ");
     for (path, expected) in fixture {
         match (expected, view.get(path)) {
             (None, got) => assert_eq!(got, Some(&None), "{what}: directory {path} missing"),
             (Some(_), _) if ignore.contains(&path.as_str()) => {}
             (Some(expected), Some(Some(got))) if is_json(path) => {
-                let a: serde_json::Value = serde_json::from_slice(got).unwrap_or_else(|e| panic!("{what}: {path}: {e}"));
+                let a: serde_json::Value =
+                    serde_json::from_slice(got).unwrap_or_else(|e| panic!("{what}: {path}: {e}"));
                 let b: serde_json::Value = serde_json::from_slice(expected).unwrap();
                 assert_eq!(a, b, "{what}: {path}");
             }

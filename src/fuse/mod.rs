@@ -354,3 +354,27 @@ impl Filesystem for FuseAdapter {
         reply.error(refuse("write"));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panicking_operation_answers_eio_instead_of_hanging() {
+        let answer: Result<(), Errno> = guarded("test", || panic!("boom"));
+        assert_eq!(answer.map_err(|e| e.code()), Err(libc::EIO));
+    }
+
+    #[test]
+    fn errors_map_to_their_errno() {
+        for (error, code) in [
+            (FsError::NotFound, libc::ENOENT),
+            (FsError::NotDir, libc::ENOTDIR),
+            (FsError::IsDir, libc::EISDIR),
+            (FsError::ReadOnly, libc::EROFS),
+            (FsError::Internal("x".into()), libc::EIO),
+        ] {
+            assert_eq!(errno(&error).code(), code);
+        }
+    }
+}

@@ -14,7 +14,7 @@ use serde_json::Value;
 use crate::stores::{Blob, Entry, StoreIndex};
 
 use super::json::{parse_descriptor, Descriptor};
-use super::model::{Axis, Dataset, Payload, Property, ScalarProperty, SparseIndex};
+use super::model::{Axis, Dataset, Payload, Property, ScalarProperty, Shape, SparseIndex};
 use super::scalar::Scalar;
 use super::strings::{count_lines, densify_sparse_strings, SparsePositions, Strings};
 use super::types::{ElementType, NumType};
@@ -131,22 +131,6 @@ fn read_axis(index: &StoreIndex, key: &str) -> Result<Axis, FormatError> {
         entries: Strings::from_lines(entry.blob.clone(), count),
         mtime: entry.mtime,
     })
-}
-
-/// The dimensions a property must have.
-#[derive(Clone, Copy, Debug)]
-enum Shape {
-    Vector(u64),
-    Matrix(u64, u64),
-}
-
-impl Shape {
-    fn len(self) -> u64 {
-        match self {
-            Shape::Vector(n) => n,
-            Shape::Matrix(r, c) => r * c,
-        }
-    }
 }
 
 fn read_properties(

@@ -121,7 +121,88 @@ pub struct Dataset {
     pub mtime: Option<SystemTime>,
 }
 
+/// The Daf dimensions of a vector or matrix property.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// A vector along an axis of this length.
+    Vector(u64),
+    /// A matrix of (rows, columns).
+    Matrix(u64, u64),
+}
+
+impl Shape {
+    /// Number of elements.
+    pub fn len(self) -> u64 {
+        match self {
+            Shape::Vector(n) => n,
+            Shape::Matrix(rows, cols) => rows * cols,
+        }
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(self) -> bool {
+        self.len() == 0
+    }
+
+    /// The Zarr shape: Julia's column-major (rows, cols) is a C-order `[cols, rows]`.
+    pub fn zarr(self) -> Vec<u64> {
+        match self {
+            Shape::Vector(n) => vec![n],
+            Shape::Matrix(rows, cols) => vec![cols, rows],
+        }
+    }
+}
+
+/// A vector or matrix property with where it lives.
+#[derive(Debug)]
+pub struct PropertyRef<'a> {
+    /// `vectors/AXIS/NAME` or `matrices/ROWS/COLS/NAME`.
+    pub path: String,
+    /// Its dimensions.
+    pub shape: Shape,
+    /// The property.
+    pub property: &'a Property,
+}
+
 impl Dataset {
+    /// The groups (directories) every layout has: `scalars`, `axes`, `vectors`, `matrices`,
+    /// `vectors/A` for every axis and `matrices/R`, `matrices/R/C` for every ordered axis pair.
+    pub fn groups(&self) -> Vec<String> {
+        let mut groups: Vec<String> = ["scalars", "axes", "vectors", "matrices"]
+            .map(String::from)
+            .to_vec();
+        for axis in self.axes.keys() {
+            groups.push(format!("vectors/{axis}"));
+            groups.push(format!("matrices/{axis}"));
+            groups.extend(
+                self.axes
+                    .keys()
+                    .map(|other| format!("matrices/{axis}/{other}")),
+            );
+        }
+        groups
+    }
+
+    /// Every vector and matrix property, with its path and dimensions.
+    pub fn properties(&self) -> impl Iterator<Item = PropertyRef<'_>> {
+        let len = |axis: &str| self.axes.get(axis).map_or(0, Axis::len);
+        let vectors = self.vectors.iter().flat_map(move |(axis, props)| {
+            props.iter().map(move |(name, property)| PropertyRef {
+                path: format!("vectors/{axis}/{name}"),
+                shape: Shape::Vector(len(axis)),
+                property,
+            })
+        });
+        let matrices = self.matrices.iter().flat_map(move |((rows, cols), props)| {
+            props.iter().map(move |(name, property)| PropertyRef {
+                path: format!("matrices/{rows}/{cols}/{name}"),
+                shape: Shape::Matrix(len(rows), len(cols)),
+                property,
+            })
+        });
+        vectors.chain(matrices)
+    }
+
     /// The latest modification time of anything in the data set (for synthesised files).
     pub fn latest_mtime(&self) -> SystemTime {
         let props = self

@@ -16,8 +16,8 @@ pub fn files_view(dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {
     let mtime = dataset_mtime(dataset);
     view.dir("", mtime);
     view.text("daf.json", mtime, || "{\"version\":[1,0]}\n".to_string());
-    for dir in ["scalars", "axes", "vectors", "matrices"] {
-        view.dir(dir, mtime);
+    for group in dataset.groups() {
+        view.dir(&group, mtime);
     }
     for (name, prop) in &dataset.scalars {
         let scalar = prop.scalar.clone();
@@ -31,26 +31,9 @@ pub fn files_view(dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {
             axis.entries.lines(),
             axis.mtime,
         );
-        view.dir(&format!("vectors/{name}"), mtime);
-        view.dir(&format!("matrices/{name}"), mtime);
-        for other in dataset.axes.keys() {
-            view.dir(&format!("matrices/{name}/{other}"), mtime);
-        }
     }
-    let properties = dataset
-        .vectors
-        .iter()
-        .map(|(axis, props)| (format!("vectors/{axis}"), props))
-        .chain(
-            dataset
-                .matrices
-                .iter()
-                .map(|((rows, cols), props)| (format!("matrices/{rows}/{cols}"), props)),
-        );
-    for (dir, props) in properties {
-        for (name, prop) in props {
-            property_files(&mut view, &format!("{dir}/{name}"), prop);
-        }
+    for p in dataset.properties() {
+        property_files(&mut view, &p.path, p.property);
     }
     view.finish()
 }

@@ -8,7 +8,7 @@ use std::time::SystemTime;
 use serde_json::{Map, Value};
 
 use crate::formats::model::{Dataset, Payload, SparseIndex};
-use crate::formats::types::NumType;
+use crate::formats::types::{ElementType, NumType};
 use crate::formats::zarr_v2::{single_chunk_key, zarray_json, ZATTRS, ZGROUP};
 use crate::stores::{Blob, Bytes};
 
@@ -94,13 +94,13 @@ pub fn zarr_view(dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {
         Blob::ready(Bytes::from_vec(vec![1, 0])),
         mtime,
     );
-    for group in ["scalars", "axes", "vectors", "matrices"] {
-        z.group(group, mtime);
+    for group in dataset.groups() {
+        z.group(&group, mtime);
     }
     for (name, prop) in &dataset.scalars {
         let (dtype, strings) = match prop.scalar.eltype {
-            crate::formats::types::ElementType::Num(t) => (t.zarr_dtype(), false),
-            crate::formats::types::ElementType::String => ("|O", true),
+            ElementType::Num(t) => (t.zarr_dtype(), false),
+            ElementType::String => ("|O", true),
         };
         let chunk = Blob::ready(Bytes::from_vec(prop.scalar.zarr_chunk()));
         z.array(
@@ -121,37 +121,15 @@ pub fn zarr_view(dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {
             axis.entries.vlen(),
             axis.mtime,
         );
-        z.group(&format!("vectors/{name}"), mtime);
-        z.group(&format!("matrices/{name}"), mtime);
-        for other in dataset.axes.keys() {
-            z.group(&format!("matrices/{name}/{other}"), mtime);
-        }
     }
-    for (axis, props) in &dataset.vectors {
-        let n = dataset.axes.get(axis).map_or(0, |a| a.len());
-        for (name, prop) in props {
-            property(
-                &mut z,
-                &format!("vectors/{axis}/{name}"),
-                &prop.payload,
-                &[n],
-                prop.mtime,
-            );
-        }
-    }
-    for ((rows, cols), props) in &dataset.matrices {
-        let nrows = dataset.axes.get(rows).map_or(0, |a| a.len());
-        let ncols = dataset.axes.get(cols).map_or(0, |a| a.len());
-        for (name, prop) in props {
-            // Zarr shows the Julia (rows, cols) column-major array as a C-order [cols, rows].
-            property(
-                &mut z,
-                &format!("matrices/{rows}/{cols}/{name}"),
-                &prop.payload,
-                &[ncols, nrows],
-                prop.mtime,
-            );
-        }
+    for p in dataset.properties() {
+        property(
+            &mut z,
+            &p.path,
+            &p.property.payload,
+            &p.shape.zarr(),
+            p.property.mtime,
+        );
     }
     let documents = std::mem::take(&mut z.metadata);
     z.view.file(

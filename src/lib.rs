@@ -10,6 +10,7 @@ pub mod cli;
 pub mod core;
 pub mod formats;
 pub mod fuse;
+pub mod staging;
 pub mod stores;
 pub mod sys;
 pub mod views;

@@ -43,7 +43,7 @@ pub struct Args {
     /// Stay in the foreground (logs go to stderr) instead of detaching once mounted.
     #[arg(short, long)]
     pub foreground: bool,
-    /// Mount options, comma-separated: ro, allow_other, allow_root, auto_unmount,
+    /// Mount options, comma-separated: ro (default rw), allow_other, allow_root, auto_unmount,
     /// default_permissions, fsname=NAME (generic ones such as dev, suid, noatime are accepted).
     #[arg(short = 'o', value_name = "OPTIONS")]
     pub options: Vec<String>,
@@ -83,6 +83,8 @@ pub struct MountOptions {
     pub auto_unmount: bool,
     /// `fsname=`.
     pub fsname: Option<String>,
+    /// `ro`: refuse every write (the default is read-write).
+    pub read_only: bool,
 }
 
 impl MountOptions {
@@ -99,8 +101,9 @@ impl MountOptions {
                 "allow_other" => parsed.allow_other = true,
                 "allow_root" => parsed.allow_root = true,
                 "auto_unmount" => parsed.auto_unmount = true,
-                // This version only mounts read-only; `rw` (mount(8)'s default) is accepted.
-                "ro" | "rw" | "default_permissions" | "kernel_cache" | "keep_cache" => {}
+                "ro" => parsed.read_only = true,
+                "rw" => parsed.read_only = false,
+                "default_permissions" | "kernel_cache" | "keep_cache" => {}
                 "dev" | "nodev" | "suid" | "nosuid" | "exec" | "noexec" | "atime" | "noatime"
                 | "relatime" | "strictatime" | "nodiratime" | "sync" | "async" | "dirsync"
                 | "defaults" | "auto" | "noauto" | "user" | "nouser" | "users" | "_netdev"
@@ -138,9 +141,11 @@ mod tests {
             MountOptions {
                 allow_other: true,
                 fsname: Some("x".into()),
+                read_only: true,
                 ..MountOptions::default()
             }
         );
+        assert!(!MountOptions::parse(&["rw".into()]).unwrap().read_only);
         assert!(MountOptions::parse(&["bogus".into()])
             .unwrap_err()
             .to_string()

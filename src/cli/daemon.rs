@@ -12,6 +12,7 @@ use nix::sys::signal::{SigSet, Signal};
 use crate::core::DafFs;
 use crate::formats::source::open_source;
 use crate::fuse::{mount_config, FuseAdapter, MountSettings};
+use crate::staging::StagingArea;
 use crate::sys::{fork, Forked};
 
 use super::{Args, CliError, MountOptions};
@@ -42,10 +43,17 @@ pub fn run(args: Args) -> Result<(), CliError> {
     let options = MountOptions::parse(&args.options)?;
     check_mountpoint(&args.mountpoint)?;
     let source = open_source(&args.source)?;
+    let source_path = source.path.clone();
     let root_mtime = std::fs::metadata(&source.path)
         .and_then(|m| m.modified())
         .unwrap_or(SystemTime::UNIX_EPOCH);
-    let core = Arc::new(DafFs::new(&source.datasets, args.selection(), root_mtime));
+    let staging = (!options.read_only).then(|| StagingArea::for_source(&source.path));
+    let core = Arc::new(DafFs::with_staging(
+        source.datasets,
+        args.selection(),
+        root_mtime,
+        staging,
+    ));
     let adapter = FuseAdapter::new(
         core,
         nix::unistd::getuid().as_raw(),
@@ -60,11 +68,12 @@ pub fn run(args: Args) -> Result<(), CliError> {
         fsname: options
             .fsname
             .clone()
-            .unwrap_or_else(|| source.path.display().to_string()),
+            .unwrap_or_else(|| source_path.display().to_string()),
         allow_other: options.allow_other,
         allow_root: options.allow_root,
         auto_unmount: options.auto_unmount,
         threads,
+        read_only: options.read_only,
     });
 
     // Returns once the kernel has answered FUSE_INIT: the mount is usable, no thread started yet.

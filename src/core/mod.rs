@@ -1,19 +1,29 @@
-//! The filesystem core: the operations the FUSE adapter forwards, on an inode tree built from
-//! the views, with no dependency on the kernel (unit tests drive it directly).
+//! The filesystem core: the operations the FUSE adapter forwards, on an inode tree built from the
+//! views and the staging area, with no dependency on the kernel (unit tests drive it directly).
 //!
-//! Errors are [`FsError`]s; the adapter maps them to errno values in one place.
+//! Reads go to shared blobs (committed content) or to staged files on disk. Writes (`write.rs`)
+//! only ever create or change staged files; turning them into properties is the staging layer's
+//! job. Every change builds a new tree and swaps it in; inode numbers stay stable. Errors are
+//! [`FsError`]s; the adapter maps them to errno values in one place.
 
 pub mod namespace;
+mod write;
 
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsStr;
-use std::sync::{Arc, RwLock};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::SystemTime;
 
 use crate::formats::source::NamedDataset;
-use crate::stores::{Blob, Bytes, StoreError};
-use crate::views::{mount_entries, ViewSelection};
+use crate::staging::StagingArea;
+use crate::stores::{Bytes, StoreError};
+use crate::views::{view_entries, view_roots, ViewEntry, ViewNode, ViewRoot, ViewSelection};
 
-use namespace::{Namespace, NodeKind, ROOT};
+use namespace::{Entry, EntryKind, InodeTable, Namespace, NodeKind, ROOT};
 
 /// Errors of filesystem operations.
 #[derive(Debug, thiserror::Error)]
@@ -27,12 +37,24 @@ pub enum FsError {
     /// A file operation on a directory.
     #[error("is a directory")]
     IsDir,
+    /// The name is taken.
+    #[error("file exists")]
+    Exists,
+    /// The directory is not empty.
+    #[error("directory not empty")]
+    NotEmpty,
     /// Any modification of a read-only mount.
     #[error("read-only file system")]
     ReadOnly,
+    /// A modification this mount does not allow there (the reason is logged).
+    #[error("not permitted: {0}")]
+    NotPermitted(String),
     /// The content of a file could not be produced (decode, conversion, I/O on the source).
     #[error("{0}")]
     Content(#[from] StoreError),
+    /// I/O on a staged file.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
     /// A bug caught at the adapter boundary (a panic in an operation).
     #[error("internal error: {0}")]
     Internal(String),
@@ -62,6 +84,8 @@ pub struct Attr {
     pub nlink: u32,
     /// Modification (and change, and access) time.
     pub mtime: SystemTime,
+    /// Whether the content may still change (a staged file): cache it briefly.
+    pub volatile: bool,
 }
 
 /// One `readdir` entry.
@@ -86,44 +110,195 @@ pub struct FsStats {
     pub inodes: u64,
 }
 
+/// A staged path: its disk location in the staging area.
+#[derive(Clone, Debug)]
+struct Staged {
+    disk: PathBuf,
+    is_dir: bool,
+    mtime: SystemTime,
+}
+
+/// Everything a tree is built from.
+#[derive(Debug)]
+struct State {
+    datasets: Vec<NamedDataset>,
+    roots: Vec<ViewRoot>,
+    /// Staged paths by their `--view both` path.
+    staged: BTreeMap<String, Staged>,
+    inodes: InodeTable,
+    root_mtime: SystemTime,
+    namespace: Arc<Namespace>,
+}
+
+impl State {
+    fn rebuild(&mut self) {
+        let mut entries: Vec<Entry> = Vec::new();
+        for root in &self.roots {
+            let views = view_entries(&self.datasets[root.dataset].dataset, root);
+            entries.extend(
+                views
+                    .into_iter()
+                    .map(|ViewEntry { path, node, mtime }| Entry {
+                        path,
+                        mtime,
+                        kind: match node {
+                            ViewNode::Dir => EntryKind::Dir,
+                            ViewNode::File(blob) => EntryKind::Blob(blob),
+                        },
+                    }),
+            );
+        }
+        for (path, staged) in &self.staged {
+            let Some((root, rel)) = split_canonical(&self.roots, path) else {
+                continue;
+            };
+            let kind = if staged.is_dir {
+                EntryKind::Dir
+            } else {
+                EntryKind::Staged(staged.disk.clone())
+            };
+            entries.push(Entry {
+                path: root.mount_path(rel),
+                mtime: staged.mtime,
+                kind,
+            });
+        }
+        self.namespace = Arc::new(Namespace::build(entries, self.root_mtime, &mut self.inodes));
+    }
+}
+
+/// The view root holding the `--view both` path `path`, and the path relative to it.
+fn split_canonical<'a, 'p>(
+    roots: &'a [ViewRoot],
+    path: &'p str,
+) -> Option<(&'a ViewRoot, &'p str)> {
+    roots.iter().find_map(|root| {
+        let rel = path.strip_prefix(&root.canonical)?;
+        match rel.strip_prefix('/') {
+            Some(rel) => Some((root, rel)),
+            None if rel.is_empty() => Some((root, rel)),
+            None => None,
+        }
+    })
+}
+
+/// The view root holding the mount path `path`, and the path relative to it (longest match).
+fn split_mount<'a, 'p>(roots: &'a [ViewRoot], path: &'p str) -> Option<(&'a ViewRoot, &'p str)> {
+    roots
+        .iter()
+        .filter_map(|root| {
+            if root.mount.is_empty() {
+                return Some((root, path));
+            }
+            let rel = path.strip_prefix(&root.mount)?;
+            match rel.strip_prefix('/') {
+                Some(rel) => Some((root, rel)),
+                None if rel.is_empty() => Some((root, rel)),
+                None => None,
+            }
+        })
+        .max_by_key(|(root, _)| root.mount.len())
+}
+
+/// An open file handle.
+#[derive(Debug)]
+struct Handle {
+    ino: u64,
+    /// The staged file, for handles on staged files.
+    file: Option<Arc<File>>,
+    writable: bool,
+}
+
 /// A mounted tree of views over opened data sets.
 #[derive(Debug)]
 pub struct DafFs {
-    namespace: RwLock<Arc<Namespace>>,
+    state: RwLock<State>,
+    /// Where writes go; `None` for a read-only mount.
+    staging: Option<StagingArea>,
+    handles: Mutex<HashMap<u64, Handle>>,
+    next_handle: AtomicU64,
 }
 
 impl DafFs {
-    /// The filesystem showing `datasets` with the selected views.
+    /// A read-only filesystem showing `datasets` with the selected views.
     pub fn new(
-        datasets: &[NamedDataset],
+        datasets: Vec<NamedDataset>,
         selection: ViewSelection,
         root_mtime: SystemTime,
     ) -> DafFs {
-        let namespace = Namespace::build(mount_entries(datasets, selection), root_mtime);
+        DafFs::with_staging(datasets, selection, root_mtime, None)
+    }
+
+    /// A filesystem that stages writes in `staging` (and shows what is already staged there).
+    pub fn with_staging(
+        datasets: Vec<NamedDataset>,
+        selection: ViewSelection,
+        root_mtime: SystemTime,
+        staging: Option<StagingArea>,
+    ) -> DafFs {
+        let roots = view_roots(&datasets, selection);
+        let staged = staging
+            .iter()
+            .flat_map(StagingArea::list)
+            .map(|s| {
+                (
+                    s.path,
+                    Staged {
+                        disk: s.disk,
+                        is_dir: s.is_dir,
+                        mtime: s.mtime,
+                    },
+                )
+            })
+            .collect();
+        let mut state = State {
+            datasets,
+            roots,
+            staged,
+            inodes: InodeTable::default(),
+            root_mtime,
+            namespace: Arc::new(Namespace::build(
+                Vec::new(),
+                root_mtime,
+                &mut InodeTable::default(),
+            )),
+        };
+        state.rebuild();
         DafFs {
-            namespace: RwLock::new(Arc::new(namespace)),
+            state: RwLock::new(state),
+            staging,
+            handles: Mutex::new(HashMap::new()),
+            next_handle: AtomicU64::new(1),
         }
     }
 
     fn namespace(&self) -> Arc<Namespace> {
-        self.namespace
+        self.state
             .read()
             .unwrap_or_else(|p| p.into_inner())
+            .namespace
             .clone()
+    }
+
+    /// Whether the mount accepts writes.
+    pub fn writable(&self) -> bool {
+        self.staging.is_some()
     }
 
     /// Attributes of `ino`.
     pub fn getattr(&self, ino: u64) -> Result<Attr, FsError> {
         let ns = self.namespace();
         let node = ns.node(ino).ok_or(FsError::NotFound)?;
+        let dir_perm = if self.writable() { 0o755 } else { 0o555 };
         Ok(match &node.kind {
             NodeKind::Dir { .. } => Attr {
                 ino,
                 kind: Kind::Dir,
                 size: 0,
-                perm: 0o555,
-                nlink: 2 + node.subdirs(&ns),
+                perm: dir_perm,
+                nlink: 2 + ns.subdirs(node),
                 mtime: node.mtime,
+                volatile: false,
             },
             NodeKind::File(blob) => Attr {
                 ino,
@@ -132,7 +307,20 @@ impl DafFs {
                 perm: 0o444,
                 nlink: 1,
                 mtime: node.mtime,
+                volatile: false,
             },
+            NodeKind::Staged(disk) => {
+                let meta = std::fs::metadata(disk)?;
+                Attr {
+                    ino,
+                    kind: Kind::File,
+                    size: meta.len(),
+                    perm: 0o644,
+                    nlink: 1,
+                    mtime: meta.modified()?,
+                    volatile: true,
+                }
+            }
         })
     }
 
@@ -154,9 +342,12 @@ impl DafFs {
         let NodeKind::Dir { children } = &node.kind else {
             return Err(FsError::NotDir);
         };
-        let kind_of = |ino: u64| match ns.node(ino).map(|n| &n.kind) {
-            Some(NodeKind::File(_)) => Kind::File,
-            _ => Kind::Dir,
+        let kind_of = |ino: u64| {
+            if ns.node(ino).is_some_and(namespace::Node::is_dir) {
+                Kind::Dir
+            } else {
+                Kind::File
+            }
         };
         let dots = [(".".to_string(), ino), ("..".to_string(), node.parent)];
         let all = dots.into_iter().chain(children.iter().cloned());
@@ -172,30 +363,37 @@ impl DafFs {
             .collect())
     }
 
-    /// Checks that `ino` can be opened with these access flags.
-    pub fn open(&self, ino: u64, write: bool) -> Result<(), FsError> {
-        let ns = self.namespace();
-        match &ns.node(ino).ok_or(FsError::NotFound)?.kind {
-            NodeKind::Dir { .. } if write => Err(FsError::IsDir),
-            _ if write => Err(FsError::ReadOnly),
-            _ => Ok(()),
-        }
-    }
-
-    /// The content of file `ino` (produced on first access, then shared).
+    /// The content of committed file `ino` (produced on first access, then shared), or a copy
+    /// of a staged file's current bytes.
     pub fn content(&self, ino: u64) -> Result<Bytes, FsError> {
-        Ok(self.blob(ino)?.bytes()?)
-    }
-
-    fn blob(&self, ino: u64) -> Result<Arc<Blob>, FsError> {
         match &self.namespace().node(ino).ok_or(FsError::NotFound)?.kind {
-            NodeKind::File(blob) => Ok(blob.clone()),
+            NodeKind::File(blob) => Ok(blob.bytes()?),
+            NodeKind::Staged(disk) => Ok(Bytes::from_vec(std::fs::read(disk)?)),
             NodeKind::Dir { .. } => Err(FsError::IsDir),
         }
     }
 
-    /// Up to `size` bytes of file `ino` from `offset`: a range of the shared content, no copy.
-    pub fn read(&self, ino: u64, offset: u64, size: u32) -> Result<Bytes, FsError> {
+    /// Up to `size` bytes of file `ino` from `offset`: for committed files a range of the shared
+    /// content (no copy); staged files are read from disk through the handle `fh`.
+    pub fn read(&self, ino: u64, fh: u64, offset: u64, size: u32) -> Result<Bytes, FsError> {
+        let staged_file = self
+            .handles
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&fh)
+            .and_then(|h| h.file.clone());
+        if let Some(file) = staged_file {
+            let mut buf = vec![0u8; size as usize];
+            let mut filled = 0;
+            while filled < buf.len() {
+                match file.read_at(&mut buf[filled..], offset + filled as u64)? {
+                    0 => break,
+                    n => filled += n,
+                }
+            }
+            buf.truncate(filled);
+            return Ok(Bytes::from_vec(buf));
+        }
         let content = self.content(ino)?;
         let start = offset.min(content.len());
         let len = u64::from(size).min(content.len() - start);
@@ -211,7 +409,7 @@ impl DafFs {
             .nodes()
             .filter_map(|(_, n)| match &n.kind {
                 NodeKind::File(blob) => blob.known_len(),
-                NodeKind::Dir { .. } => None,
+                _ => None,
             })
             .sum();
         FsStats {

@@ -1,18 +1,78 @@
-//! The inode tree of a mount, built from view entries.
+//! The inode tree of a mount: view entries plus staged (being written) files and directories.
 //!
-//! Inode numbers are assigned in entry order (root = 1) and never change while mounted.
-//! Directories keep their children sorted, so `readdir` offsets are plain indices and lookups are
-//! binary searches. A directory's mtime is the latest of its own and its descendants'.
+//! The tree is immutable; a change (a staged file, a commit) builds a new one. Inode numbers come
+//! from an [`InodeTable`] that outlives the trees, so a path keeps its inode number for the whole
+//! mount, whichever tree it is in. Directories keep their children sorted, so `readdir` offsets
+//! are plain indices and lookups are binary searches. A directory's mtime is the latest of its own
+//! and its descendants'.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use crate::stores::Blob;
-use crate::views::{ViewEntry, ViewNode};
 
 /// Inode number of the mount root.
 pub const ROOT: u64 = 1;
+
+/// Path → inode number, for the life of the mount.
+#[derive(Debug)]
+pub struct InodeTable {
+    by_path: HashMap<String, u64>,
+    next: u64,
+}
+
+impl Default for InodeTable {
+    fn default() -> InodeTable {
+        InodeTable {
+            by_path: HashMap::from([(String::new(), ROOT)]),
+            next: ROOT + 1,
+        }
+    }
+}
+
+impl InodeTable {
+    /// The inode number of `path`, assigned on first use.
+    pub fn ino(&mut self, path: &str) -> u64 {
+        if let Some(&ino) = self.by_path.get(path) {
+            return ino;
+        }
+        let ino = self.next;
+        self.next += 1;
+        self.by_path.insert(path.to_string(), ino);
+        ino
+    }
+
+    /// Gives `to` the inode number of `from` (a rename: the kernel keeps the inode).
+    pub fn rename(&mut self, from: &str, to: &str) {
+        if let Some(ino) = self.by_path.remove(from) {
+            self.by_path.insert(to.to_string(), ino);
+        }
+    }
+}
+
+/// What a path of the tree is made of.
+#[derive(Clone, Debug)]
+pub enum EntryKind {
+    /// A directory.
+    Dir,
+    /// A committed (or synthesised) file: shared, immutable content.
+    Blob(Arc<Blob>),
+    /// A staged file: a file on disk that is being written through the mount.
+    Staged(PathBuf),
+}
+
+/// One path of the tree.
+#[derive(Clone, Debug)]
+pub struct Entry {
+    /// `/`-separated path from the mount root.
+    pub path: String,
+    /// Modification time (staged files read theirs from disk).
+    pub mtime: SystemTime,
+    /// What it is.
+    pub kind: EntryKind,
+}
 
 /// What an inode is.
 #[derive(Debug)]
@@ -22,8 +82,10 @@ pub enum NodeKind {
         /// `(name, inode)` pairs, sorted by name.
         children: Vec<(String, u64)>,
     },
-    /// A file and its content.
+    /// A committed file.
     File(Arc<Blob>),
+    /// A staged file on disk.
+    Staged(PathBuf),
 }
 
 /// One inode.
@@ -31,6 +93,8 @@ pub enum NodeKind {
 pub struct Node {
     /// Parent inode (the root is its own parent).
     pub parent: u64,
+    /// Path from the mount root ("" for the root).
+    pub path: String,
     /// Modification time.
     pub mtime: SystemTime,
     /// Directory or file.
@@ -38,119 +102,134 @@ pub struct Node {
 }
 
 impl Node {
-    /// Number of sub-directories (for `st_nlink`).
-    pub fn subdirs(&self, ns: &Namespace) -> u32 {
-        match &self.kind {
-            NodeKind::Dir { children } => children
-                .iter()
-                .filter(|(_, ino)| {
-                    matches!(ns.node(*ino).map(|n| &n.kind), Some(NodeKind::Dir { .. }))
-                })
-                .count() as u32,
-            NodeKind::File(_) => 0,
-        }
+    /// Whether this is a directory.
+    pub fn is_dir(&self) -> bool {
+        matches!(self.kind, NodeKind::Dir { .. })
     }
 }
 
-/// All inodes of a mount.
+/// All inodes of one version of the tree.
 #[derive(Debug)]
 pub struct Namespace {
-    nodes: Vec<Node>,
+    nodes: HashMap<u64, Node>,
 }
 
 impl Namespace {
-    /// Builds the tree. Parents are created as needed; a path used both as a file and as a
-    /// directory keeps its first use (the conflict is logged).
-    pub fn build(entries: Vec<ViewEntry>, root_mtime: SystemTime) -> Namespace {
-        let mut nodes = vec![Node {
+    /// Builds the tree. Parents are created as needed. Later entries replace earlier files at the
+    /// same path (a staged file hides the committed one it is replacing); a path used both as a
+    /// file and as a directory keeps its first use (the conflict is logged).
+    pub fn build(
+        entries: Vec<Entry>,
+        root_mtime: SystemTime,
+        inodes: &mut InodeTable,
+    ) -> Namespace {
+        let root = Node {
             parent: ROOT,
+            path: String::new(),
             mtime: root_mtime,
             kind: NodeKind::Dir {
                 children: Vec::new(),
             },
-        }];
-        let mut by_path: HashMap<String, u64> = HashMap::from([(String::new(), ROOT)]);
+        };
+        let mut nodes = HashMap::from([(ROOT, root)]);
         for entry in entries {
-            let mut parent = ROOT;
-            let mut walked = String::new();
             let components: Vec<&str> = entry.path.split('/').filter(|c| !c.is_empty()).collect();
             let Some((last, dirs)) = components.split_last() else {
-                // The root itself.
-                nodes[0].mtime = nodes[0].mtime.max(entry.mtime);
+                if let Some(root) = nodes.get_mut(&ROOT) {
+                    root.mtime = root.mtime.max(entry.mtime);
+                }
                 continue;
             };
-            let mut ok = true;
+            let mut parent = ROOT;
+            let mut walked = String::new();
+            let mut blocked = false;
             for dir in dirs {
                 walked = if walked.is_empty() {
                     dir.to_string()
                 } else {
                     format!("{walked}/{dir}")
                 };
-                parent = match by_path.get(&walked) {
-                    Some(&ino)
-                        if matches!(nodes[(ino - 1) as usize].kind, NodeKind::Dir { .. }) =>
-                    {
-                        ino
-                    }
+                let ino = inodes.ino(&walked);
+                match nodes.get(&ino) {
+                    Some(node) if node.is_dir() => {}
                     Some(_) => {
-                        ok = false;
+                        blocked = true;
                         break;
                     }
-                    None => {
-                        let ino = push(
-                            &mut nodes,
-                            parent,
-                            dir,
-                            entry.mtime,
-                            NodeKind::Dir {
-                                children: Vec::new(),
-                            },
-                        );
-                        by_path.insert(walked.clone(), ino);
-                        ino
-                    }
-                };
+                    None => insert(
+                        &mut nodes,
+                        ino,
+                        parent,
+                        dir,
+                        &walked,
+                        entry.mtime,
+                        NodeKind::Dir {
+                            children: Vec::new(),
+                        },
+                    ),
+                }
+                parent = ino;
             }
             let full = components.join("/");
-            if !ok || by_path.contains_key(&full) {
-                let same_dir = matches!(entry.node, ViewNode::Dir)
-                    && by_path.get(&full).is_some_and(|&i| {
-                        matches!(nodes[(i - 1) as usize].kind, NodeKind::Dir { .. })
-                    });
-                if !same_dir {
+            let ino = inodes.ino(&full);
+            let existing = nodes.get(&ino).map(Node::is_dir);
+            let kind = match entry.kind {
+                EntryKind::Dir => NodeKind::Dir {
+                    children: Vec::new(),
+                },
+                EntryKind::Blob(blob) => NodeKind::File(blob),
+                EntryKind::Staged(path) => NodeKind::Staged(path),
+            };
+            match (blocked, existing, &kind) {
+                (true, ..)
+                | (false, Some(true), NodeKind::File(_) | NodeKind::Staged(_))
+                | (false, Some(false), NodeKind::Dir { .. }) => {
                     log::warn!(
-                        "{}: shown twice in the mount, keeping the first",
+                        "{}: shown both as a file and a directory, keeping the first",
                         entry.path
                     );
                 }
-                continue;
+                (false, Some(true), NodeKind::Dir { .. }) => {}
+                (false, Some(false), _) => {
+                    // A file replacing a file: keep its place among the parent's children.
+                    if let Some(node) = nodes.get_mut(&ino) {
+                        node.kind = kind;
+                        node.mtime = entry.mtime;
+                    }
+                }
+                (false, None, _) => insert(&mut nodes, ino, parent, last, &full, entry.mtime, kind),
             }
-            let kind = match entry.node {
-                ViewNode::Dir => NodeKind::Dir {
-                    children: Vec::new(),
-                },
-                ViewNode::File(blob) => NodeKind::File(blob),
-            };
-            let ino = push(&mut nodes, parent, last, entry.mtime, kind);
-            by_path.insert(full, ino);
         }
-        for node in &mut nodes {
+        let mut order: Vec<(usize, u64)> = nodes
+            .iter()
+            .map(|(&ino, n)| {
+                (
+                    n.path.matches('/').count() + usize::from(!n.path.is_empty()),
+                    ino,
+                )
+            })
+            .collect();
+        for node in nodes.values_mut() {
             if let NodeKind::Dir { children } = &mut node.kind {
                 children.sort();
             }
         }
-        // Children always come after their parent: one backward pass propagates mtimes upward.
-        for index in (1..nodes.len()).rev() {
-            let (mtime, parent) = (nodes[index].mtime, nodes[index].parent);
-            let parent = &mut nodes[(parent - 1) as usize];
-            parent.mtime = parent.mtime.max(mtime);
+        // Deepest first: propagate mtimes upward.
+        order.sort_unstable_by(|a, b| b.cmp(a));
+        for (_, ino) in order {
+            let Some((mtime, parent)) = nodes.get(&ino).map(|n| (n.mtime, n.parent)) else {
+                continue;
+            };
+            if let Some(parent) = nodes.get_mut(&parent).filter(|_| ino != ROOT) {
+                parent.mtime = parent.mtime.max(mtime);
+            }
         }
         Namespace { nodes }
     }
 
     /// The inode `ino`.
     pub fn node(&self, ino: u64) -> Option<&Node> {
-        self.nodes.get(usize::try_from(ino.checked_sub(1)?).ok()?)
+        self.nodes.get(&ino)
     }
 
     /// The child `name` of directory `parent`: `None` if absent, `Err(())` if `parent` is a file.
@@ -160,7 +239,7 @@ impl Namespace {
                 .binary_search_by(|(n, _)| n.as_str().cmp(name))
                 .ok()
                 .map(|i| Ok(children[i].1)),
-            NodeKind::File(_) => Some(Err(())),
+            NodeKind::File(_) | NodeKind::Staged(_) => Some(Err(())),
         }
     }
 
@@ -174,24 +253,42 @@ impl Namespace {
         self.nodes.len() <= 1
     }
 
-    /// All inodes, in inode order.
+    /// All inodes.
     pub fn nodes(&self) -> impl Iterator<Item = (u64, &Node)> {
-        self.nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (i as u64 + 1, n))
+        self.nodes.iter().map(|(&ino, n)| (ino, n))
+    }
+
+    /// Number of sub-directories of `node` (for `st_nlink`).
+    pub fn subdirs(&self, node: &Node) -> u32 {
+        match &node.kind {
+            NodeKind::Dir { children } => children
+                .iter()
+                .filter(|(_, ino)| self.node(*ino).is_some_and(Node::is_dir))
+                .count() as u32,
+            _ => 0,
+        }
     }
 }
 
-fn push(nodes: &mut Vec<Node>, parent: u64, name: &str, mtime: SystemTime, kind: NodeKind) -> u64 {
-    nodes.push(Node {
-        parent,
-        mtime,
-        kind,
-    });
-    let ino = nodes.len() as u64;
-    if let NodeKind::Dir { children } = &mut nodes[(parent - 1) as usize].kind {
+fn insert(
+    nodes: &mut HashMap<u64, Node>,
+    ino: u64,
+    parent: u64,
+    name: &str,
+    path: &str,
+    mtime: SystemTime,
+    kind: NodeKind,
+) {
+    nodes.insert(
+        ino,
+        Node {
+            parent,
+            path: path.to_string(),
+            mtime,
+            kind,
+        },
+    );
+    if let Some(NodeKind::Dir { children }) = nodes.get_mut(&parent).map(|p| &mut p.kind) {
         children.push((name.to_string(), ino));
     }
-    ino
 }

@@ -18,8 +18,19 @@ use fuser::{
 
 use crate::core::{Attr, DafFs, FsError, Kind};
 
-/// How long the kernel may cache names and attributes. The tree is immutable while mounted.
+/// How long the kernel may cache names and attributes of committed content (a commit that
+/// changes them invalidates the kernel's copy).
 const TTL: Duration = Duration::from_secs(60);
+/// The same for files being written, whose size changes under other handles.
+const STAGED_TTL: Duration = Duration::from_secs(1);
+
+fn ttl(attr: &Attr) -> &'static Duration {
+    if attr.volatile {
+        &STAGED_TTL
+    } else {
+        &TTL
+    }
+}
 
 /// The errno for each core error: the one place where this mapping is decided.
 pub fn errno(error: &FsError) -> Errno {
@@ -27,7 +38,11 @@ pub fn errno(error: &FsError) -> Errno {
         FsError::NotFound => Errno::ENOENT,
         FsError::NotDir => Errno::ENOTDIR,
         FsError::IsDir => Errno::EISDIR,
+        FsError::Exists => Errno::EEXIST,
+        FsError::NotEmpty => Errno::ENOTEMPTY,
         FsError::ReadOnly => Errno::EROFS,
+        FsError::NotPermitted(_) => Errno::EPERM,
+        FsError::Io(e) => Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO)),
         FsError::Content(_) | FsError::Internal(_) => Errno::EIO,
     }
 }
@@ -44,7 +59,10 @@ fn guarded<T>(what: &str, op: impl FnOnce() -> Result<T, FsError>) -> Result<T, 
     });
     result.map_err(|e| {
         match &e {
-            FsError::Content(_) | FsError::Internal(_) => log::error!("{what}: {e}"),
+            FsError::Content(_) | FsError::Internal(_) | FsError::Io(_) => {
+                log::error!("{what}: {e}")
+            }
+            FsError::NotPermitted(_) => log::warn!("{what} refused: {e}"),
             _ => log::debug!("{what}: {e}"),
         }
         errno(&e)
@@ -64,6 +82,8 @@ pub struct MountSettings {
     pub auto_unmount: bool,
     /// Worker threads.
     pub threads: usize,
+    /// Mount read-only (`-o ro`): the kernel refuses every write.
+    pub read_only: bool,
 }
 
 /// The fuser configuration for these settings: a read-only `fuse.daf-mount` mount.
@@ -73,7 +93,11 @@ pub fn mount_config(settings: &MountSettings) -> Config {
         MountOption::FSName(settings.fsname.clone()),
         // fuser 0.18 drops MountOption::Subtype on the direct-mount path; this form survives.
         MountOption::CUSTOM("subtype=daf-mount".into()),
-        MountOption::RO,
+        if settings.read_only {
+            MountOption::RO
+        } else {
+            MountOption::RW
+        },
         MountOption::DefaultPermissions,
         MountOption::NoAtime,
     ];
@@ -132,10 +156,12 @@ fn file_type(kind: Kind) -> FileType {
     }
 }
 
-/// Answers a modification of the (read-only) tree.
-fn refuse(what: &str) -> Errno {
-    log::debug!("{what}: {}", FsError::ReadOnly);
-    errno(&FsError::ReadOnly)
+/// Answers an operation that returns nothing.
+fn answer(reply: ReplyEmpty, result: Result<(), Errno>) {
+    match result {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(e),
+    }
 }
 
 impl Filesystem for FuseAdapter {
@@ -152,23 +178,31 @@ impl Filesystem for FuseAdapter {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         match guarded("lookup", || self.core.lookup(parent.0, name)) {
-            Ok(a) => reply.entry(&TTL, &self.attr(&a), Generation(0)),
+            Ok(a) => reply.entry(ttl(&a), &self.attr(&a), Generation(0)),
             Err(e) => reply.error(e),
         }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match guarded("getattr", || self.core.getattr(ino.0)) {
-            Ok(a) => reply.attr(&TTL, &self.attr(&a)),
+            Ok(a) => reply.attr(ttl(&a), &self.attr(&a)),
             Err(e) => reply.error(e),
         }
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let write = flags.acc_mode() != OpenAccMode::O_RDONLY;
-        match guarded("open", || self.core.open(ino.0, write)) {
-            // Content never changes while mounted: keep the page cache across opens.
-            Ok(()) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
+        let truncate = flags.0 & libc::O_TRUNC != 0;
+        let opened = guarded("open", || {
+            Ok((
+                self.core.open(ino.0, write, truncate)?,
+                self.core.getattr(ino.0)?.volatile,
+            ))
+        });
+        match opened {
+            // Committed content never changes under an open handle: keep the page cache.
+            Ok((fh, false)) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE),
+            Ok((fh, true)) => reply.opened(FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(e),
         }
     }
@@ -177,7 +211,7 @@ impl Filesystem for FuseAdapter {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         offset: u64,
         size: u32,
         _flags: OpenFlags,
@@ -185,7 +219,7 @@ impl Filesystem for FuseAdapter {
         reply: ReplyData,
     ) {
         // The reply borrows the shared bytes (a range of the source's map): no copy here.
-        match guarded("read", || self.core.read(ino.0, offset, size)) {
+        match guarded("read", || self.core.read(ino.0, fh.0, offset, size)) {
             Ok(bytes) => reply.data(bytes.as_slice()),
             Err(e) => reply.error(e),
         }
@@ -264,13 +298,13 @@ impl Filesystem for FuseAdapter {
     fn setattr(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _mode: Option<u32>,
         _uid: Option<u32>,
         _gid: Option<u32>,
-        _size: Option<u64>,
+        size: Option<u64>,
         _atime: Option<TimeOrNow>,
-        _mtime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
         _fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
@@ -279,79 +313,149 @@ impl Filesystem for FuseAdapter {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        reply.error(refuse("setattr"));
-    }
-
-    fn mkdir(
-        &self,
-        _req: &Request,
-        _parent: INodeNo,
-        _name: &OsStr,
-        _mode: u32,
-        _umask: u32,
-        reply: ReplyEntry,
-    ) {
-        reply.error(refuse("mkdir"));
-    }
-
-    fn unlink(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
-        reply.error(refuse("unlink"));
-    }
-
-    fn rmdir(&self, _req: &Request, _parent: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
-        reply.error(refuse("rmdir"));
-    }
-
-    fn rename(
-        &self,
-        _req: &Request,
-        _parent: INodeNo,
-        _name: &OsStr,
-        _newparent: INodeNo,
-        _newname: &OsStr,
-        _flags: fuser::RenameFlags,
-        reply: ReplyEmpty,
-    ) {
-        reply.error(refuse("rename"));
-    }
-
-    fn link(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _newparent: INodeNo,
-        _newname: &OsStr,
-        reply: ReplyEntry,
-    ) {
-        reply.error(refuse("link"));
+        let mtime = mtime.map(|t| match t {
+            TimeOrNow::SpecificTime(t) => t,
+            TimeOrNow::Now => SystemTime::now(),
+        });
+        match guarded("setattr", || self.core.setattr(ino.0, size, mtime)) {
+            Ok(a) => reply.attr(ttl(&a), &self.attr(&a)),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn create(
         &self,
         _req: &Request,
-        _parent: INodeNo,
-        _name: &OsStr,
+        parent: INodeNo,
+        name: &OsStr,
         _mode: u32,
         _umask: u32,
-        _flags: i32,
+        flags: i32,
         reply: ReplyCreate,
     ) {
-        reply.error(refuse("create"));
+        let exclusive = flags & libc::O_EXCL != 0;
+        match guarded("create", || self.core.create(parent.0, name, exclusive)) {
+            Ok((a, fh)) => reply.created(
+                ttl(&a),
+                &self.attr(&a),
+                Generation(0),
+                FileHandle(fh),
+                FopenFlags::empty(),
+            ),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn write(
         &self,
         _req: &Request,
         _ino: INodeNo,
-        _fh: FileHandle,
-        _offset: u64,
-        _data: &[u8],
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
         _write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        reply.error(refuse("write"));
+        match guarded("write", || self.core.write(fh.0, offset, data)) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        answer(reply, guarded("flush", || self.core.flush(fh.0)));
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.core.release(fh.0);
+        reply.ok();
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        answer(reply, guarded("fsync", || self.core.fsync(fh.0)));
+    }
+
+    fn mkdir(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        match guarded("mkdir", || self.core.mkdir(parent.0, name)) {
+            Ok(a) => reply.entry(ttl(&a), &self.attr(&a), Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        answer(
+            reply,
+            guarded("unlink", || self.core.unlink(parent.0, name)),
+        );
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        answer(reply, guarded("rmdir", || self.core.rmdir(parent.0, name)));
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        new_parent: INodeNo,
+        new_name: &OsStr,
+        _flags: fuser::RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        answer(
+            reply,
+            guarded("rename", || {
+                self.core.rename(parent.0, name, new_parent.0, new_name)
+            }),
+        );
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        new_parent: INodeNo,
+        new_name: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        match guarded("link", || self.core.link(ino.0, new_parent.0, new_name)) {
+            Ok(a) => reply.entry(ttl(&a), &self.attr(&a), Generation(0)),
+            Err(e) => reply.error(e),
+        }
     }
 }
 
@@ -372,6 +476,9 @@ mod tests {
             (FsError::NotDir, libc::ENOTDIR),
             (FsError::IsDir, libc::EISDIR),
             (FsError::ReadOnly, libc::EROFS),
+            (FsError::NotPermitted("x".into()), libc::EPERM),
+            (FsError::Exists, libc::EEXIST),
+            (FsError::NotEmpty, libc::ENOTEMPTY),
             (FsError::Internal("x".into()), libc::EIO),
         ] {
             assert_eq!(errno(&error).code(), code);

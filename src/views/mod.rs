@@ -107,26 +107,94 @@ impl ViewBuilder {
     }
 }
 
-/// Every entry of the mount: for each data set, its views under the right names.
-pub fn mount_entries(datasets: &[NamedDataset], selection: ViewSelection) -> Vec<ViewEntry> {
-    let single = datasets.len() == 1;
-    let mut entries = Vec::new();
-    for NamedDataset { name, dataset } in datasets {
-        let place = |suffix: &str| {
-            if single && selection != ViewSelection::Both {
-                String::new()
-            } else {
-                format!("{name}{suffix}")
+/// The two layouts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ViewKind {
+    /// FilesDaf.
+    Files,
+    /// ZarrDaf on Zarr v2.
+    Zarr,
+}
+
+/// Where one view of one data set sits in the mount.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ViewRoot {
+    /// Index of the data set.
+    pub dataset: usize,
+    /// Which layout.
+    pub kind: ViewKind,
+    /// Its directory in the mount ("" when a single view is mounted at the root).
+    pub mount: String,
+    /// Its directory in a `--view both` mount (`NAME.daf` or `NAME.daf.zarr`): the stable name
+    /// used for staged files.
+    pub canonical: String,
+}
+
+impl ViewRoot {
+    /// `rel` (relative to the view) as a mount path.
+    pub fn mount_path(&self, rel: &str) -> String {
+        join(&self.mount, rel)
+    }
+
+    /// `rel` as a `--view both` path.
+    pub fn canonical_path(&self, rel: &str) -> String {
+        join(&self.canonical, rel)
+    }
+}
+
+/// `a/b` from `a` and `b`, either of which may be empty.
+pub fn join(dir: &str, rel: &str) -> String {
+    match (dir.is_empty(), rel.is_empty()) {
+        (true, _) => rel.to_string(),
+        (false, true) => dir.to_string(),
+        (false, false) => format!("{dir}/{rel}"),
+    }
+}
+
+/// The view roots of a mount: for each data set, the views selected, under the right names.
+pub fn view_roots(datasets: &[NamedDataset], selection: ViewSelection) -> Vec<ViewRoot> {
+    let single = datasets.len() == 1 && selection != ViewSelection::Both;
+    let mut roots = Vec::new();
+    for (index, NamedDataset { name, .. }) in datasets.iter().enumerate() {
+        for (kind, suffix) in [(ViewKind::Files, ".daf"), (ViewKind::Zarr, ".daf.zarr")] {
+            let shown = match selection {
+                ViewSelection::Both => true,
+                ViewSelection::Files => kind == ViewKind::Files,
+                ViewSelection::Zarr => kind == ViewKind::Zarr,
+            };
+            if shown {
+                let canonical = format!("{name}{suffix}");
+                let mount = if single {
+                    String::new()
+                } else {
+                    canonical.clone()
+                };
+                roots.push(ViewRoot {
+                    dataset: index,
+                    kind,
+                    mount,
+                    canonical,
+                });
             }
-        };
-        if selection != ViewSelection::Zarr {
-            entries.extend(files::files_view(dataset, &place(".daf")));
-        }
-        if selection != ViewSelection::Files {
-            entries.extend(zarr::zarr_view(dataset, &place(".daf.zarr")));
         }
     }
-    entries
+    roots
+}
+
+/// The entries of one view of a data set.
+pub fn view_entries(dataset: &Dataset, root: &ViewRoot) -> Vec<ViewEntry> {
+    match root.kind {
+        ViewKind::Files => files::files_view(dataset, &root.mount),
+        ViewKind::Zarr => zarr::zarr_view(dataset, &root.mount),
+    }
+}
+
+/// Every entry of the mount.
+pub fn mount_entries(datasets: &[NamedDataset], selection: ViewSelection) -> Vec<ViewEntry> {
+    view_roots(datasets, selection)
+        .iter()
+        .flat_map(|root| view_entries(&datasets[root.dataset].dataset, root))
+        .collect()
 }
 
 /// The time synthesised whole-data-set files and directories show.

@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime};
 use daf_mount::core::DafFs;
 use daf_mount::formats::source::open_source;
 use daf_mount::fuse::{mount_config, FuseAdapter, MountSettings};
+use daf_mount::staging::StagingArea;
 use daf_mount::views::ViewSelection;
 
 pub const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/vectors");
@@ -80,7 +81,12 @@ pub fn io_timeout<R: Send + 'static>(mnt: &Path, f: impl FnOnce() -> R + Send + 
             let _ = handle.join();
             r
         }
-        Err(_) => {
+        Err(mpsc::RecvTimeoutError::Disconnected) => match handle.join() {
+            // The operation panicked (a failed assertion): report it as it is.
+            Err(panic) => std::panic::resume_unwind(panic),
+            Ok(()) => unreachable!("the sender is only dropped after sending or panicking"),
+        },
+        Err(mpsc::RecvTimeoutError::Timeout) => {
             force_abort(mnt);
             let _ = handle.join();
             panic!(
@@ -100,12 +106,24 @@ pub struct TestMount {
 }
 
 impl TestMount {
+    /// A read-only mount.
     pub fn new(source: &str, selection: ViewSelection) -> TestMount {
+        TestMount::with(source, selection, false)
+    }
+
+    /// A mount that stages writes beside the source (use a copy of a fixture).
+    pub fn writable(source: &str, selection: ViewSelection) -> TestMount {
+        TestMount::with(source, selection, true)
+    }
+
+    fn with(source: &str, selection: ViewSelection, writable: bool) -> TestMount {
         let opened = open_source(source).unwrap_or_else(|e| panic!("{source}: {e}"));
-        let core = Arc::new(DafFs::new(
-            &opened.datasets,
+        let staging = writable.then(|| StagingArea::for_source(&opened.path));
+        let core = Arc::new(DafFs::with_staging(
+            opened.datasets,
             selection,
             SystemTime::UNIX_EPOCH,
+            staging,
         ));
         let dir = tempfile::Builder::new()
             .prefix("daf-mount-test-")
@@ -118,6 +136,7 @@ impl TestMount {
             allow_root: false,
             auto_unmount: false,
             threads: 2,
+            read_only: !writable,
         };
         let adapter = FuseAdapter::new(
             core.clone(),

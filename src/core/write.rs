@@ -1,0 +1,401 @@
+//! Write operations: they create, change, rename and remove *staged* files and directories.
+//!
+//! A staged path lives in the staging area on disk and shows in the tree at its place in a view,
+//! hiding any committed file of the same name. Committed content is never changed here.
+
+use std::ffi::OsStr;
+use std::fs::{self, File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, RwLockWriteGuard};
+use std::time::SystemTime;
+
+use crate::staging::StagingArea;
+use crate::views::join;
+
+use super::namespace::NodeKind;
+use super::{split_mount, Attr, DafFs, FsError, Handle, Staged, State};
+
+impl DafFs {
+    fn staging_area(&self) -> Result<&StagingArea, FsError> {
+        self.staging.as_ref().ok_or(FsError::ReadOnly)
+    }
+
+    fn lock_state(&self) -> RwLockWriteGuard<'_, State> {
+        self.state.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn new_handle(&self, ino: u64, file: Option<File>, writable: bool) -> u64 {
+        let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
+        let handle = Handle {
+            ino,
+            file: file.map(Arc::new),
+            writable,
+        };
+        self.handles
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(fh, handle);
+        fh
+    }
+
+    fn handle_file(&self, fh: u64) -> Result<(u64, Arc<File>, bool), FsError> {
+        let handles = self.handles.lock().unwrap_or_else(|p| p.into_inner());
+        let handle = handles
+            .get(&fh)
+            .ok_or_else(|| FsError::NotPermitted("unknown file handle".into()))?;
+        let file = handle
+            .file
+            .clone()
+            .ok_or_else(|| FsError::NotPermitted("not opened for writing".into()))?;
+        Ok((handle.ino, file, handle.writable))
+    }
+
+    /// The mount path and `--view both` path of `name` in directory `parent`; only paths strictly
+    /// inside a view can be written.
+    fn place(state: &State, parent: u64, name: &OsStr) -> Result<(String, String), FsError> {
+        let name = name
+            .to_str()
+            .ok_or_else(|| FsError::NotPermitted("file names must be UTF-8".into()))?;
+        let parent = state.namespace.node(parent).ok_or(FsError::NotFound)?;
+        if !parent.is_dir() {
+            return Err(FsError::NotDir);
+        }
+        let mount = join(&parent.path, name);
+        let canonical = Self::canonical(state, &mount)?;
+        Ok((mount, canonical))
+    }
+
+    fn canonical(state: &State, mount: &str) -> Result<String, FsError> {
+        match split_mount(&state.roots, mount) {
+            Some((root, rel)) if !rel.is_empty() => Ok(root.canonical_path(rel)),
+            _ => Err(FsError::NotPermitted(format!(
+                "{mount}: only paths inside a view can be written"
+            ))),
+        }
+    }
+
+    /// Creates (or truncates) a staged file and opens it for reading and writing.
+    pub fn create(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        exclusive: bool,
+    ) -> Result<(Attr, u64), FsError> {
+        let staging = self.staging_area()?;
+        let mut state = self.lock_state();
+        let (mount, canonical) = Self::place(&state, parent, name)?;
+        if let Some(existing) = state
+            .namespace
+            .child(parent, name.to_str().unwrap_or_default())
+            .and_then(Result::ok)
+        {
+            match state.namespace.node(existing).map(|n| &n.kind) {
+                _ if exclusive => return Err(FsError::Exists),
+                Some(NodeKind::Dir { .. }) => return Err(FsError::IsDir),
+                Some(NodeKind::File(_)) => {
+                    return Err(FsError::NotPermitted(format!(
+                        "{mount}: committed files cannot be overwritten here"
+                    )))
+                }
+                _ => {}
+            }
+        }
+        let disk = staging.prepare_parent(&canonical)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&disk)?;
+        state.staged.insert(
+            canonical,
+            Staged {
+                disk,
+                is_dir: false,
+                mtime: SystemTime::now(),
+            },
+        );
+        state.rebuild();
+        let ino = state.inodes.ino(&mount);
+        drop(state);
+        let fh = self.new_handle(ino, Some(file), true);
+        Ok((self.getattr(ino)?, fh))
+    }
+
+    /// Opens `ino`; committed files open read-only, staged files as asked.
+    pub fn open(&self, ino: u64, write: bool, truncate: bool) -> Result<u64, FsError> {
+        let ns = self.namespace();
+        let node = ns.node(ino).ok_or(FsError::NotFound)?;
+        let file = match &node.kind {
+            NodeKind::Dir { .. } if write => return Err(FsError::IsDir),
+            NodeKind::Dir { .. } => None,
+            NodeKind::File(_) if write && !self.writable() => return Err(FsError::ReadOnly),
+            NodeKind::File(_) if write => {
+                return Err(FsError::NotPermitted(format!(
+                    "{}: committed files cannot be changed in place",
+                    node.path
+                )))
+            }
+            NodeKind::File(_) => None,
+            NodeKind::Staged(_) if write && !self.writable() => return Err(FsError::ReadOnly),
+            NodeKind::Staged(disk) => Some(
+                OpenOptions::new()
+                    .read(true)
+                    .write(write)
+                    .truncate(write && truncate)
+                    .open(disk)?,
+            ),
+        };
+        Ok(self.new_handle(ino, file, write))
+    }
+
+    /// Writes `data` at `offset` of the staged file open as `fh`.
+    pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> Result<u32, FsError> {
+        let (_, file, writable) = self.handle_file(fh)?;
+        if !writable {
+            return Err(FsError::NotPermitted("file not opened for writing".into()));
+        }
+        file.write_all_at(data, offset)?;
+        Ok(data.len() as u32)
+    }
+
+    /// Makes a staged file's data durable.
+    pub fn fsync(&self, fh: u64) -> Result<(), FsError> {
+        if let Ok((_, file, _)) = self.handle_file(fh) {
+            file.sync_all()?;
+        }
+        Ok(())
+    }
+
+    /// Called on every `close` of a handle.
+    pub fn flush(&self, _fh: u64) -> Result<(), FsError> {
+        Ok(())
+    }
+
+    /// Forgets a handle.
+    pub fn release(&self, fh: u64) {
+        self.handles
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&fh);
+    }
+
+    /// Truncates a staged file or sets its time; for committed files and directories only the
+    /// times may be "set" (a no-op: their times come from the source).
+    pub fn setattr(
+        &self,
+        ino: u64,
+        size: Option<u64>,
+        mtime: Option<SystemTime>,
+    ) -> Result<Attr, FsError> {
+        let ns = self.namespace();
+        let node = ns.node(ino).ok_or(FsError::NotFound)?;
+        match &node.kind {
+            NodeKind::Staged(disk) => {
+                self.staging_area()?;
+                let file = OpenOptions::new().write(true).open(disk)?;
+                if let Some(size) = size {
+                    file.set_len(size)?;
+                }
+                if let Some(mtime) = mtime {
+                    file.set_modified(mtime)?;
+                }
+            }
+            _ if size.is_some() && !self.writable() => return Err(FsError::ReadOnly),
+            NodeKind::File(blob) if size.is_some_and(|s| Some(s) != blob.known_len()) => {
+                return Err(FsError::NotPermitted(format!(
+                    "{}: committed files cannot be truncated",
+                    node.path
+                )))
+            }
+            NodeKind::Dir { .. } if size.is_some() => return Err(FsError::IsDir),
+            _ => {}
+        }
+        self.getattr(ino)
+    }
+
+    /// Creates a staged directory.
+    pub fn mkdir(&self, parent: u64, name: &OsStr) -> Result<Attr, FsError> {
+        let staging = self.staging_area()?;
+        let mut state = self.lock_state();
+        let (mount, canonical) = Self::place(&state, parent, name)?;
+        if state
+            .namespace
+            .child(parent, name.to_str().unwrap_or_default())
+            .is_some()
+        {
+            return Err(FsError::Exists);
+        }
+        let disk = staging.disk_path(&canonical);
+        fs::create_dir_all(&disk)?;
+        state.staged.insert(
+            canonical,
+            Staged {
+                disk,
+                is_dir: true,
+                mtime: SystemTime::now(),
+            },
+        );
+        state.rebuild();
+        let ino = state.inodes.ino(&mount);
+        drop(state);
+        self.getattr(ino)
+    }
+
+    /// Removes a staged file.
+    pub fn unlink(&self, parent: u64, name: &OsStr) -> Result<(), FsError> {
+        self.staging_area()?;
+        let mut state = self.lock_state();
+        let ino = match state
+            .namespace
+            .child(parent, name.to_str().unwrap_or_default())
+        {
+            Some(Ok(ino)) => ino,
+            Some(Err(())) => return Err(FsError::NotDir),
+            None => return Err(FsError::NotFound),
+        };
+        let node = state.namespace.node(ino).ok_or(FsError::NotFound)?;
+        let (path, disk) = match &node.kind {
+            NodeKind::Staged(disk) => (node.path.clone(), disk.clone()),
+            NodeKind::Dir { .. } => return Err(FsError::IsDir),
+            NodeKind::File(_) => {
+                return Err(FsError::NotPermitted(format!(
+                    "{}: committed files cannot be removed here",
+                    node.path
+                )))
+            }
+        };
+        fs::remove_file(&disk)?;
+        let canonical = Self::canonical(&state, &path)?;
+        state.staged.remove(&canonical);
+        state.rebuild();
+        Ok(())
+    }
+
+    /// Removes an empty staged directory.
+    pub fn rmdir(&self, parent: u64, name: &OsStr) -> Result<(), FsError> {
+        let staging = self.staging_area()?;
+        let mut state = self.lock_state();
+        let ino = match state
+            .namespace
+            .child(parent, name.to_str().unwrap_or_default())
+        {
+            Some(Ok(ino)) => ino,
+            Some(Err(())) => return Err(FsError::NotDir),
+            None => return Err(FsError::NotFound),
+        };
+        let node = state.namespace.node(ino).ok_or(FsError::NotFound)?;
+        let NodeKind::Dir { children } = &node.kind else {
+            return Err(FsError::NotDir);
+        };
+        if !children.is_empty() {
+            return Err(FsError::NotEmpty);
+        }
+        let canonical = Self::canonical(&state, &node.path)?;
+        if !state.staged.get(&canonical).is_some_and(|s| s.is_dir) {
+            return Err(FsError::NotPermitted(format!(
+                "{}: a directory of the data set cannot be removed here",
+                node.path
+            )));
+        }
+        let _ = fs::remove_dir(staging.disk_path(&canonical));
+        state.staged.remove(&canonical);
+        state.rebuild();
+        Ok(())
+    }
+
+    /// Renames a staged file, replacing a staged file at the target.
+    pub fn rename(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        new_parent: u64,
+        new_name: &OsStr,
+    ) -> Result<(), FsError> {
+        let staging = self.staging_area()?;
+        let mut state = self.lock_state();
+        let ino = match state
+            .namespace
+            .child(parent, name.to_str().unwrap_or_default())
+        {
+            Some(Ok(ino)) => ino,
+            Some(Err(())) => return Err(FsError::NotDir),
+            None => return Err(FsError::NotFound),
+        };
+        let node = state.namespace.node(ino).ok_or(FsError::NotFound)?;
+        let NodeKind::Staged(disk) = &node.kind else {
+            return Err(FsError::NotPermitted(format!(
+                "{}: only files being written can be renamed",
+                node.path
+            )));
+        };
+        let (disk, old_path) = (disk.clone(), node.path.clone());
+        let (new_mount, new_canonical) = Self::place(&state, new_parent, new_name)?;
+        if let Some(Ok(target)) = state
+            .namespace
+            .child(new_parent, new_name.to_str().unwrap_or_default())
+        {
+            match state.namespace.node(target).map(|n| &n.kind) {
+                Some(NodeKind::Dir { .. }) => return Err(FsError::IsDir),
+                Some(NodeKind::File(_)) => {
+                    return Err(FsError::NotPermitted(
+                        "committed files cannot be replaced here".into(),
+                    ))
+                }
+                _ => {}
+            }
+        }
+        let new_disk = staging.prepare_parent(&new_canonical)?;
+        fs::rename(&disk, &new_disk)?;
+        let old_canonical = Self::canonical(&state, &old_path)?;
+        state.staged.remove(&old_canonical);
+        state.staged.insert(
+            new_canonical,
+            Staged {
+                disk: new_disk,
+                is_dir: false,
+                mtime: SystemTime::now(),
+            },
+        );
+        state.inodes.rename(&old_path, &new_mount);
+        state.rebuild();
+        Ok(())
+    }
+
+    /// Adds a second name for a staged file.
+    pub fn link(&self, ino: u64, new_parent: u64, new_name: &OsStr) -> Result<Attr, FsError> {
+        let staging = self.staging_area()?;
+        let mut state = self.lock_state();
+        let node = state.namespace.node(ino).ok_or(FsError::NotFound)?;
+        let NodeKind::Staged(disk) = &node.kind else {
+            return Err(FsError::NotPermitted(format!(
+                "{}: only files being written can be linked",
+                node.path
+            )));
+        };
+        let disk = disk.clone();
+        let (mount, canonical) = Self::place(&state, new_parent, new_name)?;
+        if state
+            .namespace
+            .child(new_parent, new_name.to_str().unwrap_or_default())
+            .is_some()
+        {
+            return Err(FsError::Exists);
+        }
+        let new_disk = staging.prepare_parent(&canonical)?;
+        fs::hard_link(&disk, &new_disk)?;
+        state.staged.insert(
+            canonical,
+            Staged {
+                disk: new_disk,
+                is_dir: false,
+                mtime: SystemTime::now(),
+            },
+        );
+        state.rebuild();
+        let ino = state.inodes.ino(&mount);
+        drop(state);
+        self.getattr(ino)
+    }
+}

@@ -1,0 +1,144 @@
+//! Staging: files written through the mount live here until they form a complete property.
+//!
+//! The staging area is a hidden directory beside the source (`.NAME.daf-mount/` next to
+//! `NAME.daf.zarr.zip`, say), on the same file system so a commit into a directory source can be a
+//! rename. Inside, staged paths are laid out as in a `--view both` mount (`g1.daf/vectors/...`,
+//! `g1.daf.zarr/...`), whatever the current view selection, so files staged in one session
+//! reappear at the same place in the next, and a user can finish or remove them.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+/// A staged path found on disk.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StagedPath {
+    /// Path in the `--view both` layout (`NAME.daf/...` or `NAME.daf.zarr/...`).
+    pub path: String,
+    /// Where it is on disk.
+    pub disk: PathBuf,
+    /// Whether it is a directory.
+    pub is_dir: bool,
+    /// Its modification time.
+    pub mtime: SystemTime,
+}
+
+/// The on-disk staging directory of one source.
+#[derive(Clone, Debug)]
+pub struct StagingArea {
+    root: PathBuf,
+}
+
+impl StagingArea {
+    /// The staging area of the source at `source` (a directory or an archive path).
+    pub fn for_source(source: &Path) -> StagingArea {
+        let name = source
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let parent = source.parent().unwrap_or(Path::new("/"));
+        StagingArea {
+            root: parent.join(format!(".{name}.daf-mount")),
+        }
+    }
+
+    /// The staging directory itself.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Where the staged `path` (both-views layout) lives on disk.
+    pub fn disk_path(&self, path: &str) -> PathBuf {
+        self.root.join(path)
+    }
+
+    /// Creates the parent directories of a staged path.
+    pub fn prepare_parent(&self, path: &str) -> std::io::Result<PathBuf> {
+        let disk = self.disk_path(path);
+        if let Some(parent) = disk.parent() {
+            fs::create_dir_all(parent)?;
+        }
+        Ok(disk)
+    }
+
+    /// Every staged file and directory, parents first.
+    pub fn list(&self) -> Vec<StagedPath> {
+        let mut out = Vec::new();
+        walk(&self.root, "", &mut out);
+        out
+    }
+
+    /// Removes empty directories left on the way from `path` up to the staging root.
+    pub fn prune(&self, path: &str) {
+        let mut current = self.disk_path(path);
+        while current.starts_with(&self.root) && current != self.root {
+            if fs::remove_dir(&current).is_err() {
+                break;
+            }
+            if !current.pop() {
+                break;
+            }
+        }
+        let _ = fs::remove_dir(&self.root);
+    }
+}
+
+fn walk(dir: &Path, prefix: &str, out: &mut Vec<StagedPath>) {
+    let Ok(listing) = fs::read_dir(dir) else {
+        return;
+    };
+    let mut items: Vec<_> = listing.filter_map(Result::ok).collect();
+    items.sort_by_key(|e| e.file_name());
+    for item in items {
+        let Some(name) = item.file_name().to_str().map(str::to_string) else {
+            continue;
+        };
+        let path = if prefix.is_empty() {
+            name
+        } else {
+            format!("{prefix}/{name}")
+        };
+        let Ok(meta) = item.metadata() else { continue };
+        let mtime = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+        out.push(StagedPath {
+            path: path.clone(),
+            disk: item.path(),
+            is_dir: meta.is_dir(),
+            mtime,
+        });
+        if meta.is_dir() {
+            walk(&item.path(), &path, out);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lives_beside_the_source_and_lists_what_was_staged() {
+        let tmp = tempfile::tempdir().unwrap();
+        let area = StagingArea::for_source(&tmp.path().join("x.daf.zarr.zip"));
+        assert_eq!(area.root(), tmp.path().join(".x.daf.zarr.zip.daf-mount"));
+        let disk = area.prepare_parent("x.daf/vectors/cell/a.json").unwrap();
+        fs::write(&disk, "{}").unwrap();
+        let listed: Vec<(String, bool)> = area
+            .list()
+            .into_iter()
+            .map(|s| (s.path, s.is_dir))
+            .collect();
+        assert_eq!(
+            listed,
+            vec![
+                ("x.daf".into(), true),
+                ("x.daf/vectors".into(), true),
+                ("x.daf/vectors/cell".into(), true),
+                ("x.daf/vectors/cell/a.json".into(), false)
+            ]
+        );
+        fs::remove_file(&disk).unwrap();
+        area.prune("x.daf/vectors/cell");
+        assert!(!area.root().exists());
+    }
+}

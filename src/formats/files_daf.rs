@@ -124,7 +124,7 @@ fn check_version(bytes: &[u8], marker: &Path) -> Result<(), FormatError> {
     }
 }
 
-fn read_axis(index: &StoreIndex, key: &str) -> Result<Axis, FormatError> {
+pub(crate) fn read_axis(index: &StoreIndex, key: &str) -> Result<Axis, FormatError> {
     let entry = index.get(key).ok_or_else(|| FormatError::bad("missing"))?;
     let count = count_lines(entry.blob.bytes()?.as_slice()).map_err(FormatError::Bad)?;
     Ok(Axis {
@@ -171,7 +171,7 @@ impl PropertyFiles<'_> {
 
     fn required(&mut self, ext: &str) -> Result<Arc<Blob>, FormatError> {
         self.optional(ext)
-            .ok_or_else(|| FormatError::bad(format!("no .{ext} file")))
+            .ok_or_else(|| FormatError::MissingFile(format!("{}.{ext}", self.base)))
     }
 
     /// A blob of exactly `count` elements of `t`.
@@ -201,10 +201,14 @@ impl PropertyFiles<'_> {
     }
 }
 
-fn read_property(index: &StoreIndex, base: &str, shape: Shape) -> Result<Property, FormatError> {
+pub(crate) fn read_property(
+    index: &StoreIndex,
+    base: &str,
+    shape: Shape,
+) -> Result<Property, FormatError> {
     let descriptor_entry = index
         .get(&format!("{base}.json"))
-        .ok_or_else(|| FormatError::bad("no descriptor"))?;
+        .ok_or_else(|| FormatError::MissingFile(format!("{base}.json")))?;
     let descriptor = parse_descriptor(descriptor_entry.blob.bytes()?.as_slice())?;
     let mut files = PropertyFiles {
         index,
@@ -297,9 +301,9 @@ fn read_property(index: &StoreIndex, base: &str, shape: Shape) -> Result<Propert
                         None => None,
                     };
                     if nzval.is_none() && t != NumType::Bool {
-                        return Err(FormatError::bad(
-                            "no .nzval file (only all-true Bool data may omit it)",
-                        ));
+                        return Err(FormatError::MissingFile(format!(
+                            "{base}.nzval (only all-true Bool data may omit it)"
+                        )));
                     }
                     Payload::Sparse {
                         eltype: t,

@@ -219,3 +219,70 @@ mod tests {
         assert!(parse_descriptor(b"not json").is_err());
     }
 }
+
+/// The FilesDaf version a directory is in; what is written into it follows its version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FilesVersion {
+    /// `{"version":[1,0]}`: the seed's forms.
+    V1_0,
+    /// `{"version":[1,1]}`: per-component sparse descriptors, `type`-first scalars.
+    V1_1,
+}
+
+/// The FilesDaf 1.1 sparse descriptor: one component per index file, with element counts, and
+/// `nzval` unless the values are all-true Bools stored without a file (`daf-formats.md` §3.3).
+pub fn sparse_descriptor_1_1(
+    eltype: ElementType,
+    indtype: NumType,
+    index: &[(&str, u64)],
+    nnz: u64,
+    has_nzval: bool,
+) -> String {
+    let component = |name: &str, t: &str, n: u64| {
+        format!("\"{name}\":{{\"format\":\"dense\",\"eltype\":\"{t}\",\"n_elements\":{n}}}")
+    };
+    let mut parts: Vec<String> = index
+        .iter()
+        .map(|(name, n)| component(name, indtype.julia_name(), *n))
+        .collect();
+    if has_nzval {
+        parts.push(component("nzval", eltype.julia_name(), nnz));
+    }
+    format!("{{\"format\":\"sparse\",{}}}\n", parts.join(","))
+}
+
+#[cfg(test)]
+mod version_tests {
+    use super::*;
+
+    #[test]
+    fn the_1_1_forms_match_the_head_fixture_and_parse_back() {
+        let umis = sparse_descriptor_1_1(
+            ElementType::Num(NumType::UInt16),
+            NumType::Int64,
+            &[("colptr", 3), ("rowval", 3)],
+            3,
+            true,
+        );
+        assert_eq!(
+            umis,
+            "{\"format\":\"sparse\",\"colptr\":{\"format\":\"dense\",\"eltype\":\"Int64\",\"n_elements\":3},\"rowval\":{\"format\":\"dense\",\"eltype\":\"Int64\",\"n_elements\":3},\"nzval\":{\"format\":\"dense\",\"eltype\":\"UInt16\",\"n_elements\":3}}\n"
+        );
+        let marker = sparse_descriptor_1_1(
+            ElementType::Num(NumType::Bool),
+            NumType::Int64,
+            &[("nzind", 1)],
+            1,
+            false,
+        );
+        assert_eq!(marker, "{\"format\":\"sparse\",\"nzind\":{\"format\":\"dense\",\"eltype\":\"Int64\",\"n_elements\":1}}\n");
+        assert!(matches!(
+            parse_descriptor(marker.as_bytes()),
+            Ok(Descriptor::Sparse {
+                has_nzval: Some(false),
+                nnz: Some(1),
+                ..
+            })
+        ));
+    }
+}

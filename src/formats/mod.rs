@@ -57,6 +57,9 @@ pub enum FormatError {
     /// Something malformed inside one file; wrapped with the file's name by the reader.
     #[error("{0}")]
     Bad(String),
+    /// A file a property needs is not there (yet).
+    #[error("no {0}")]
+    MissingFile(String),
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),

@@ -220,3 +220,144 @@ impl Dataset {
             .unwrap_or(SystemTime::UNIX_EPOCH)
     }
 }
+
+/// Which scalar, axis, vector or matrix.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum PropertyId {
+    /// `scalars/NAME`.
+    Scalar(String),
+    /// `axes/NAME`.
+    Axis(String),
+    /// `vectors/AXIS/NAME`.
+    Vector {
+        /// The axis.
+        axis: String,
+        /// The name.
+        name: String,
+    },
+    /// `matrices/ROWS/COLS/NAME`.
+    Matrix {
+        /// Rows axis.
+        rows: String,
+        /// Columns axis.
+        cols: String,
+        /// The name.
+        name: String,
+    },
+}
+
+impl PropertyId {
+    /// The path shared by every layout (`vectors/cell/score`), without any suffix.
+    pub fn path(&self) -> String {
+        match self {
+            PropertyId::Scalar(name) => format!("scalars/{name}"),
+            PropertyId::Axis(name) => format!("axes/{name}"),
+            PropertyId::Vector { axis, name } => format!("vectors/{axis}/{name}"),
+            PropertyId::Matrix { rows, cols, name } => format!("matrices/{rows}/{cols}/{name}"),
+        }
+    }
+}
+
+/// A scalar, an axis, or a vector/matrix property, to insert into a data set.
+#[derive(Debug)]
+pub enum Item {
+    /// A scalar.
+    Scalar(ScalarProperty),
+    /// An axis.
+    Axis(Axis),
+    /// A vector or matrix.
+    Property(Property),
+}
+
+impl Dataset {
+    /// The dimensions of a vector or matrix `id`, from the axes (`None` if an axis is missing or
+    /// `id` is a scalar or an axis).
+    pub fn shape(&self, id: &PropertyId) -> Option<Shape> {
+        let len = |axis: &str| self.axes.get(axis).map(Axis::len);
+        match id {
+            PropertyId::Vector { axis, .. } => Some(Shape::Vector(len(axis)?)),
+            PropertyId::Matrix { rows, cols, .. } => Some(Shape::Matrix(len(rows)?, len(cols)?)),
+            _ => None,
+        }
+    }
+
+    /// The vector or matrix `id`.
+    pub fn property(&self, id: &PropertyId) -> Option<&Property> {
+        match id {
+            PropertyId::Vector { axis, name } => self.vectors.get(axis)?.get(name),
+            PropertyId::Matrix { rows, cols, name } => {
+                self.matrices.get(&(rows.clone(), cols.clone()))?.get(name)
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether `id` exists.
+    pub fn contains(&self, id: &PropertyId) -> bool {
+        match id {
+            PropertyId::Scalar(name) => self.scalars.contains_key(name),
+            PropertyId::Axis(name) => self.axes.contains_key(name),
+            PropertyId::Vector { axis, name } => {
+                self.vectors.get(axis).is_some_and(|m| m.contains_key(name))
+            }
+            PropertyId::Matrix { rows, cols, name } => self
+                .matrices
+                .get(&(rows.clone(), cols.clone()))
+                .is_some_and(|m| m.contains_key(name)),
+        }
+    }
+
+    /// Inserts (or replaces) `id`. A new axis also gets its (empty) vector and matrix groups.
+    pub fn insert(&mut self, id: &PropertyId, item: Item) -> Result<(), String> {
+        match (id, item) {
+            (PropertyId::Scalar(name), Item::Scalar(s)) => {
+                self.scalars.insert(name.clone(), s);
+            }
+            (PropertyId::Axis(name), Item::Axis(a)) => {
+                self.axes.insert(name.clone(), a);
+                self.vectors.entry(name.clone()).or_default();
+                let axes: Vec<String> = self.axes.keys().cloned().collect();
+                for other in axes {
+                    self.matrices
+                        .entry((name.clone(), other.clone()))
+                        .or_default();
+                    self.matrices.entry((other, name.clone())).or_default();
+                }
+            }
+            (PropertyId::Vector { axis, name }, Item::Property(p)) => {
+                self.vectors
+                    .entry(axis.clone())
+                    .or_default()
+                    .insert(name.clone(), p);
+            }
+            (PropertyId::Matrix { rows, cols, name }, Item::Property(p)) => {
+                self.matrices
+                    .entry((rows.clone(), cols.clone()))
+                    .or_default()
+                    .insert(name.clone(), p);
+            }
+            (id, _) => return Err(format!("{} cannot hold that kind of data", id.path())),
+        }
+        Ok(())
+    }
+
+    /// Removes `id` (an axis only with its properties, which the caller must have checked).
+    pub fn remove(&mut self, id: &PropertyId) -> Option<Item> {
+        match id {
+            PropertyId::Scalar(name) => self.scalars.remove(name).map(Item::Scalar),
+            PropertyId::Axis(name) => {
+                self.vectors.remove(name);
+                self.matrices.retain(|(r, c), _| r != name && c != name);
+                self.axes.remove(name).map(Item::Axis)
+            }
+            PropertyId::Vector { axis, name } => {
+                self.vectors.get_mut(axis)?.remove(name).map(Item::Property)
+            }
+            PropertyId::Matrix { rows, cols, name } => self
+                .matrices
+                .get_mut(&(rows.clone(), cols.clone()))?
+                .remove(name)
+                .map(Item::Property),
+        }
+    }
+}

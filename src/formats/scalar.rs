@@ -157,6 +157,15 @@ impl Scalar {
         )
     }
 
+    /// The FilesDaf 1.1 file: `{"type":"T","value":V}\n` (JSON.jl 1.6+ key order).
+    pub fn files_json_1_1(&self) -> String {
+        format!(
+            "{{\"type\":\"{}\",\"value\":{}}}\n",
+            self.eltype.julia_name(),
+            self.value_json()
+        )
+    }
+
     /// The one-element Zarr chunk: little-endian bytes, or a one-item vlen-utf8 buffer.
     pub fn zarr_chunk(&self) -> Vec<u8> {
         let size = match self.eltype {

@@ -172,7 +172,7 @@ fn parse_zarray(bytes: &[u8]) -> Result<ChunkLayout, String> {
 pub fn open_array(index: &StoreIndex, key: &str) -> Result<ZarrArray, FormatError> {
     let meta_entry = index
         .get(&format!("{key}/.zarray"))
-        .ok_or_else(|| FormatError::bad("no .zarray"))?;
+        .ok_or_else(|| FormatError::MissingFile(format!("{key}/.zarray")))?;
     let layout = parse_zarray(meta_entry.blob.bytes()?.as_slice()).map_err(FormatError::Bad)?;
     let mtime = index.latest_mtime_under(key).unwrap_or(meta_entry.mtime);
     let chunk_key = |coord: &[u64]| {
@@ -381,7 +381,7 @@ fn node_names(index: &StoreIndex, group: &str) -> Vec<String> {
         .collect()
 }
 
-fn read_scalar(index: &StoreIndex, key: &str) -> Result<ScalarProperty, FormatError> {
+pub(crate) fn read_scalar(index: &StoreIndex, key: &str) -> Result<ScalarProperty, FormatError> {
     let array = open_array(index, key)?;
     if array.len() != 1 {
         return Err(FormatError::bad(format!(
@@ -418,7 +418,11 @@ fn numeric(array: &ZarrArray, what: &str) -> Result<NumType, FormatError> {
 }
 
 /// Reads a dense array or a sparse group whose dense Zarr shape must be `shape`.
-fn read_property(index: &StoreIndex, key: &str, shape: &[u64]) -> Result<Property, FormatError> {
+pub(crate) fn read_property(
+    index: &StoreIndex,
+    key: &str,
+    shape: &[u64],
+) -> Result<Property, FormatError> {
     if index.contains(&format!("{key}/.zarray")) {
         let array = open_array(index, key)?;
         if array.shape != shape {

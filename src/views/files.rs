@@ -1,10 +1,13 @@
 //! The FilesDaf 1.0 view (`daf-formats.md` §2): `daf.json`, every directory Julia expects, seed
-//! descriptors, and payload files that are the model's blobs themselves.
+//! descriptors, and payload files that are the model's blobs themselves. The same code writes a
+//! committed item into a FilesDaf source, in the source's own version.
 
 use std::sync::Arc;
 
-use crate::formats::json::{dense_descriptor, sparse_descriptor};
-use crate::formats::model::{Dataset, Payload, Property, SparseIndex};
+use crate::formats::json::{
+    dense_descriptor, sparse_descriptor, sparse_descriptor_1_1, FilesVersion,
+};
+use crate::formats::model::{Dataset, Payload, Property, PropertyId, Shape, SparseIndex};
 use crate::formats::types::ElementType;
 use crate::stores::Blob;
 
@@ -19,26 +22,77 @@ pub fn files_view(dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {
     for group in dataset.groups() {
         view.dir(&group, mtime);
     }
-    for (name, prop) in &dataset.scalars {
-        let scalar = prop.scalar.clone();
-        view.text(&format!("scalars/{name}.json"), prop.mtime, move || {
-            scalar.files_json()
-        });
+    for name in dataset.scalars.keys() {
+        item_files(
+            &mut view,
+            dataset,
+            &PropertyId::Scalar(name.clone()),
+            FilesVersion::V1_0,
+        );
     }
-    for (name, axis) in &dataset.axes {
-        view.file(
-            &format!("axes/{name}.txt"),
-            axis.entries.lines(),
-            axis.mtime,
+    for name in dataset.axes.keys() {
+        item_files(
+            &mut view,
+            dataset,
+            &PropertyId::Axis(name.clone()),
+            FilesVersion::V1_0,
         );
     }
     for p in dataset.properties() {
-        property_files(&mut view, &p.path, p.property);
+        property_files(&mut view, &p.path, p.property, p.shape, FilesVersion::V1_0);
     }
     view.finish()
 }
 
-fn property_files(view: &mut ViewBuilder, base: &str, prop: &Property) {
+/// The files (and, for an axis, the new directories) of one item, relative to the data set root,
+/// in the forms of FilesDaf `version`.
+pub fn item_entries(dataset: &Dataset, id: &PropertyId, version: FilesVersion) -> Vec<ViewEntry> {
+    let mut view = ViewBuilder::new("");
+    item_files(&mut view, dataset, id, version);
+    view.finish()
+}
+
+fn item_files(view: &mut ViewBuilder, dataset: &Dataset, id: &PropertyId, version: FilesVersion) {
+    match id {
+        PropertyId::Scalar(name) => {
+            let Some(prop) = dataset.scalars.get(name) else {
+                return;
+            };
+            let scalar = prop.scalar.clone();
+            view.text(
+                &format!("scalars/{name}.json"),
+                prop.mtime,
+                move || match version {
+                    FilesVersion::V1_0 => scalar.files_json(),
+                    FilesVersion::V1_1 => scalar.files_json_1_1(),
+                },
+            );
+        }
+        PropertyId::Axis(name) => {
+            let Some(axis) = dataset.axes.get(name) else {
+                return;
+            };
+            view.file(
+                &format!("axes/{name}.txt"),
+                axis.entries.lines(),
+                axis.mtime,
+            );
+        }
+        PropertyId::Vector { .. } | PropertyId::Matrix { .. } => {
+            if let (Some(property), Some(shape)) = (dataset.property(id), dataset.shape(id)) {
+                property_files(view, &id.path(), property, shape, version);
+            }
+        }
+    }
+}
+
+fn property_files(
+    view: &mut ViewBuilder,
+    base: &str,
+    prop: &Property,
+    shape: Shape,
+    version: FilesVersion,
+) {
     let mtime = prop.mtime;
     let mut file =
         |ext: &str, blob: &Arc<Blob>| view.file(&format!("{base}.{ext}"), blob.clone(), mtime);
@@ -61,7 +115,14 @@ fn property_files(view: &mut ViewBuilder, base: &str, prop: &Property) {
             if let Some(nzval) = nzval {
                 file("nzval", nzval);
             }
-            sparse_descriptor(ElementType::Num(*eltype), *indtype)
+            sparse_text(
+                ElementType::Num(*eltype),
+                *indtype,
+                index,
+                shape,
+                nzval.is_some(),
+                version,
+            )
         }
         Payload::SparseStrings {
             indtype,
@@ -71,10 +132,40 @@ fn property_files(view: &mut ViewBuilder, base: &str, prop: &Property) {
         } => {
             index_files(&mut file, index);
             file("nztxt", nztxt);
-            sparse_descriptor(ElementType::String, *indtype)
+            sparse_text(ElementType::String, *indtype, index, shape, true, version)
         }
     };
     view.text(&format!("{base}.json"), mtime, move || descriptor.clone());
+}
+
+fn sparse_text(
+    eltype: ElementType,
+    indtype: crate::formats::types::NumType,
+    index: &SparseIndex,
+    shape: Shape,
+    has_nzval: bool,
+    version: FilesVersion,
+) -> String {
+    if version == FilesVersion::V1_0 {
+        return sparse_descriptor(eltype, indtype);
+    }
+    let count = |blob: &Arc<Blob>| blob.known_len().unwrap_or(0) / indtype.size();
+    match (index, shape) {
+        (SparseIndex::Vector { nzind }, _) => sparse_descriptor_1_1(
+            eltype,
+            indtype,
+            &[("nzind", count(nzind))],
+            count(nzind),
+            has_nzval,
+        ),
+        (SparseIndex::Matrix { colptr, rowval }, _) => sparse_descriptor_1_1(
+            eltype,
+            indtype,
+            &[("colptr", count(colptr)), ("rowval", count(rowval))],
+            count(rowval),
+            has_nzval,
+        ),
+    }
 }
 
 fn index_files(file: &mut impl FnMut(&str, &Arc<Blob>), index: &SparseIndex) {

@@ -7,7 +7,7 @@ use std::time::SystemTime;
 
 use serde_json::{Map, Value};
 
-use crate::formats::model::{Dataset, Payload, SparseIndex};
+use crate::formats::model::{Dataset, Payload, PropertyId, SparseIndex};
 use crate::formats::types::{ElementType, NumType};
 use crate::formats::zarr_v2::{single_chunk_key, zarray_json, ZATTRS, ZGROUP};
 use crate::stores::{Blob, Bytes};
@@ -97,30 +97,11 @@ pub fn zarr_view(dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {
     for group in dataset.groups() {
         z.group(&group, mtime);
     }
-    for (name, prop) in &dataset.scalars {
-        let (dtype, strings) = match prop.scalar.eltype {
-            ElementType::Num(t) => (t.zarr_dtype(), false),
-            ElementType::String => ("|O", true),
-        };
-        let chunk = Blob::ready(Bytes::from_vec(prop.scalar.zarr_chunk()));
-        z.array(
-            &format!("scalars/{name}"),
-            dtype,
-            strings,
-            &[1],
-            chunk,
-            prop.mtime,
-        );
+    for name in dataset.scalars.keys() {
+        item_nodes(&mut z, dataset, &PropertyId::Scalar(name.clone()));
     }
-    for (name, axis) in &dataset.axes {
-        z.array(
-            &format!("axes/{name}"),
-            "|O",
-            true,
-            &[axis.len()],
-            axis.entries.vlen(),
-            axis.mtime,
-        );
+    for name in dataset.axes.keys() {
+        item_nodes(&mut z, dataset, &PropertyId::Axis(name.clone()));
     }
     for p in dataset.properties() {
         property(
@@ -138,6 +119,72 @@ pub fn zarr_view(dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {
         mtime,
     );
     z.view.finish()
+}
+
+/// The nodes of one item, relative to the data set root; a new axis also brings the groups of its
+/// vectors and of its matrices with every axis.
+pub fn item_entries(dataset: &Dataset, id: &PropertyId) -> Vec<ViewEntry> {
+    let mut z = ZarrBuilder {
+        view: ViewBuilder::new(""),
+        metadata: Vec::new(),
+    };
+    item_nodes(&mut z, dataset, id);
+    if let PropertyId::Axis(name) = id {
+        let mtime = dataset
+            .axes
+            .get(name)
+            .map_or_else(|| dataset_mtime(dataset), |a| a.mtime);
+        z.group(&format!("vectors/{name}"), mtime);
+        z.group(&format!("matrices/{name}"), mtime);
+        for other in dataset.axes.keys() {
+            z.group(&format!("matrices/{name}/{other}"), mtime);
+            if other != name {
+                z.group(&format!("matrices/{other}/{name}"), mtime);
+            }
+        }
+    }
+    z.view.finish()
+}
+
+fn item_nodes(z: &mut ZarrBuilder, dataset: &Dataset, id: &PropertyId) {
+    match id {
+        PropertyId::Scalar(name) => {
+            let Some(prop) = dataset.scalars.get(name) else {
+                return;
+            };
+            let (dtype, strings) = match prop.scalar.eltype {
+                ElementType::Num(t) => (t.zarr_dtype(), false),
+                ElementType::String => ("|O", true),
+            };
+            let chunk = Blob::ready(Bytes::from_vec(prop.scalar.zarr_chunk()));
+            z.array(
+                &format!("scalars/{name}"),
+                dtype,
+                strings,
+                &[1],
+                chunk,
+                prop.mtime,
+            );
+        }
+        PropertyId::Axis(name) => {
+            let Some(axis) = dataset.axes.get(name) else {
+                return;
+            };
+            z.array(
+                &format!("axes/{name}"),
+                "|O",
+                true,
+                &[axis.len()],
+                axis.entries.vlen(),
+                axis.mtime,
+            );
+        }
+        PropertyId::Vector { .. } | PropertyId::Matrix { .. } => {
+            if let (Some(p), Some(shape)) = (dataset.property(id), dataset.shape(id)) {
+                property(z, &id.path(), &p.payload, &shape.zarr(), p.mtime);
+            }
+        }
+    }
 }
 
 fn property(z: &mut ZarrBuilder, path: &str, payload: &Payload, shape: &[u64], mtime: SystemTime) {

@@ -46,6 +46,9 @@ pub enum FsError {
     /// Any modification of a read-only mount.
     #[error("read-only file system")]
     ReadOnly,
+    /// Staged files that are complete but inconsistent (the reason is logged).
+    #[error("invalid: {0}")]
+    Invalid(String),
     /// A modification this mount does not allow there (the reason is logged).
     #[error("not permitted: {0}")]
     NotPermitted(String),
@@ -207,6 +210,8 @@ struct Handle {
     /// The staged file, for handles on staged files.
     file: Option<Arc<File>>,
     writable: bool,
+    /// Written since the last flush: its file may still be incomplete.
+    dirty: bool,
 }
 
 /// A mounted tree of views over opened data sets.

@@ -10,6 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLockWriteGuard};
 use std::time::SystemTime;
 
+use crate::staging::commit::{commit, item_of, CommitError, Outcome, StagedFile};
 use crate::staging::StagingArea;
 use crate::views::join;
 
@@ -31,6 +32,7 @@ impl DafFs {
             ino,
             file: file.map(Arc::new),
             writable,
+            dirty: false,
         };
         self.handles
             .lock()
@@ -157,6 +159,14 @@ impl DafFs {
             return Err(FsError::NotPermitted("file not opened for writing".into()));
         }
         file.write_all_at(data, offset)?;
+        if let Some(handle) = self
+            .handles
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(&fh)
+        {
+            handle.dirty = true;
+        }
         Ok(data.len() as u32)
     }
 
@@ -168,9 +178,104 @@ impl DafFs {
         Ok(())
     }
 
-    /// Called on every `close` of a handle.
-    pub fn flush(&self, _fh: u64) -> Result<(), FsError> {
-        Ok(())
+    /// Called on every `close` of a handle: a close after writes may complete an item, which is
+    /// then committed (or refused, failing the `close`). A close with nothing written since the
+    /// last one (a shell's redirection dance) does nothing.
+    pub fn flush(&self, fh: u64) -> Result<(), FsError> {
+        let ino = match self
+            .handles
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(&fh)
+        {
+            Some(handle) if handle.dirty => {
+                handle.dirty = false;
+                handle.ino
+            }
+            _ => return Ok(()),
+        };
+        self.commit_staged(ino, fh)
+    }
+
+    fn commit_staged(&self, ino: u64, fh: u64) -> Result<(), FsError> {
+        let path = match self.namespace().node(ino) {
+            Some(node) if matches!(node.kind, NodeKind::Staged(_)) => node.path.clone(),
+            _ => return Ok(()),
+        };
+        self.try_commit(&path, Some(fh))
+    }
+
+    /// Commits the item `mount` belongs to if all its staged files are there, closed (but for
+    /// the handle `closing`), and consistent.
+    fn try_commit(&self, mount: &str, closing: Option<u64>) -> Result<(), FsError> {
+        let Some(staging) = self.staging.as_ref() else {
+            return Ok(());
+        };
+        let mut state = self.lock_state();
+        let Some((root, rel)) = split_mount(&state.roots, mount) else {
+            return Ok(());
+        };
+        let root = root.clone();
+        let Some(id) = item_of(root.kind, rel) else {
+            return Ok(());
+        };
+        let prefix = format!("{}/", root.canonical);
+        let members: Vec<(String, StagedFile)> = state
+            .staged
+            .iter()
+            .filter(|(_, s)| !s.is_dir)
+            .filter_map(|(path, s)| {
+                let rel = path.strip_prefix(&prefix)?;
+                (item_of(root.kind, rel).as_ref() == Some(&id)).then(|| {
+                    (
+                        path.clone(),
+                        StagedFile {
+                            rel: rel.to_string(),
+                            disk: s.disk.clone(),
+                            mtime: s.mtime,
+                        },
+                    )
+                })
+            })
+            .collect();
+        let writing: Vec<u64> = self
+            .handles
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|(fh, h)| h.writable && h.dirty && Some(**fh) != closing)
+            .map(|(_, h)| h.ino)
+            .collect();
+        let busy = members
+            .iter()
+            .any(|(_, f)| writing.contains(&state.inodes.ino(&root.mount_path(&f.rel))));
+        if busy {
+            return Ok(());
+        }
+        let files: Vec<StagedFile> = members.iter().map(|(_, f)| f.clone()).collect();
+        let outcome = commit(&mut state.datasets[root.dataset], root.kind, &id, &files);
+        match outcome {
+            Ok(Outcome::Incomplete) => Ok(()),
+            Ok(Outcome::Committed) => {
+                log::info!("committed {} of {}", id.path(), root.canonical);
+                for (path, file) in &members {
+                    let _ = fs::remove_file(&file.disk);
+                    state.staged.remove(path);
+                    if let Some(parent) = path.rsplit_once('/').map(|(p, _)| p) {
+                        if !state.staged.contains_key(parent) {
+                            staging.prune(parent);
+                        }
+                    }
+                }
+                state.rebuild();
+                Ok(())
+            }
+            Err(CommitError::Invalid(why)) => {
+                Err(FsError::Invalid(format!("{}: {why}", id.path())))
+            }
+            Err(CommitError::Refused(why)) => Err(FsError::NotPermitted(why)),
+            Err(CommitError::Store(e)) => Err(FsError::Content(e)),
+        }
     }
 
     /// Forgets a handle.
@@ -360,7 +465,8 @@ impl DafFs {
         );
         state.inodes.rename(&old_path, &new_mount);
         state.rebuild();
-        Ok(())
+        drop(state);
+        self.try_commit(&new_mount, None)
     }
 
     /// Adds a second name for a staged file.
@@ -396,6 +502,7 @@ impl DafFs {
         state.rebuild();
         let ino = state.inodes.ino(&mount);
         drop(state);
+        self.try_commit(&mount, None)?;
         self.getattr(ino)
     }
 }

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use crate::stores::{Blob, Entry, StoreIndex};
 
-use super::json::{parse_descriptor, Descriptor};
+use super::json::{parse_descriptor, Descriptor, FilesVersion};
 use super::model::{Axis, Dataset, Payload, Property, ScalarProperty, Shape, SparseIndex};
 use super::scalar::Scalar;
 use super::strings::{count_lines, densify_sparse_strings, SparsePositions, Strings};
@@ -99,6 +99,23 @@ pub fn read_files_daf(index: &StoreIndex, path: &Path) -> Result<Dataset, Format
         }
     }
     Ok(dataset)
+}
+
+/// The version of a FilesDaf tree (1.0 unless `daf.json` says 1.1).
+pub fn files_version(index: &StoreIndex) -> FilesVersion {
+    let version = index
+        .get("daf.json")
+        .and_then(|e| e.blob.bytes().ok())
+        .and_then(|b| serde_json::from_slice::<Value>(b.as_slice()).ok())
+        .and_then(|d| d.get("version").cloned());
+    match version
+        .as_ref()
+        .and_then(Value::as_array)
+        .map(|v| v.iter().filter_map(Value::as_u64).collect::<Vec<_>>())
+    {
+        Some(v) if v == [1, 1] => FilesVersion::V1_1,
+        _ => FilesVersion::V1_0,
+    }
 }
 
 fn check_version(bytes: &[u8], marker: &Path) -> Result<(), FormatError> {

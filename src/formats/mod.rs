@@ -13,6 +13,7 @@ pub mod scalar;
 pub mod source;
 pub mod strings;
 pub mod types;
+pub mod validate;
 pub mod zarr_decode;
 pub mod zarr_v2;
 

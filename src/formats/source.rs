@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 
 use crate::stores::{dir::open_directory, zip::open_zip, StoreError, StoreIndex};
 
-use super::files_daf::read_files_daf;
+use super::files_daf::{files_version, read_files_daf};
+use super::json::FilesVersion;
 use super::model::Dataset;
 use super::zarr_v2::read_zarr_daf;
 use super::FormatError;
@@ -128,6 +129,32 @@ pub fn display_name(path: &Path) -> String {
     name
 }
 
+/// Where new content of a data set goes, in the source's own layout.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// A FilesDaf directory, written in the forms of its version.
+    FilesDir {
+        /// The directory.
+        root: PathBuf,
+        /// Its `daf.json` version.
+        version: FilesVersion,
+    },
+    /// A ZarrDaf directory.
+    ZarrDir {
+        /// The directory.
+        root: PathBuf,
+    },
+    /// The entries under `prefix` of a ZIP archive.
+    Zip {
+        /// The archive.
+        archive: PathBuf,
+        /// `GROUP/` of a multi-data-set archive, or "".
+        prefix: String,
+        /// The layout of its entries.
+        layout: Layout,
+    },
+}
+
 /// One data set of a source, with where its pair of views goes (`a/b` → `a/b.daf`, `a/b.daf.zarr`).
 #[derive(Debug)]
 pub struct NamedDataset {
@@ -135,6 +162,8 @@ pub struct NamedDataset {
     pub name: String,
     /// The data.
     pub dataset: Dataset,
+    /// Where its new content goes.
+    pub target: Target,
 }
 
 /// An opened source.
@@ -160,10 +189,22 @@ pub fn open_source(arg: &str) -> Result<Source, FormatError> {
             // Absolute, so files mapped later still resolve after the daemon leaves the cwd.
             let absolute = std::fs::canonicalize(&path).map_err(|e| StoreError::io(&path, e))?;
             let index = open_directory(&absolute)?;
-            let dataset = if index.contains("daf.json") {
-                read_files_daf(&index, &path)?
+            let (dataset, target) = if index.contains("daf.json") {
+                let version = files_version(&index);
+                (
+                    read_files_daf(&index, &path)?,
+                    Target::FilesDir {
+                        root: absolute.clone(),
+                        version,
+                    },
+                )
             } else if index.contains(".zgroup") || index.contains("zarr.json") {
-                read_zarr_daf(&index, &path)?
+                (
+                    read_zarr_daf(&index, &path)?,
+                    Target::ZarrDir {
+                        root: absolute.clone(),
+                    },
+                )
             } else {
                 return Err(FormatError::NotDaf {
                     path,
@@ -174,6 +215,7 @@ pub fn open_source(arg: &str) -> Result<Source, FormatError> {
                 datasets: vec![NamedDataset {
                     name: display_name(&path),
                     dataset,
+                    target,
                 }],
                 path: absolute,
             })
@@ -208,14 +250,25 @@ pub fn open_source(arg: &str) -> Result<Source, FormatError> {
                     });
                 }
                 let name = group.rsplit('/').next().unwrap_or(&group).to_string();
+                let prefix = format!("{group}/");
                 datasets.push(NamedDataset {
                     name,
                     dataset: read(&sub, &shown)?,
+                    target: Target::Zip {
+                        archive: path.clone(),
+                        prefix,
+                        layout,
+                    },
                 });
             } else if !multi {
                 datasets.push(NamedDataset {
                     name: display_name(&path),
                     dataset: read(&index, &path)?,
+                    target: Target::Zip {
+                        archive: path.clone(),
+                        prefix: String::new(),
+                        layout,
+                    },
                 });
             } else {
                 for group in find_groups(&index, layout) {
@@ -225,8 +278,22 @@ pub fn open_source(arg: &str) -> Result<Source, FormatError> {
                     } else {
                         (index.subtree(&group), group.clone())
                     };
+                    let prefix = if group.is_empty() {
+                        String::new()
+                    } else {
+                        format!("{group}/")
+                    };
+                    let target = Target::Zip {
+                        archive: path.clone(),
+                        prefix,
+                        layout,
+                    };
                     match read(&idx, &shown) {
-                        Ok(dataset) => datasets.push(NamedDataset { name, dataset }),
+                        Ok(dataset) => datasets.push(NamedDataset {
+                            name,
+                            dataset,
+                            target,
+                        }),
                         Err(e) => log::warn!("skipping data set {}: {e}", shown.display()),
                     }
                 }

@@ -42,6 +42,7 @@ pub fn errno(error: &FsError) -> Errno {
         FsError::NotEmpty => Errno::ENOTEMPTY,
         FsError::ReadOnly => Errno::EROFS,
         FsError::NotPermitted(_) => Errno::EPERM,
+        FsError::Invalid(_) => Errno::EINVAL,
         FsError::Io(e) => Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO)),
         FsError::Content(_) | FsError::Internal(_) => Errno::EIO,
     }
@@ -62,7 +63,7 @@ fn guarded<T>(what: &str, op: impl FnOnce() -> Result<T, FsError>) -> Result<T, 
             FsError::Content(_) | FsError::Internal(_) | FsError::Io(_) => {
                 log::error!("{what}: {e}")
             }
-            FsError::NotPermitted(_) => log::warn!("{what} refused: {e}"),
+            FsError::NotPermitted(_) | FsError::Invalid(_) => log::warn!("{what} refused: {e}"),
             _ => log::debug!("{what}: {e}"),
         }
         errno(&e)

@@ -6,6 +6,8 @@
 //! `g1.daf.zarr/...`), whatever the current view selection, so files staged in one session
 //! reappear at the same place in the next, and a user can finish or remove them.
 
+pub mod commit;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;

@@ -77,6 +77,43 @@ pub fn mapped_file(path: PathBuf, len: u64) -> Arc<Blob> {
     })
 }
 
+/// Writes `data` to `root/rel` atomically: a temporary name in the same directory, `fsync`, then
+/// a rename over the target and an `fsync` of the directory. A crash never leaves a partial file
+/// under the real name. Returns the new file as an entry (mapped on first access).
+pub fn write_atomic(root: &Path, rel: &str, data: &[u8]) -> Result<Entry, StoreError> {
+    let path = root.join(rel);
+    let parent = path.parent().unwrap_or(root).to_path_buf();
+    fs::create_dir_all(&parent).map_err(|e| StoreError::io(&parent, e))?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let temp = parent.join(format!(".{name}.daf-mount-tmp"));
+    let result = (|| {
+        let mut file = File::create(&temp)?;
+        std::io::Write::write_all(&mut file, data)?;
+        file.sync_all()?;
+        fs::rename(&temp, &path)?;
+        File::open(&parent)?.sync_all()
+    })();
+    if let Err(e) = result {
+        let _ = fs::remove_file(&temp);
+        return Err(StoreError::io(&path, e));
+    }
+    let meta = fs::metadata(&path).map_err(|e| StoreError::io(&path, e))?;
+    let mtime = meta.modified().map_err(|e| StoreError::io(&path, e))?;
+    Ok(Entry {
+        blob: mapped_file(path, meta.len()),
+        mtime,
+    })
+}
+
+/// Creates `root/rel` and its parents if missing.
+pub fn ensure_dir(root: &Path, rel: &str) -> Result<(), StoreError> {
+    let path = root.join(rel);
+    fs::create_dir_all(&path).map_err(|e| StoreError::io(&path, e))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -100,6 +137,20 @@ mod tests {
         assert!(bytes.is_mapped());
         assert_eq!(bytes.as_slice(), b"12345678");
         assert_eq!(idx.get("empty").unwrap().blob.bytes().unwrap().len(), 0);
+    }
+
+    #[test]
+    fn atomic_writes_replace_whole_files() {
+        let tmp = tempfile::tempdir().unwrap();
+        let entry = write_atomic(tmp.path(), "a/b/c.json", b"{}").unwrap();
+        assert_eq!(entry.blob.bytes().unwrap().as_slice(), b"{}");
+        write_atomic(tmp.path(), "a/b/c.json", b"[1]").unwrap();
+        assert_eq!(fs::read(tmp.path().join("a/b/c.json")).unwrap(), b"[1]");
+        assert_eq!(
+            fs::read_dir(tmp.path().join("a/b")).unwrap().count(),
+            1,
+            "no temporary file left"
+        );
     }
 
     #[test]

@@ -229,7 +229,9 @@ fn property(z: &mut ZarrBuilder, path: &str, payload: &Payload, shape: &[u64], m
 
 /// `.zmetadata`: every metadata document, keys sorted, pretty-printed with a 4-space indent and a
 /// final newline (as Julia writes it, but in an order zarr-python 3 accepts).
-fn consolidated(documents: &[(String, Arc<Blob>)]) -> Result<Bytes, crate::stores::StoreError> {
+pub(crate) fn consolidated(
+    documents: &[(String, Arc<Blob>)],
+) -> Result<Bytes, crate::stores::StoreError> {
     let mut metadata = Map::new();
     for (key, blob) in documents {
         let value: Value = serde_json::from_slice(blob.bytes()?.as_slice())

@@ -1,0 +1,345 @@
+//! Committing: staged files that form a complete, consistent item become part of the source.
+//!
+//! 1. The item a staged path belongs to is found from its place in a view ([`item_of`]).
+//! 2. Its staged files are read with the same reader that reads sources of that layout, so a
+//!    commit accepts exactly what a mount would show; a missing file means "not yet"
+//!    ([`Outcome::Incomplete`]); anything inconsistent is [`CommitError::Invalid`].
+//! 3. The item is written into the source in the source's own layout (the views' per-item
+//!    entries are the serialiser), then read back from there, so the views show the source's
+//!    bytes and the staged files can go.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::SystemTime;
+
+use crate::formats::files_daf;
+use crate::formats::model::{Axis, Dataset, Item, PropertyId, ScalarProperty};
+use crate::formats::scalar::Scalar;
+use crate::formats::source::{Layout, NamedDataset, Target};
+use crate::formats::strings::Strings;
+use crate::formats::validate::{check_axis, check_payload};
+use crate::formats::zarr_decode::ArrayKind;
+use crate::formats::zarr_v2;
+use crate::formats::FormatError;
+use crate::stores::dir::{ensure_dir, mapped_file, open_directory, write_atomic};
+use crate::stores::{Entry, StoreError, StoreIndex};
+use crate::views::{files, zarr, ViewEntry, ViewKind, ViewNode};
+
+/// What a commit attempt did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Some file is still missing: nothing was done.
+    Incomplete,
+    /// The item is now part of the source.
+    Committed,
+}
+
+/// Why a commit attempt failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CommitError {
+    /// The staged files are complete but inconsistent.
+    #[error("{0}")]
+    Invalid(String),
+    /// The source does not accept this change.
+    #[error("{0}")]
+    Refused(String),
+    /// Writing into the source failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// A staged file of an item.
+#[derive(Clone, Debug)]
+pub struct StagedFile {
+    /// Path relative to its view's root.
+    pub rel: String,
+    /// Where it is on disk.
+    pub disk: PathBuf,
+    /// Its modification time.
+    pub mtime: SystemTime,
+}
+
+const VECTOR_FILES: [&str; 6] = ["json", "data", "txt", "nzind", "nzval", "nztxt"];
+const MATRIX_FILES: [&str; 7] = ["json", "data", "txt", "colptr", "rowval", "nzval", "nztxt"];
+
+/// The item a path of a view belongs to (`None` for other names, such as temporary files).
+pub fn item_of(kind: ViewKind, rel: &str) -> Option<PropertyId> {
+    let parts: Vec<&str> = rel.split('/').collect();
+    if parts.last()?.starts_with('.') && kind == ViewKind::Files {
+        return None;
+    }
+    let named = |file: &str, exts: &[&str]| {
+        let (name, ext) = file.rsplit_once('.')?;
+        (exts.contains(&ext) && !name.is_empty()).then(|| name.to_string())
+    };
+    match (kind, parts.as_slice()) {
+        (ViewKind::Files, ["scalars", file]) => named(file, &["json"]).map(PropertyId::Scalar),
+        (ViewKind::Files, ["axes", file]) => named(file, &["txt"]).map(PropertyId::Axis),
+        (ViewKind::Files, ["vectors", axis, file]) => {
+            named(file, &VECTOR_FILES).map(|name| PropertyId::Vector {
+                axis: axis.to_string(),
+                name,
+            })
+        }
+        (ViewKind::Files, ["matrices", rows, cols, file]) => {
+            named(file, &MATRIX_FILES).map(|name| PropertyId::Matrix {
+                rows: rows.to_string(),
+                cols: cols.to_string(),
+                name,
+            })
+        }
+        (ViewKind::Zarr, ["scalars", name, _, ..]) => Some(PropertyId::Scalar(name.to_string())),
+        (ViewKind::Zarr, ["axes", name, _, ..]) => Some(PropertyId::Axis(name.to_string())),
+        (ViewKind::Zarr, ["vectors", axis, name, _, ..]) => Some(PropertyId::Vector {
+            axis: axis.to_string(),
+            name: name.to_string(),
+        }),
+        (ViewKind::Zarr, ["matrices", rows, cols, name, _, ..]) => Some(PropertyId::Matrix {
+            rows: rows.to_string(),
+            cols: cols.to_string(),
+            name: name.to_string(),
+        }),
+        _ => None,
+    }
+}
+
+/// Reads item `id` from `index` (keys relative to the data set root) in `layout`.
+fn read_item(
+    layout: Layout,
+    dataset: &Dataset,
+    id: &PropertyId,
+    index: &StoreIndex,
+) -> Result<Item, FormatError> {
+    let path = id.path();
+    let shape = || {
+        dataset
+            .shape(id)
+            .ok_or_else(|| FormatError::Bad(format!("{path}: its axes do not exist")))
+    };
+    Ok(match (layout, id) {
+        (Layout::Files, PropertyId::Scalar(_)) => {
+            let entry = index
+                .get(&format!("{path}.json"))
+                .ok_or_else(|| FormatError::MissingFile(format!("{path}.json")))?;
+            Item::Scalar(ScalarProperty {
+                scalar: Scalar::from_json(entry.blob.bytes()?.as_slice())?,
+                mtime: entry.mtime,
+            })
+        }
+        (Layout::Files, PropertyId::Axis(_)) => {
+            Item::Axis(files_daf::read_axis(index, &format!("{path}.txt"))?)
+        }
+        (Layout::Files, _) => Item::Property(files_daf::read_property(index, &path, shape()?)?),
+        (Layout::Zarr, PropertyId::Scalar(_)) => Item::Scalar(zarr_v2::read_scalar(index, &path)?),
+        (Layout::Zarr, PropertyId::Axis(_)) => {
+            let array = zarr_v2::open_array(index, &path)?;
+            match (array.kind, array.shape.as_slice()) {
+                (ArrayKind::Strings, [n]) => Item::Axis(Axis {
+                    entries: Strings::from_vlen(array.blob, *n),
+                    mtime: array.mtime,
+                }),
+                _ => {
+                    return Err(FormatError::Bad(format!(
+                        "{path}: an axis must be a 1-D string array"
+                    )))
+                }
+            }
+        }
+        (Layout::Zarr, _) => {
+            Item::Property(zarr_v2::read_property(index, &path, &shape()?.zarr())?)
+        }
+    })
+}
+
+/// Tries to commit item `id` of data set `ds` from its staged files in a view of `kind`.
+pub fn commit(
+    ds: &mut NamedDataset,
+    kind: ViewKind,
+    id: &PropertyId,
+    staged: &[StagedFile],
+) -> Result<Outcome, CommitError> {
+    let entries = staged.iter().map(|f| {
+        let len = std::fs::metadata(&f.disk)
+            .map_err(|e| StoreError::io(&f.disk, e))?
+            .len();
+        Ok((
+            f.rel.clone(),
+            Entry {
+                blob: mapped_file(f.disk.clone(), len),
+                mtime: f.mtime,
+            },
+        ))
+    });
+    let index = StoreIndex::new(
+        entries.collect::<Result<BTreeMap<_, _>, StoreError>>()?,
+        None,
+    );
+    let layout = match kind {
+        ViewKind::Files => Layout::Files,
+        ViewKind::Zarr => {
+            return Err(CommitError::Refused(
+                "writing through the Zarr view is not supported yet".into(),
+            ))
+        }
+    };
+    let item = match read_item(layout, &ds.dataset, id, &index) {
+        Ok(item) => item,
+        Err(FormatError::MissingFile(_)) => return Ok(Outcome::Incomplete),
+        Err(FormatError::Store(e)) => return Err(e.into()),
+        Err(e) => return Err(CommitError::Invalid(e.to_string())),
+    };
+    let checked = match (&item, ds.dataset.shape(id)) {
+        (Item::Axis(axis), _) => check_axis(axis),
+        (Item::Property(p), Some(shape)) => check_payload(&p.payload, shape),
+        _ => Ok(()),
+    };
+    checked.map_err(|e| CommitError::Invalid(e.to_string()))?;
+    if ds.dataset.contains(id) {
+        return Err(CommitError::Refused(format!(
+            "{} already exists; remove it first to replace it",
+            id.path()
+        )));
+    }
+    ds.dataset.insert(id, item).map_err(CommitError::Invalid)?;
+    let written = match persist(ds, id) {
+        Ok(written) => written,
+        Err(e) => {
+            ds.dataset.remove(id);
+            return Err(e);
+        }
+    };
+    let target_layout = match ds.target {
+        Target::FilesDir { .. } => Layout::Files,
+        Target::ZarrDir { .. } => Layout::Zarr,
+        Target::Zip { layout, .. } => layout,
+    };
+    // Serve the source's bytes from now on, not the staged files'.
+    let stored = read_item(target_layout, &ds.dataset, id, &written)
+        .map_err(|e| CommitError::Invalid(format!("reading back {}: {e}", id.path())))?;
+    ds.dataset
+        .insert(id, stored)
+        .map_err(CommitError::Invalid)?;
+    Ok(Outcome::Committed)
+}
+
+/// Writes item `id` (already in the model) into the source; returns what was written, keyed
+/// relative to the data set root.
+fn persist(ds: &NamedDataset, id: &PropertyId) -> Result<StoreIndex, CommitError> {
+    let (root, mut entries, zarr_dir) = match &ds.target {
+        Target::FilesDir { root, version } => (
+            root.clone(),
+            files::item_entries(&ds.dataset, id, *version),
+            false,
+        ),
+        Target::ZarrDir { root } => (root.clone(), zarr::item_entries(&ds.dataset, id), true),
+        Target::Zip { archive, .. } => {
+            return Err(CommitError::Refused(format!(
+                "{}: writing into ZIP sources is not supported yet",
+                archive.display()
+            )))
+        }
+    };
+    // Payloads first, then the metadata that makes readers see them.
+    let rank = |e: &ViewEntry| match e.path.rsplit('/').next().unwrap_or("") {
+        ".zgroup" => 3,
+        ".zarray" | ".zattrs" => 2,
+        name if name.ends_with(".json") => 2,
+        _ => 1,
+    };
+    entries.sort_by_key(rank);
+    let mut written = BTreeMap::new();
+    for entry in &entries {
+        match &entry.node {
+            ViewNode::Dir => ensure_dir(&root, &entry.path)?,
+            ViewNode::File(blob) => {
+                let bytes = blob.bytes()?;
+                written.insert(
+                    entry.path.clone(),
+                    write_atomic(&root, &entry.path, bytes.as_slice())?,
+                );
+            }
+        }
+    }
+    if let (PropertyId::Axis(name), false) = (id, zarr_dir) {
+        // Julia creates every directory a new axis implies.
+        ensure_dir(&root, &format!("vectors/{name}"))?;
+        for other in ds.dataset.axes.keys() {
+            ensure_dir(&root, &format!("matrices/{name}/{other}"))?;
+            ensure_dir(&root, &format!("matrices/{other}/{name}"))?;
+        }
+    }
+    if zarr_dir {
+        refresh_zmetadata(&root)?;
+    }
+    Ok(StoreIndex::new(written, None))
+}
+
+/// Rewrites a Zarr directory's `.zmetadata` from its metadata documents (sorted keys).
+fn refresh_zmetadata(root: &std::path::Path) -> Result<(), CommitError> {
+    let index = open_directory(root)?;
+    let documents: Vec<_> = index
+        .keys()
+        .filter(|k| {
+            [".zarray", ".zgroup", ".zattrs"]
+                .iter()
+                .any(|d| k.rsplit('/').next() == Some(*d))
+        })
+        .filter_map(|k| index.get(k).map(|e| (k.to_string(), e.blob.clone())))
+        .collect();
+    let text = zarr::consolidated(&documents)?;
+    write_atomic(root, ".zmetadata", text.as_slice())?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_map_to_their_items() {
+        let v = |axis: &str, name: &str| {
+            Some(PropertyId::Vector {
+                axis: axis.into(),
+                name: name.into(),
+            })
+        };
+        assert_eq!(
+            item_of(ViewKind::Files, "vectors/cell/score.data"),
+            v("cell", "score")
+        );
+        assert_eq!(
+            item_of(ViewKind::Files, "vectors/cell/score.v2.json"),
+            v("cell", "score.v2")
+        );
+        assert_eq!(
+            item_of(ViewKind::Files, "vectors/cell/.score.data.tmp"),
+            None
+        );
+        assert_eq!(item_of(ViewKind::Files, "vectors/cell/score.csv"), None);
+        assert_eq!(
+            item_of(ViewKind::Files, "scalars/n.json"),
+            Some(PropertyId::Scalar("n".into()))
+        );
+        assert_eq!(
+            item_of(ViewKind::Files, "axes/batch.txt"),
+            Some(PropertyId::Axis("batch".into()))
+        );
+        assert_eq!(
+            item_of(ViewKind::Files, "matrices/cell/gene/umis.colptr"),
+            Some(PropertyId::Matrix {
+                rows: "cell".into(),
+                cols: "gene".into(),
+                name: "umis".into()
+            })
+        );
+        assert_eq!(
+            item_of(ViewKind::Zarr, "vectors/cell/size/.zarray"),
+            v("cell", "size")
+        );
+        assert_eq!(
+            item_of(ViewKind::Zarr, "vectors/cell/size/nzind/0"),
+            v("cell", "size")
+        );
+        assert_eq!(item_of(ViewKind::Zarr, "vectors/cell/.zgroup"), None);
+    }
+}

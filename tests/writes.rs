@@ -1,0 +1,228 @@
+//! Writing properties through the FilesDaf view into directory sources: they become the files
+//! Julia would have written, visible in both views at once.
+
+mod common;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{assert_same_files, io_timeout, read_tree, TestMount, VECTORS};
+use daf_mount::views::ViewSelection;
+
+fn copy_fixture(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    assert!(Command::new("cp")
+        .arg("-r")
+        .arg(Path::new(VECTORS).join(name))
+        .arg(tmp.path())
+        .status()
+        .unwrap()
+        .success());
+    let copy = tmp.path().join(name);
+    assert!(Command::new("chmod")
+        .arg("-R")
+        .arg("u+w")
+        .arg(&copy)
+        .status()
+        .unwrap()
+        .success());
+    (tmp, copy)
+}
+
+/// The FilesDaf files of the properties the tests remove and write back, in writing order.
+const WRITTEN: [&[&str]; 7] = [
+    &["scalars/title.json"],
+    &["vectors/cell/score.json", "vectors/cell/score.data"],
+    &[
+        "vectors/cell/counts.nzval",
+        "vectors/cell/counts.nzind",
+        "vectors/cell/counts.json",
+    ],
+    &["vectors/cell/type.json", "vectors/cell/type.txt"],
+    &[
+        "vectors/cell/is_marker.json",
+        "vectors/cell/is_marker.nzind",
+    ],
+    &[
+        "matrices/cell/gene/expr.data",
+        "matrices/cell/gene/expr.json",
+    ],
+    &[
+        "matrices/cell/gene/umis.json",
+        "matrices/cell/gene/umis.colptr",
+        "matrices/cell/gene/umis.rowval",
+        "matrices/cell/gene/umis.nzval",
+    ],
+];
+
+const ZARR_NODES: [&str; 7] = [
+    "scalars/title",
+    "vectors/cell/score",
+    "vectors/cell/counts",
+    "vectors/cell/type",
+    "vectors/cell/is_marker",
+    "matrices/cell/gene/expr",
+    "matrices/cell/gene/umis",
+];
+
+/// Writes every property of WRITTEN into `view` (a mounted FilesDaf view), the way `cp` does,
+/// except one file that goes through a temporary name and a rename, as `make` recipes do.
+fn write_properties(view: &Path) {
+    let fixture = Path::new(VECTORS).join("files_v1_0.daf");
+    for files in WRITTEN {
+        for rel in files {
+            let bytes = std::fs::read(fixture.join(rel)).unwrap();
+            if *rel == "vectors/cell/score.data" {
+                let temp = view.join("vectors/cell/.score.data.partial");
+                std::fs::write(&temp, &bytes).unwrap();
+                std::fs::rename(&temp, view.join(rel)).unwrap();
+            } else {
+                let mut f = std::fs::File::create(view.join(rel)).unwrap();
+                // Two writes, like a streaming copy.
+                f.write_all(&bytes[..bytes.len() / 2]).unwrap();
+                f.write_all(&bytes[bytes.len() / 2..]).unwrap();
+            }
+        }
+    }
+}
+
+fn check_views(root: &Path, name: &str) {
+    let files = read_tree(&root.join(format!("{name}.daf")));
+    let zarr = read_tree(&root.join(format!("{name}.daf.zarr")));
+    assert_same_files(
+        &files,
+        &read_tree(&Path::new(VECTORS).join("files_v1_0.daf")),
+        &["axes/metadata.json"],
+        "FilesDaf view",
+    );
+    assert_same_files(
+        &zarr,
+        &read_tree(&Path::new(VECTORS).join("zarr_v2.daf.zarr")),
+        &[],
+        "Zarr view",
+    );
+}
+
+#[test]
+fn properties_written_through_the_files_view_land_in_a_filesdaf_directory() {
+    require_fuse!();
+    let (_tmp, source) = copy_fixture("files_v1_0.daf");
+    for files in WRITTEN {
+        for rel in files.iter() {
+            std::fs::remove_file(source.join(rel)).unwrap();
+        }
+    }
+    {
+        let mount = TestMount::writable(source.to_str().unwrap(), ViewSelection::Both);
+        let root = mount.path.clone();
+        io_timeout(&mount.path, move || {
+            write_properties(&root.join("files_v1_0.daf"));
+            check_views(&root, "files_v1_0");
+        });
+    }
+    // The source now holds exactly what Julia wrote, and nothing is left staged.
+    assert_same_files(
+        &read_tree(&source),
+        &read_tree(&Path::new(VECTORS).join("files_v1_0.daf")),
+        &[],
+        "source directory",
+    );
+    assert!(!source
+        .parent()
+        .unwrap()
+        .join(".files_v1_0.daf.daf-mount")
+        .exists());
+    let mount = TestMount::new(source.to_str().unwrap(), ViewSelection::Both);
+    let root = mount.path.clone();
+    io_timeout(&mount.path, move || check_views(&root, "files_v1_0"));
+}
+
+#[test]
+fn properties_written_through_the_files_view_land_in_a_zarr_directory() {
+    require_fuse!();
+    let (_tmp, source) = copy_fixture("zarr_v2.daf.zarr");
+    for node in ZARR_NODES {
+        std::fs::remove_dir_all(source.join(node)).unwrap();
+    }
+    {
+        let mount = TestMount::writable(source.to_str().unwrap(), ViewSelection::Both);
+        let root = mount.path.clone();
+        io_timeout(&mount.path, move || {
+            write_properties(&root.join("zarr_v2.daf"));
+            check_views(&root, "zarr_v2");
+        });
+    }
+    // Julia's Zarr layout, with .zmetadata kept in step (equal as JSON; its keys are sorted).
+    assert_same_files(
+        &read_tree(&source),
+        &read_tree(&Path::new(VECTORS).join("zarr_v2.daf.zarr")),
+        &[],
+        "source directory",
+    );
+}
+
+#[test]
+fn a_new_axis_appears_in_both_views_with_its_directories() {
+    require_fuse!();
+    let (_tmp, source) = copy_fixture("files_v1_0.daf");
+    let mount = TestMount::writable(source.to_str().unwrap(), ViewSelection::Both);
+    let root = mount.path.clone();
+    io_timeout(&mount.path, move || {
+        std::fs::write(root.join("files_v1_0.daf/axes/batch.txt"), "a\nb\nc\n").unwrap();
+        assert!(root.join("files_v1_0.daf/vectors/batch").is_dir());
+        assert!(root.join("files_v1_0.daf/matrices/batch/cell").is_dir());
+        assert!(root.join("files_v1_0.daf/matrices/gene/batch").is_dir());
+        let zarray =
+            std::fs::read_to_string(root.join("files_v1_0.daf.zarr/axes/batch/.zarray")).unwrap();
+        assert!(zarray.contains("\"shape\":[3]"));
+        assert!(root
+            .join("files_v1_0.daf.zarr/matrices/batch/batch/.zgroup")
+            .exists());
+    });
+    assert_eq!(
+        std::fs::read_to_string(source.join("axes/batch.txt")).unwrap(),
+        "a\nb\nc\n"
+    );
+    assert!(source.join("matrices/cell/batch").is_dir());
+}
+
+/// Writes a whole file and returns what `close` said (`std::fs::write` ignores it).
+fn write_and_close(path: &Path, bytes: &[u8]) -> nix::Result<()> {
+    let mut f = std::fs::File::create(path).unwrap();
+    f.write_all(bytes).unwrap();
+    nix::unistd::close(std::os::fd::IntoRawFd::into_raw_fd(f))
+}
+
+#[test]
+fn inconsistent_properties_fail_their_close_and_stay_staged() {
+    require_fuse!();
+    let (_tmp, source) = copy_fixture("files_v1_0.daf");
+    let mount = TestMount::writable(source.to_str().unwrap(), ViewSelection::Both);
+    let root = mount.path.clone();
+    io_timeout(&mount.path, move || {
+        let cell = root.join("files_v1_0.daf/vectors/cell");
+        std::fs::write(
+            cell.join("bad.json"),
+            "{\"format\":\"dense\",\"eltype\":\"Float64\"}\n",
+        )
+        .unwrap();
+        // 7 bytes for 3 Float64: the close that completes the property fails.
+        assert_eq!(
+            write_and_close(&cell.join("bad.data"), &[0; 7]),
+            Err(nix::errno::Errno::EINVAL)
+        );
+        // Still staged and readable, not committed: the Zarr view does not show it.
+        assert_eq!(std::fs::read(cell.join("bad.data")).unwrap().len(), 7);
+        assert!(!root.join("files_v1_0.daf.zarr/vectors/cell/bad").exists());
+        // An axis with a repeated entry is refused the same way.
+        let dup = root.join("files_v1_0.daf/axes/dup.txt");
+        assert_eq!(
+            write_and_close(&dup, b"x\nx\n"),
+            Err(nix::errno::Errno::EINVAL)
+        );
+        // Fixing the payload commits it.
+        assert_eq!(write_and_close(&cell.join("bad.data"), &[0; 24]), Ok(()));
+        assert!(root.join("files_v1_0.daf.zarr/vectors/cell/bad/0").exists());
+    });
+}

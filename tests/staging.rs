@@ -58,17 +58,24 @@ fn staged_files_behave_like_files_and_survive_a_remount() {
             std::fs::hard_link(cell.join("notes"), cell.join("notes2")).unwrap();
             assert_eq!(std::fs::read(cell.join("notes2")).unwrap(), b"hello world");
             std::fs::remove_file(cell.join("notes2")).unwrap();
-            // Directories.
-            std::fs::create_dir(cell.join("sub")).unwrap();
-            std::fs::write(cell.join("sub/x"), b"x").unwrap();
+            // Directories: only where Daf data can go (a vectors directory for a new axis).
+            let vectors = root.join("files_v1_0.daf/vectors");
+            std::fs::create_dir(vectors.join("newaxis")).unwrap();
+            std::fs::write(vectors.join("newaxis/.x"), b"x").unwrap();
             assert_eq!(
-                std::fs::remove_dir(cell.join("sub"))
+                std::fs::remove_dir(vectors.join("newaxis"))
                     .unwrap_err()
                     .raw_os_error(),
                 Some(libc::ENOTEMPTY)
             );
-            std::fs::remove_file(cell.join("sub/x")).unwrap();
-            std::fs::remove_dir(cell.join("sub")).unwrap();
+            std::fs::remove_file(vectors.join("newaxis/.x")).unwrap();
+            std::fs::remove_dir(vectors.join("newaxis")).unwrap();
+            assert_eq!(
+                std::fs::create_dir(cell.join("sub"))
+                    .unwrap_err()
+                    .raw_os_error(),
+                Some(libc::EPERM)
+            );
             // Truncate and append.
             let f = std::fs::OpenOptions::new()
                 .write(true)

@@ -10,12 +10,12 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLockWriteGuard};
 use std::time::SystemTime;
 
-use crate::staging::commit::{commit, item_of, CommitError, Outcome, StagedFile};
+use crate::staging::commit::{commit, item_of, writable_place, CommitError, Outcome, StagedFile};
 use crate::staging::StagingArea;
 use crate::views::join;
 
 use super::namespace::NodeKind;
-use super::{split_mount, Attr, DafFs, FsError, Handle, Staged, State};
+use super::{split_canonical, split_mount, Attr, DafFs, FsError, Handle, Staged, State};
 
 impl DafFs {
     fn staging_area(&self) -> Result<&StagingArea, FsError> {
@@ -68,6 +68,24 @@ impl DafFs {
         Ok((mount, canonical))
     }
 
+    /// [`place`](Self::place), for a new name: refused where no Daf item can live.
+    fn place_new(
+        state: &State,
+        parent: u64,
+        name: &OsStr,
+        is_dir: bool,
+    ) -> Result<(String, String), FsError> {
+        let (mount, canonical) = Self::place(state, parent, name)?;
+        if let Some((root, rel)) = split_mount(&state.roots, &mount) {
+            if !writable_place(root.kind, rel, is_dir) {
+                return Err(FsError::NotPermitted(format!(
+                    "{mount}: not a place for Daf data (a scalar, axis, vector or matrix)"
+                )));
+            }
+        }
+        Ok((mount, canonical))
+    }
+
     fn canonical(state: &State, mount: &str) -> Result<String, FsError> {
         match split_mount(&state.roots, mount) {
             Some((root, rel)) if !rel.is_empty() => Ok(root.canonical_path(rel)),
@@ -86,7 +104,7 @@ impl DafFs {
     ) -> Result<(Attr, u64), FsError> {
         let staging = self.staging_area()?;
         let mut state = self.lock_state();
-        let (mount, canonical) = Self::place(&state, parent, name)?;
+        let (mount, canonical) = Self::place_new(&state, parent, name, false)?;
         if let Some(existing) = state
             .namespace
             .child(parent, name.to_str().unwrap_or_default())
@@ -202,12 +220,12 @@ impl DafFs {
             Some(node) if matches!(node.kind, NodeKind::Staged(_)) => node.path.clone(),
             _ => return Ok(()),
         };
-        self.try_commit(&path, Some(fh))
+        self.try_commit(&path, Some(fh), false)
     }
 
     /// Commits the item `mount` belongs to if all its staged files are there, closed (but for
     /// the handle `closing`), and consistent.
-    fn try_commit(&self, mount: &str, closing: Option<u64>) -> Result<(), FsError> {
+    fn try_commit(&self, mount: &str, closing: Option<u64>, finalize: bool) -> Result<(), FsError> {
         let Some(staging) = self.staging.as_ref() else {
             return Ok(());
         };
@@ -253,7 +271,13 @@ impl DafFs {
             return Ok(());
         }
         let files: Vec<StagedFile> = members.iter().map(|(_, f)| f.clone()).collect();
-        let outcome = commit(&mut state.datasets[root.dataset], root.kind, &id, &files);
+        let outcome = commit(
+            &mut state.datasets[root.dataset],
+            root.kind,
+            &id,
+            &files,
+            finalize,
+        );
         match outcome {
             Ok(Outcome::Incomplete) => Ok(()),
             Ok(Outcome::Committed) => {
@@ -276,6 +300,40 @@ impl DafFs {
             Err(CommitError::Refused(why)) => Err(FsError::NotPermitted(why)),
             Err(CommitError::Store(e)) => Err(FsError::Content(e)),
         }
+    }
+
+    /// Commits every staged item under `mount` (the whole mount for "") that is only waiting for
+    /// what a writer may legitimately leave out: Zarr chunks that are all fill value, or the
+    /// `nzval` of an all-true Bool property. Called by `fsync` on a directory and at unmount.
+    pub fn finalize(&self, mount: &str) -> Result<(), FsError> {
+        let paths: Vec<String> = {
+            let state = self.state.read().unwrap_or_else(|p| p.into_inner());
+            state
+                .staged
+                .iter()
+                .filter(|(_, s)| !s.is_dir)
+                .filter_map(|(path, _)| {
+                    let (root, rel) = split_canonical(&state.roots, path)?;
+                    let at = root.mount_path(rel);
+                    let inside =
+                        mount.is_empty() || at == mount || at.starts_with(&format!("{mount}/"));
+                    (inside && item_of(root.kind, rel).is_some()).then_some(at)
+                })
+                .collect()
+        };
+        let mut first_error = None;
+        for path in paths {
+            if let Err(e) = self.try_commit(&path, None, true) {
+                log::warn!("finalizing {path}: {e}");
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// The mount path of inode `ino`.
+    pub fn path_of(&self, ino: u64) -> Option<String> {
+        self.namespace().node(ino).map(|n| n.path.clone())
     }
 
     /// Forgets a handle.
@@ -324,7 +382,7 @@ impl DafFs {
     pub fn mkdir(&self, parent: u64, name: &OsStr) -> Result<Attr, FsError> {
         let staging = self.staging_area()?;
         let mut state = self.lock_state();
-        let (mount, canonical) = Self::place(&state, parent, name)?;
+        let (mount, canonical) = Self::place_new(&state, parent, name, true)?;
         if state
             .namespace
             .child(parent, name.to_str().unwrap_or_default())
@@ -436,17 +494,26 @@ impl DafFs {
             )));
         };
         let (disk, old_path) = (disk.clone(), node.path.clone());
-        let (new_mount, new_canonical) = Self::place(&state, new_parent, new_name)?;
+        let (new_mount, new_canonical) = Self::place_new(&state, new_parent, new_name, false)?;
         if let Some(Ok(target)) = state
             .namespace
             .child(new_parent, new_name.to_str().unwrap_or_default())
         {
             match state.namespace.node(target).map(|n| &n.kind) {
                 Some(NodeKind::Dir { .. }) => return Err(FsError::IsDir),
-                Some(NodeKind::File(_)) => {
-                    return Err(FsError::NotPermitted(
-                        "committed files cannot be replaced here".into(),
-                    ))
+                Some(NodeKind::File(blob)) => {
+                    // Rewriting a document with the same bytes (zarr re-saving a group's
+                    // .zgroup) changes nothing: accept it and drop the staged copy.
+                    if fs::read(&disk)? == blob.bytes()?.as_slice() {
+                        fs::remove_file(&disk)?;
+                        let old_canonical = Self::canonical(&state, &old_path)?;
+                        state.staged.remove(&old_canonical);
+                        state.rebuild();
+                        return Ok(());
+                    }
+                    return Err(FsError::NotPermitted(format!(
+                        "{new_mount}: committed files cannot be replaced"
+                    )));
                 }
                 _ => {}
             }
@@ -466,7 +533,7 @@ impl DafFs {
         state.inodes.rename(&old_path, &new_mount);
         state.rebuild();
         drop(state);
-        self.try_commit(&new_mount, None)
+        self.try_commit(&new_mount, None, false)
     }
 
     /// Adds a second name for a staged file.
@@ -481,7 +548,7 @@ impl DafFs {
             )));
         };
         let disk = disk.clone();
-        let (mount, canonical) = Self::place(&state, new_parent, new_name)?;
+        let (mount, canonical) = Self::place_new(&state, new_parent, new_name, false)?;
         if state
             .namespace
             .child(new_parent, new_name.to_str().unwrap_or_default())
@@ -502,7 +569,7 @@ impl DafFs {
         state.rebuild();
         let ino = state.inodes.ino(&mount);
         drop(state);
-        self.try_commit(&mount, None)?;
+        self.try_commit(&mount, None, false)?;
         self.getattr(ino)
     }
 }

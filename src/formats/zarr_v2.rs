@@ -168,6 +168,31 @@ fn parse_zarray(bytes: &[u8]) -> Result<ChunkLayout, String> {
     })
 }
 
+/// The name of the chunk at `coord` (`0` for a 0-d array).
+fn chunk_name(coord: &[u64], separator: &str) -> String {
+    if coord.is_empty() {
+        return "0".to_string();
+    }
+    coord
+        .iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(separator)
+}
+
+/// The keys of every chunk of the array under `key` (from its `.zarray`).
+pub fn chunk_keys(index: &StoreIndex, key: &str) -> Result<Vec<String>, FormatError> {
+    let meta = index
+        .get(&format!("{key}/.zarray"))
+        .ok_or_else(|| FormatError::MissingFile(format!("{key}/.zarray")))?;
+    let layout = parse_zarray(meta.blob.bytes()?.as_slice()).map_err(FormatError::Bad)?;
+    Ok(layout
+        .chunk_coords()
+        .iter()
+        .map(|c| format!("{key}/{}", chunk_name(c, &layout.separator)))
+        .collect())
+}
+
 /// Opens the array stored under `key` (`key/.zarray` and its chunks).
 pub fn open_array(index: &StoreIndex, key: &str) -> Result<ZarrArray, FormatError> {
     let meta_entry = index
@@ -176,15 +201,7 @@ pub fn open_array(index: &StoreIndex, key: &str) -> Result<ZarrArray, FormatErro
     let layout = parse_zarray(meta_entry.blob.bytes()?.as_slice()).map_err(FormatError::Bad)?;
     let mtime = index.latest_mtime_under(key).unwrap_or(meta_entry.mtime);
     let chunk_key = |coord: &[u64]| {
-        let name = if coord.is_empty() {
-            "0".to_string()
-        } else {
-            coord
-                .iter()
-                .map(u64::to_string)
-                .collect::<Vec<_>>()
-                .join(&layout.separator)
-        };
+        let name = chunk_name(coord, &layout.separator);
         format!("{key}/{name}")
     };
     let (kind, shape) = (layout.kind, layout.shape.clone());

@@ -401,6 +401,31 @@ impl Filesystem for FuseAdapter {
         answer(reply, guarded("fsync", || self.core.fsync(fh.0)));
     }
 
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        // `fsync` of a directory finalizes the Zarr arrays being written under it.
+        answer(
+            reply,
+            guarded("fsyncdir", || {
+                self.core
+                    .path_of(ino.0)
+                    .map_or(Ok(()), |p| self.core.finalize(&p))
+            }),
+        );
+    }
+
+    fn destroy(&mut self) {
+        if let Err(e) = self.core.finalize("") {
+            log::warn!("at unmount: {e}");
+        }
+    }
+
     fn mkdir(
         &self,
         _req: &Request,

@@ -103,6 +103,30 @@ pub fn item_of(kind: ViewKind, rel: &str) -> Option<PropertyId> {
     }
 }
 
+/// Whether a new file (or directory) may be created at `rel` of a view: only where a Daf item can
+/// live, plus hidden names (temporary files, Zarr group and array documents).
+pub fn writable_place(kind: ViewKind, rel: &str, is_dir: bool) -> bool {
+    let parts: Vec<&str> = rel.split('/').collect();
+    let hidden = parts.last().is_some_and(|n| n.starts_with('.'));
+    match kind {
+        ViewKind::Files => match (is_dir, parts.as_slice()) {
+            (false, [_]) => hidden,
+            (false, ["scalars" | "axes", _])
+            | (false, ["vectors", _, _])
+            | (false, ["matrices", _, _, _]) => true,
+            (true, ["vectors" | "matrices", _]) | (true, ["matrices", _, _]) => true,
+            _ => false,
+        },
+        ViewKind::Zarr => {
+            hidden
+                || matches!(
+                    parts.as_slice(),
+                    ["scalars" | "axes" | "vectors" | "matrices", _, ..]
+                )
+        }
+    }
+}
+
 /// Reads item `id` from `index` (keys relative to the data set root) in `layout`.
 fn read_item(
     layout: Layout,
@@ -151,12 +175,67 @@ fn read_item(
     })
 }
 
+/// Whether the staged Zarr nodes of `id` are all there: every chunk of every array, and for a
+/// sparse group its index arrays and `nzval`. (Writers skip chunks that are all fill value, and
+/// an all-true Bool property has no `nzval`: such items only complete when finalised.)
+fn zarr_complete(index: &StoreIndex, id: &PropertyId) -> Result<bool, FormatError> {
+    let path = id.path();
+    let arrays: Vec<String> = if index.contains(&format!("{path}/.zgroup")) {
+        let parts: &[&str] = if matches!(id, PropertyId::Matrix { .. }) {
+            &["colptr", "rowval", "nzval"]
+        } else {
+            &["nzind", "nzval"]
+        };
+        parts.iter().map(|p| format!("{path}/{p}")).collect()
+    } else {
+        vec![path]
+    };
+    for array in arrays {
+        if !index.contains(&format!("{array}/.zarray")) {
+            return Ok(false);
+        }
+        if zarr_v2::chunk_keys(index, &array)?
+            .iter()
+            .any(|k| !index.contains(k))
+        {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Daf nodes carry no attributes: a `.zattrs` other than `{}` is refused, not dropped.
+fn zarr_attributes_refusal(index: &StoreIndex) -> Result<Option<String>, StoreError> {
+    for key in index
+        .keys()
+        .filter(|k| k.rsplit('/').next() == Some(".zattrs"))
+    {
+        let Some(entry) = index.get(key) else {
+            continue;
+        };
+        let value: Option<serde_json::Value> =
+            serde_json::from_slice(entry.blob.bytes()?.as_slice()).ok();
+        if !value
+            .as_ref()
+            .and_then(serde_json::Value::as_object)
+            .is_some_and(serde_json::Map::is_empty)
+        {
+            return Ok(Some(format!(
+                "{key}: attributes are not part of a Daf data set (only {{}} is accepted)"
+            )));
+        }
+    }
+    Ok(None)
+}
+
 /// Tries to commit item `id` of data set `ds` from its staged files in a view of `kind`.
+/// `finalize` commits a Zarr item even if chunks (fill value) or `nzval` (all true) are missing.
 pub fn commit(
     ds: &mut NamedDataset,
     kind: ViewKind,
     id: &PropertyId,
     staged: &[StagedFile],
+    finalize: bool,
 ) -> Result<Outcome, CommitError> {
     let entries = staged.iter().map(|f| {
         let len = std::fs::metadata(&f.disk)
@@ -176,12 +255,18 @@ pub fn commit(
     );
     let layout = match kind {
         ViewKind::Files => Layout::Files,
-        ViewKind::Zarr => {
-            return Err(CommitError::Refused(
-                "writing through the Zarr view is not supported yet".into(),
-            ))
-        }
+        ViewKind::Zarr => Layout::Zarr,
     };
+    if kind == ViewKind::Zarr {
+        if let Some(why) = zarr_attributes_refusal(&index)? {
+            return Err(CommitError::Refused(why));
+        }
+        match zarr_complete(&index, id) {
+            Ok(false) if !finalize => return Ok(Outcome::Incomplete),
+            Err(e) => return Err(CommitError::Invalid(e.to_string())),
+            _ => {}
+        }
+    }
     let item = match read_item(layout, &ds.dataset, id, &index) {
         Ok(item) => item,
         Err(FormatError::MissingFile(_)) => return Ok(Outcome::Incomplete),
@@ -294,6 +379,30 @@ fn refresh_zmetadata(root: &std::path::Path) -> Result<(), CommitError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_daf_places_are_writable() {
+        assert!(writable_place(
+            ViewKind::Files,
+            "vectors/cell/x.data",
+            false
+        ));
+        assert!(writable_place(
+            ViewKind::Files,
+            "vectors/cell/.x.tmp",
+            false
+        ));
+        assert!(writable_place(ViewKind::Files, "matrices/batch/cell", true));
+        assert!(!writable_place(ViewKind::Files, "notes.txt", false));
+        assert!(!writable_place(ViewKind::Files, "vectors/cell/sub", true));
+        assert!(writable_place(ViewKind::Zarr, "vectors/cell/size/0", false));
+        assert!(writable_place(
+            ViewKind::Zarr,
+            ".zattrs.1234.partial",
+            false
+        ));
+        assert!(!writable_place(ViewKind::Zarr, "foo", true));
+    }
 
     #[test]
     fn paths_map_to_their_items() {

@@ -5,31 +5,9 @@ mod common;
 
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
 
-use common::{io_timeout, TestMount, VECTORS};
+use common::{copy_fixture, io_timeout, TestMount};
 use daf_mount::views::ViewSelection;
-
-/// A private copy of a fixture directory.
-fn copy_fixture(name: &str) -> (tempfile::TempDir, PathBuf) {
-    let tmp = tempfile::tempdir().unwrap();
-    let status = std::process::Command::new("cp")
-        .arg("-r")
-        .arg(Path::new(VECTORS).join(name))
-        .arg(tmp.path())
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let copy = tmp.path().join(name);
-    let status = std::process::Command::new("chmod")
-        .arg("-R")
-        .arg("u+w")
-        .arg(&copy)
-        .status()
-        .unwrap();
-    assert!(status.success());
-    (tmp, copy)
-}
 
 #[test]
 fn staged_files_behave_like_files_and_survive_a_remount() {

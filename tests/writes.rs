@@ -4,31 +4,10 @@
 mod common;
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
-use common::{assert_same_files, io_timeout, read_tree, TestMount, VECTORS};
+use common::{assert_same_files, copy_fixture, io_timeout, read_tree, TestMount, VECTORS};
 use daf_mount::views::ViewSelection;
-
-fn copy_fixture(name: &str) -> (tempfile::TempDir, PathBuf) {
-    let tmp = tempfile::tempdir().unwrap();
-    assert!(Command::new("cp")
-        .arg("-r")
-        .arg(Path::new(VECTORS).join(name))
-        .arg(tmp.path())
-        .status()
-        .unwrap()
-        .success());
-    let copy = tmp.path().join(name);
-    assert!(Command::new("chmod")
-        .arg("-R")
-        .arg("u+w")
-        .arg(&copy)
-        .status()
-        .unwrap()
-        .success());
-    (tmp, copy)
-}
 
 /// The FilesDaf files of the properties the tests remove and write back, in writing order.
 const WRITTEN: [&[&str]; 7] = [

@@ -68,6 +68,18 @@ impl DafFs {
         Ok((mount, canonical))
     }
 
+    /// The inode of the existing entry `name` of directory `parent`.
+    fn existing_child(state: &State, parent: u64, name: &OsStr) -> Result<u64, FsError> {
+        match state
+            .namespace
+            .child(parent, name.to_str().unwrap_or_default())
+        {
+            Some(Ok(ino)) => Ok(ino),
+            Some(Err(())) => Err(FsError::NotDir),
+            None => Err(FsError::NotFound),
+        }
+    }
+
     /// [`place`](Self::place), for a new name: refused where no Daf item can live.
     fn place_new(
         state: &State,
@@ -410,14 +422,7 @@ impl DafFs {
     pub fn unlink(&self, parent: u64, name: &OsStr) -> Result<(), FsError> {
         self.staging_area()?;
         let mut state = self.lock_state();
-        let ino = match state
-            .namespace
-            .child(parent, name.to_str().unwrap_or_default())
-        {
-            Some(Ok(ino)) => ino,
-            Some(Err(())) => return Err(FsError::NotDir),
-            None => return Err(FsError::NotFound),
-        };
+        let ino = Self::existing_child(&state, parent, name)?;
         let node = state.namespace.node(ino).ok_or(FsError::NotFound)?;
         let (path, disk) = match &node.kind {
             NodeKind::Staged(disk) => (node.path.clone(), disk.clone()),
@@ -440,14 +445,7 @@ impl DafFs {
     pub fn rmdir(&self, parent: u64, name: &OsStr) -> Result<(), FsError> {
         let staging = self.staging_area()?;
         let mut state = self.lock_state();
-        let ino = match state
-            .namespace
-            .child(parent, name.to_str().unwrap_or_default())
-        {
-            Some(Ok(ino)) => ino,
-            Some(Err(())) => return Err(FsError::NotDir),
-            None => return Err(FsError::NotFound),
-        };
+        let ino = Self::existing_child(&state, parent, name)?;
         let node = state.namespace.node(ino).ok_or(FsError::NotFound)?;
         let NodeKind::Dir { children } = &node.kind else {
             return Err(FsError::NotDir);
@@ -478,14 +476,7 @@ impl DafFs {
     ) -> Result<(), FsError> {
         let staging = self.staging_area()?;
         let mut state = self.lock_state();
-        let ino = match state
-            .namespace
-            .child(parent, name.to_str().unwrap_or_default())
-        {
-            Some(Ok(ino)) => ino,
-            Some(Err(())) => return Err(FsError::NotDir),
-            None => return Err(FsError::NotFound),
-        };
+        let ino = Self::existing_child(&state, parent, name)?;
         let node = state.namespace.node(ino).ok_or(FsError::NotFound)?;
         let NodeKind::Staged(disk) = &node.kind else {
             return Err(FsError::NotPermitted(format!(

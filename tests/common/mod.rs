@@ -241,3 +241,24 @@ pub fn assert_same_files(view: &Tree, fixture: &Tree, ignore: &[&str], what: &st
         }
     }
 }
+
+/// A private, writable copy of a fixture directory (fixtures are read-only inputs).
+pub fn copy_fixture(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let copied = std::process::Command::new("cp")
+        .arg("-r")
+        .arg(Path::new(VECTORS).join(name))
+        .arg(tmp.path())
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let copy = tmp.path().join(name);
+    let writable = std::process::Command::new("chmod")
+        .arg("-R")
+        .arg("u+w")
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(writable.success());
+    (tmp, copy)
+}

@@ -205,3 +205,99 @@ fn inconsistent_properties_fail_their_close_and_stay_staged() {
         assert!(root.join("files_v1_0.daf.zarr/vectors/cell/bad/0").exists());
     });
 }
+
+/// A ZIP of the Zarr fixture without the nodes the tests write back, under `prefix`.
+fn zip_without_written_nodes(dst: &Path, prefix: &str) {
+    let script = r#"
+import os, sys, zipfile
+src, dst, prefix = sys.argv[1], sys.argv[2], sys.argv[3]
+skip = sys.argv[4:]
+with zipfile.ZipFile(dst, "w") as z:
+    for base, dirs, files in sorted(os.walk(src)):
+        for name in sorted(files):
+            key = os.path.relpath(os.path.join(base, name), src)
+            if name == ".zmetadata" or any(key.startswith(s + "/") for s in skip):
+                continue
+            z.write(os.path.join(base, name), prefix + key)
+"#;
+    let status = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(Path::new(VECTORS).join("zarr_v2.daf.zarr"))
+        .arg(dst)
+        .arg(prefix)
+        .args(ZARR_NODES)
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+fn archive_passes_zip_tools(archive: &Path) {
+    let zipfile = std::process::Command::new("python3")
+        .args(["-m", "zipfile", "-t"])
+        .arg(archive)
+        .output()
+        .unwrap();
+    assert!(
+        zipfile.status.success(),
+        "zipfile -t: {}",
+        String::from_utf8_lossy(&zipfile.stderr)
+    );
+    let unzip = std::process::Command::new("unzip")
+        .arg("-tq")
+        .arg(archive)
+        .output()
+        .expect("unzip is needed (scripts/test installs it)");
+    assert!(
+        unzip.status.success(),
+        "unzip -t: {}",
+        String::from_utf8_lossy(&unzip.stdout)
+    );
+}
+
+#[test]
+fn properties_written_through_the_files_view_are_appended_to_zip_sources() {
+    require_fuse!();
+    let tmp = tempfile::tempdir().unwrap();
+    for (archive, source, name) in [
+        (
+            tmp.path().join("one.daf.zarr.zip"),
+            tmp.path().join("one.daf.zarr.zip").display().to_string(),
+            "one".to_string(),
+        ),
+        (
+            tmp.path().join("many.dafs.zarr.zip"),
+            format!(
+                "{}#/grp/g1",
+                tmp.path().join("many.dafs.zarr.zip").display()
+            ),
+            "g1".to_string(),
+        ),
+    ] {
+        let prefix = if name == "g1" { "grp/g1/" } else { "" };
+        zip_without_written_nodes(&archive, prefix);
+        {
+            let mount = TestMount::writable(&source, ViewSelection::Both);
+            let root = mount.path.clone();
+            let view_name = name.clone();
+            io_timeout(&mount.path, move || {
+                write_properties(&root.join(format!("{view_name}.daf")));
+                check_views(&root, &view_name);
+                // Append-only: committed entries cannot be removed or replaced.
+                let data = root.join(format!("{view_name}.daf/vectors/cell/score.data"));
+                assert_eq!(
+                    std::fs::remove_file(&data).unwrap_err().raw_os_error(),
+                    Some(libc::EPERM)
+                );
+                assert_eq!(
+                    std::fs::write(&data, b"x").unwrap_err().raw_os_error(),
+                    Some(libc::EPERM)
+                );
+            });
+        }
+        archive_passes_zip_tools(&archive);
+        let mount = TestMount::new(&source, ViewSelection::Both);
+        let root = mount.path.clone();
+        io_timeout(&mount.path, move || check_views(&root, &name));
+    }
+}

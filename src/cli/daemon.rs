@@ -11,8 +11,10 @@ use nix::sys::signal::{SigSet, Signal};
 
 use crate::core::DafFs;
 use crate::formats::source::open_source;
+use crate::formats::source::Target;
 use crate::fuse::{mount_config, FuseAdapter, MountSettings};
 use crate::staging::StagingArea;
+use crate::stores::zip_append::start_tail_writer;
 use crate::sys::{fork, Forked};
 
 use super::{Args, CliError, MountOptions};
@@ -48,6 +50,11 @@ pub fn run(args: Args) -> Result<(), CliError> {
         .and_then(|m| m.modified())
         .unwrap_or(SystemTime::UNIX_EPOCH);
     let staging = (!options.read_only).then(|| StagingArea::for_source(&source.path));
+    let appends_to_zip = staging.is_some()
+        && source
+            .datasets
+            .iter()
+            .any(|d| matches!(d.target, Target::Zip { .. }));
     let core = Arc::new(DafFs::with_staging(
         source.datasets,
         args.selection(),
@@ -83,6 +90,10 @@ pub fn run(args: Args) -> Result<(), CliError> {
     )))?;
     if !args.foreground {
         detach()?;
+    }
+    if appends_to_zip {
+        // Still single-threaded: fork the helper that finishes ZIP commits even if we are killed.
+        start_tail_writer().map_err(system("starting the ZIP tail writer"))?;
     }
     // Block the signals before any thread exists, so every FUSE worker inherits the mask and only
     // the waiting thread below receives them.

@@ -152,6 +152,8 @@ pub enum Target {
         prefix: String,
         /// The layout of its entries.
         layout: Layout,
+        /// For FilesDaf entries (ZipDaf), the version of its `daf.json`.
+        version: FilesVersion,
     },
 }
 
@@ -258,6 +260,7 @@ pub fn open_source(arg: &str) -> Result<Source, FormatError> {
                         archive: path.clone(),
                         prefix,
                         layout,
+                        version: files_version(&sub),
                     },
                 });
             } else if !multi {
@@ -268,6 +271,7 @@ pub fn open_source(arg: &str) -> Result<Source, FormatError> {
                         archive: path.clone(),
                         prefix: String::new(),
                         layout,
+                        version: files_version(&index),
                     },
                 });
             } else {
@@ -287,6 +291,7 @@ pub fn open_source(arg: &str) -> Result<Source, FormatError> {
                         archive: path.clone(),
                         prefix,
                         layout,
+                        version: files_version(&idx),
                     };
                     match read(&idx, &shown) {
                         Ok(dataset) => datasets.push(NamedDataset {

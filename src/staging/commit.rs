@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::time::SystemTime;
 
 use crate::formats::files_daf;
+use crate::formats::json::FilesVersion;
 use crate::formats::model::{Axis, Dataset, Item, PropertyId, ScalarProperty};
 use crate::formats::scalar::Scalar;
 use crate::formats::source::{Layout, NamedDataset, Target};
@@ -22,7 +23,7 @@ use crate::formats::zarr_decode::ArrayKind;
 use crate::formats::zarr_v2;
 use crate::formats::FormatError;
 use crate::stores::dir::{ensure_dir, mapped_file, open_directory, write_atomic};
-use crate::stores::{Entry, StoreError, StoreIndex};
+use crate::stores::{zip_append, Entry, StoreError, StoreIndex};
 use crate::views::{files, zarr, ViewEntry, ViewKind, ViewNode};
 
 /// What a commit attempt did.
@@ -317,12 +318,12 @@ fn persist(ds: &NamedDataset, id: &PropertyId) -> Result<StoreIndex, CommitError
             false,
         ),
         Target::ZarrDir { root } => (root.clone(), zarr::item_entries(&ds.dataset, id), true),
-        Target::Zip { archive, .. } => {
-            return Err(CommitError::Refused(format!(
-                "{}: writing into ZIP sources is not supported yet",
-                archive.display()
-            )))
-        }
+        Target::Zip {
+            archive,
+            prefix,
+            layout,
+            version,
+        } => return append_to_zip(ds, id, archive, prefix, *layout, *version),
     };
     // Payloads first, then the metadata that makes readers see them.
     let rank = |e: &ViewEntry| match e.path.rsplit('/').next().unwrap_or("") {
@@ -356,6 +357,33 @@ fn persist(ds: &NamedDataset, id: &PropertyId) -> Result<StoreIndex, CommitError
     if zarr_dir {
         refresh_zmetadata(&root)?;
     }
+    Ok(StoreIndex::new(written, None))
+}
+
+/// Appends item `id` to a ZIP source as new entries (stored, aligned; see `stores::zip_append`).
+fn append_to_zip(
+    ds: &NamedDataset,
+    id: &PropertyId,
+    archive: &std::path::Path,
+    prefix: &str,
+    layout: Layout,
+    version: FilesVersion,
+) -> Result<StoreIndex, CommitError> {
+    let entries = match layout {
+        Layout::Files => files::item_entries(&ds.dataset, id, version),
+        Layout::Zarr => zarr::item_entries(&ds.dataset, id),
+    };
+    let mut files = Vec::new();
+    for entry in entries {
+        if let ViewNode::File(blob) = entry.node {
+            files.push((format!("{prefix}{}", entry.path), blob.bytes()?));
+        }
+    }
+    let appended = zip_append::append(archive, &files)?;
+    let written = appended
+        .into_iter()
+        .filter_map(|(name, entry)| Some((name.strip_prefix(prefix)?.to_string(), entry)))
+        .collect();
     Ok(StoreIndex::new(written, None))
 }
 

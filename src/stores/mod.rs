@@ -9,6 +9,7 @@ pub mod blob;
 pub mod bytes;
 pub mod dir;
 pub mod zip;
+pub mod zip_append;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

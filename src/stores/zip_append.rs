@@ -1,0 +1,480 @@
+//! Appending entries to a ZIP archive without ever leaving an invalid archive on disk.
+//!
+//! Layout kept: `[entries][gap][central directory][ZIP64 end record][locator][end record]`. An
+//! append of new entries (stored, 8-byte aligned data, ZIP64, like `daf-formats.md` §7.1):
+//! 1. if the gap before the central directory is too small, a *tail write* relocates the
+//!    directory (and a fresh trailer) further out, leaving a gap; the old directory and trailer
+//!    become part of the gap;
+//! 2. the new local headers and data are written into the gap and `fsync`ed: the archive is
+//!    unchanged for every reader, as the directory does not list them;
+//! 3. a *tail write* puts the new directory records and trailer right after the existing records
+//!    (over the old trailer) and `fsync`s: the commit point.
+//!
+//! Tail writes are small, but a process killed in the middle of one would leave a torn trailer, so
+//! the daemon hands them to a [`TailWriter`] helper process forked at start-up: it reads a whole
+//! job before writing anything and finishes a job even if the daemon dies. Existing records are
+//! copied verbatim, so entries of foreign archives keep their method, CRC, times and attributes.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use super::zip::open_archive;
+use super::{Blob, Bytes, Entry, StoreError};
+use crate::sys::{fork, Forked};
+
+/// Performs tail writes (`pwrite` + `fsync`) so that they complete even if the daemon is killed.
+#[derive(Debug)]
+enum TailWriter {
+    /// Write in this process (tests, and before a helper is started).
+    InProcess,
+    /// Jobs go to a forked helper over a pipe; it answers one byte per job.
+    Helper(Mutex<(File, File)>),
+}
+
+static TAIL_WRITER: OnceLock<TailWriter> = OnceLock::new();
+
+/// Forks the tail-writing helper. Call once, while the process is still single-threaded.
+pub fn start_tail_writer() -> std::io::Result<()> {
+    let (job_read, job_write) = nix::unistd::pipe()?;
+    let (ack_read, ack_write) = nix::unistd::pipe()?;
+    match fork()? {
+        Forked::Child => {
+            drop(job_write);
+            drop(ack_read);
+            serve_tail_jobs(File::from(job_read), File::from(ack_write));
+            std::process::exit(0);
+        }
+        Forked::Parent(_) => {
+            drop(job_read);
+            drop(ack_write);
+            let _ = TAIL_WRITER.set(TailWriter::Helper(Mutex::new((
+                File::from(job_write),
+                File::from(ack_read),
+            ))));
+            Ok(())
+        }
+    }
+}
+
+/// The helper's loop: read a complete job, perform it, answer. Exits when the daemon is gone.
+fn serve_tail_jobs(mut jobs: File, mut acks: File) {
+    loop {
+        let mut header = [0u8; 8];
+        if jobs.read_exact(&mut header).is_err() {
+            return;
+        }
+        let mut job = vec![0u8; u64::from_le_bytes(header) as usize];
+        if jobs.read_exact(&mut job).is_err() {
+            return; // a partial job is never performed
+        }
+        let ok = perform(&job).is_ok();
+        let _ = acks.write_all(&[u8::from(ok)]);
+    }
+}
+
+/// A job: path length, path, offset, then the bytes to write there.
+fn encode_job(path: &Path, offset: u64, data: &[u8]) -> Vec<u8> {
+    let path = path.as_os_str().as_encoded_bytes();
+    let mut job = Vec::with_capacity(24 + path.len() + data.len());
+    job.extend_from_slice(&(path.len() as u64).to_le_bytes());
+    job.extend_from_slice(path);
+    job.extend_from_slice(&offset.to_le_bytes());
+    job.extend_from_slice(data);
+    job
+}
+
+fn perform(job: &[u8]) -> std::io::Result<()> {
+    let bad = || std::io::Error::other("bad tail job");
+    let path_len = u64::from_le_bytes(
+        job.get(..8)
+            .ok_or_else(bad)?
+            .try_into()
+            .map_err(|_| bad())?,
+    ) as usize;
+    let path = job.get(8..8 + path_len).ok_or_else(bad)?;
+    let offset = u64::from_le_bytes(
+        job.get(8 + path_len..16 + path_len)
+            .ok_or_else(bad)?
+            .try_into()
+            .map_err(|_| bad())?,
+    );
+    let data = job.get(16 + path_len..).ok_or_else(bad)?;
+    // SAFETY-free: the path bytes came from `as_encoded_bytes` of a path in this same program.
+    let path = PathBuf::from(std::ffi::OsStr::new(
+        std::str::from_utf8(path).map_err(|_| bad())?,
+    ));
+    let file = OpenOptions::new().write(true).open(path)?;
+    file.write_all_at(data, offset)?;
+    file.sync_all()
+}
+
+/// Writes `data` at `offset` of `path` and syncs, through the helper when there is one.
+fn tail_write(path: &Path, offset: u64, data: &[u8]) -> std::io::Result<()> {
+    let job = encode_job(path, offset, data);
+    match TAIL_WRITER.get_or_init(|| TailWriter::InProcess) {
+        TailWriter::InProcess => perform(&job),
+        TailWriter::Helper(pipes) => {
+            let mut pipes = pipes.lock().unwrap_or_else(|p| p.into_inner());
+            let (jobs, acks) = &mut *pipes;
+            let mut message = (job.len() as u64).to_le_bytes().to_vec();
+            message.extend_from_slice(&job);
+            jobs.write_all(&message)?;
+            let mut ack = [0u8; 1];
+            acks.read_exact(&mut ack)?;
+            if ack[0] == 1 {
+                Ok(())
+            } else {
+                Err(std::io::Error::other("the tail writer could not write"))
+            }
+        }
+    }
+}
+
+const LOCAL_SIG: u32 = 0x0403_4b50;
+const CENTRAL_SIG: u32 = 0x0201_4b50;
+
+/// Bytes of the fixed trailer: ZIP64 end record (56) + locator (20) + end record (22).
+const TRAILER: u64 = 98;
+
+fn dos_time(t: SystemTime) -> (u16, u16) {
+    let secs = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()) as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since 1970 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    if year < 1980 {
+        return (0, 0x0021);
+    }
+    let time = ((rem / 3600) << 11) | (((rem % 3600) / 60) << 5) | ((rem % 60) / 2);
+    let date = ((year - 1980) << 9) | (month << 5) | day;
+    (time as u16, date as u16)
+}
+
+/// Padding `P` that puts data at a multiple of 8 after a header ending at `end` (§7.1).
+fn padding(end: u64) -> u64 {
+    match end % 8 {
+        0 => 0,
+        r if 8 - r >= 4 => 8 - r,
+        r => 8 - r + 8,
+    }
+}
+
+struct Planned {
+    name: String,
+    header_offset: u64,
+    local_header: Vec<u8>,
+    data_offset: u64,
+    crc: u32,
+    size: u64,
+}
+
+fn local_header(name: &[u8], crc: u32, size: u64, pad: u64, (time, date): (u16, u16)) -> Vec<u8> {
+    let mut h = Vec::with_capacity(50 + name.len() + pad as usize);
+    h.extend_from_slice(&LOCAL_SIG.to_le_bytes());
+    h.extend_from_slice(&45u16.to_le_bytes());
+    h.extend_from_slice(&0x0800u16.to_le_bytes());
+    h.extend_from_slice(&0u16.to_le_bytes());
+    h.extend_from_slice(&time.to_le_bytes());
+    h.extend_from_slice(&date.to_le_bytes());
+    h.extend_from_slice(&crc.to_le_bytes());
+    h.extend_from_slice(&u32::MAX.to_le_bytes());
+    h.extend_from_slice(&u32::MAX.to_le_bytes());
+    h.extend_from_slice(&(name.len() as u16).to_le_bytes());
+    h.extend_from_slice(&((20 + pad) as u16).to_le_bytes());
+    h.extend_from_slice(name);
+    h.extend_from_slice(&1u16.to_le_bytes());
+    h.extend_from_slice(&16u16.to_le_bytes());
+    h.extend_from_slice(&size.to_le_bytes());
+    h.extend_from_slice(&size.to_le_bytes());
+    if pad > 0 {
+        h.extend_from_slice(&0xDAF1u16.to_le_bytes());
+        h.extend_from_slice(&((pad - 4) as u16).to_le_bytes());
+        h.extend(std::iter::repeat_n(0u8, (pad - 4) as usize));
+    }
+    h
+}
+
+fn central_record(p: &Planned, (time, date): (u16, u16), mtime: u32) -> Vec<u8> {
+    let name = p.name.as_bytes();
+    let mut r = Vec::with_capacity(46 + name.len() + 37);
+    r.extend_from_slice(&CENTRAL_SIG.to_le_bytes());
+    r.extend_from_slice(&0x031Eu16.to_le_bytes());
+    r.extend_from_slice(&45u16.to_le_bytes());
+    r.extend_from_slice(&0x0800u16.to_le_bytes());
+    r.extend_from_slice(&0u16.to_le_bytes());
+    r.extend_from_slice(&time.to_le_bytes());
+    r.extend_from_slice(&date.to_le_bytes());
+    r.extend_from_slice(&p.crc.to_le_bytes());
+    r.extend_from_slice(&u32::MAX.to_le_bytes());
+    r.extend_from_slice(&u32::MAX.to_le_bytes());
+    r.extend_from_slice(&(name.len() as u16).to_le_bytes());
+    r.extend_from_slice(&(28u16 + 9).to_le_bytes());
+    r.extend_from_slice(&0u16.to_le_bytes());
+    r.extend_from_slice(&0u16.to_le_bytes());
+    r.extend_from_slice(&0u16.to_le_bytes());
+    r.extend_from_slice(&0x81A4_0000u32.to_le_bytes());
+    r.extend_from_slice(&u32::MAX.to_le_bytes());
+    r.extend_from_slice(name);
+    r.extend_from_slice(&1u16.to_le_bytes());
+    r.extend_from_slice(&24u16.to_le_bytes());
+    r.extend_from_slice(&p.size.to_le_bytes());
+    r.extend_from_slice(&p.size.to_le_bytes());
+    r.extend_from_slice(&p.header_offset.to_le_bytes());
+    // Extended timestamp: the real modification time, for `make` and friends.
+    r.extend_from_slice(&0x5455u16.to_le_bytes());
+    r.extend_from_slice(&5u16.to_le_bytes());
+    r.push(1);
+    r.extend_from_slice(&mtime.to_le_bytes());
+    r
+}
+
+fn trailer(entries: u64, cd_offset: u64, cd_size: u64) -> Vec<u8> {
+    let mut t = Vec::with_capacity(TRAILER as usize);
+    t.extend_from_slice(&0x0606_4b50u32.to_le_bytes());
+    t.extend_from_slice(&44u64.to_le_bytes());
+    t.extend_from_slice(&0x031Eu16.to_le_bytes());
+    t.extend_from_slice(&45u16.to_le_bytes());
+    t.extend_from_slice(&0u32.to_le_bytes());
+    t.extend_from_slice(&0u32.to_le_bytes());
+    t.extend_from_slice(&entries.to_le_bytes());
+    t.extend_from_slice(&entries.to_le_bytes());
+    t.extend_from_slice(&cd_size.to_le_bytes());
+    t.extend_from_slice(&cd_offset.to_le_bytes());
+    t.extend_from_slice(&0x0706_4b50u32.to_le_bytes());
+    t.extend_from_slice(&0u32.to_le_bytes());
+    t.extend_from_slice(&(cd_offset + cd_size).to_le_bytes());
+    t.extend_from_slice(&1u32.to_le_bytes());
+    t.extend_from_slice(&0x0605_4b50u32.to_le_bytes());
+    t.extend_from_slice(&[
+        0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0,
+    ]);
+    t
+}
+
+/// Appends `entries` (name, bytes) to the archive at `path`; returns each new entry (its bytes
+/// as a range of a fresh map of the archive).
+pub fn append(
+    path: &Path,
+    entries: &[(String, Bytes)],
+) -> Result<Vec<(String, Entry)>, StoreError> {
+    let io = |e: std::io::Error| StoreError::io(path, e);
+    let archive = open_archive(path)?;
+    let data = archive.bytes.as_slice();
+    let entries_end = archive
+        .records
+        .iter()
+        .map(|r| r.data_offset + r.compressed_size + if r.flags & 8 != 0 { 24 } else { 0 })
+        .max()
+        .unwrap_or(0)
+        .min(archive.cd_offset);
+    let now = SystemTime::now();
+    let dos = dos_time(now);
+    let unix_mtime = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()) as u32;
+    // Plan the new entries from the end of the last entry.
+    let mut planned = Vec::with_capacity(entries.len());
+    let mut at = entries_end;
+    for (name, bytes) in entries {
+        let crc = crc32fast::hash(bytes.as_slice());
+        let pad = padding(at + 50 + name.len() as u64);
+        let header = local_header(name.as_bytes(), crc, bytes.len(), pad, dos);
+        let data_offset = at + header.len() as u64;
+        planned.push(Planned {
+            name: name.clone(),
+            header_offset: at,
+            local_header: header,
+            data_offset,
+            crc,
+            size: bytes.len(),
+        });
+        at = data_offset + bytes.len();
+    }
+    let old_cd =
+        data[archive.cd_offset as usize..(archive.cd_offset + archive.cd_size) as usize].to_vec();
+    let mut cd_offset = archive.cd_offset;
+    if at > cd_offset {
+        // Not enough room before the directory: move it out of the way first (with slack for the
+        // next appends), as one tail write.
+        let slack = (at - entries_end).max(1 << 20);
+        let new_offset = (at + slack).max(archive.bytes.len());
+        let mut tail = old_cd.clone();
+        tail.extend(trailer(
+            archive.records.len() as u64,
+            new_offset,
+            archive.cd_size,
+        ));
+        tail_write(path, new_offset, &tail).map_err(io)?;
+        cd_offset = new_offset;
+    }
+    // The new entries go into the gap; nothing lists them yet.
+    let file = OpenOptions::new().write(true).open(path).map_err(io)?;
+    for (plan, (_, bytes)) in planned.iter().zip(entries) {
+        file.write_all_at(&plan.local_header, plan.header_offset)
+            .map_err(io)?;
+        file.write_all_at(bytes.as_slice(), plan.data_offset)
+            .map_err(io)?;
+    }
+    file.sync_all().map_err(io)?;
+    // Commit: the new records and trailer after the existing records.
+    let mut records = Vec::new();
+    for plan in &planned {
+        records.extend(central_record(plan, dos, unix_mtime));
+    }
+    let cd_size = archive.cd_size + records.len() as u64;
+    let mut tail = records;
+    tail.extend(trailer(
+        (archive.records.len() + planned.len()) as u64,
+        cd_offset,
+        cd_size,
+    ));
+    tail_write(path, cd_offset + archive.cd_size, &tail).map_err(io)?;
+    // Drop whatever followed the old trailer (an archive comment): the archive ends here now.
+    let end = cd_offset + archive.cd_size + tail.len() as u64;
+    if file.metadata().map_err(io)?.len() > end {
+        file.set_len(end).map_err(io)?;
+    }
+    // Serve the new entries from a map of the grown archive.
+    let map = Bytes::from_map(Arc::new(
+        crate::sys::map_readonly(&File::open(path).map_err(io)?).map_err(io)?,
+    ));
+    planned
+        .iter()
+        .map(|p| {
+            let bytes = map
+                .slice(p.data_offset, p.size)
+                .ok_or_else(|| StoreError::CorruptZip {
+                    path: path.to_path_buf(),
+                    what: "appended entry not found".into(),
+                })?;
+            Ok((
+                p.name.clone(),
+                Entry {
+                    blob: Blob::ready(bytes),
+                    mtime: now,
+                },
+            ))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stores::zip::open_zip;
+
+    const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/vectors");
+
+    fn zipfile_test(path: &Path) {
+        let status = std::process::Command::new("python3")
+            .args(["-m", "zipfile", "-t"])
+            .arg(path)
+            .output()
+            .unwrap();
+        assert!(
+            status.status.success(),
+            "{}",
+            String::from_utf8_lossy(&status.stderr)
+        );
+    }
+
+    #[test]
+    fn appends_stay_readable_aligned_and_keep_old_entries() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("x.daf.zarr.zip");
+        std::fs::copy(Path::new(VECTORS).join("zarr_v2.daf.zarr.zip"), &path).unwrap();
+        let before = open_zip(&path).unwrap();
+        let new = append(
+            &path,
+            &[
+                ("a/0".into(), Bytes::from_vec(vec![7; 13])),
+                ("b".into(), Bytes::from_vec(b"{}".to_vec())),
+            ],
+        )
+        .unwrap();
+        assert_eq!(new[0].1.blob.bytes().unwrap().as_slice(), &[7; 13]);
+        let after = crate::stores::zip::open_archive(&path).unwrap();
+        assert_eq!(after.records.len(), 76);
+        assert!(after.records.iter().all(|r| r.data_offset % 8 == 0));
+        let index = after.index();
+        for key in before.keys() {
+            assert_eq!(
+                index.get(key).unwrap().blob.bytes().unwrap().as_slice(),
+                before.get(key).unwrap().blob.bytes().unwrap().as_slice()
+            );
+        }
+        zipfile_test(&path);
+        // A second append reuses the gap left by the relocation.
+        let size = std::fs::metadata(&path).unwrap().len();
+        append(&path, &[("c".into(), Bytes::from_vec(vec![1; 100]))]).unwrap();
+        assert!(std::fs::metadata(&path).unwrap().len() < size + 1000);
+        zipfile_test(&path);
+    }
+
+    #[test]
+    fn foreign_records_are_kept_verbatim() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("f.zip");
+        let made = std::process::Command::new("python3")
+            .arg("-c")
+            .arg("import zipfile,sys\nz=zipfile.ZipFile(sys.argv[1],'w',zipfile.ZIP_DEFLATED)\nz.writestr('deflated.txt', b'abc'*1000)\nz.comment=b'hello'\nz.close()")
+            .arg(&path)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let raw_before = {
+            let a = crate::stores::zip::open_archive(&path).unwrap();
+            let r = &a.records[0];
+            a.bytes.as_slice()[r.raw_range.0 as usize..r.raw_range.1 as usize].to_vec()
+        };
+        append(&path, &[("new".into(), Bytes::from_vec(vec![1, 2, 3]))]).unwrap();
+        let a = crate::stores::zip::open_archive(&path).unwrap();
+        let r = &a.records[0];
+        assert_eq!(
+            &a.bytes.as_slice()[r.raw_range.0 as usize..r.raw_range.1 as usize],
+            raw_before.as_slice()
+        );
+        assert_eq!(r.method, 8);
+        assert_eq!(
+            a.index()
+                .get("deflated.txt")
+                .unwrap()
+                .blob
+                .bytes()
+                .unwrap()
+                .as_slice(),
+            b"abc".repeat(1000).as_slice()
+        );
+        zipfile_test(&path);
+        let out = std::process::Command::new("unzip")
+            .arg("-tq")
+            .arg(&path)
+            .output()
+            .expect("unzip is needed (scripts/test installs it)");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+
+    #[test]
+    fn dos_times_and_padding() {
+        assert_eq!(
+            dos_time(UNIX_EPOCH + std::time::Duration::from_secs(1_710_510_330)),
+            ((13 << 11) | (45 << 5) | 15, (44 << 9) | (3 << 5) | 15)
+        );
+        assert_eq!(padding(50), 6);
+        assert_eq!(padding(62), 10);
+        assert_eq!(padding(64), 0);
+    }
+}

@@ -69,3 +69,24 @@ pub fn fork() -> nix::Result<Forked> {
         nix::unistd::ForkResult::Child => Ok(Forked::Child),
     }
 }
+
+/// Closes every file descriptor of this process except `keep` (in a freshly forked helper, so
+/// that it does not keep the FUSE connection, or anything else of the daemon's, open).
+pub fn close_other_fds(keep: &[std::os::fd::RawFd]) {
+    let Ok(listing) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let fds: Vec<std::os::fd::RawFd> = listing
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|fd| !keep.contains(fd))
+        .collect();
+    for fd in fds {
+        // SAFETY: called only in a just-forked, single-threaded helper that never returns to the
+        // code owning these descriptors (it ends with `process::exit`), so no `OwnedFd` or `File`
+        // of ours will use or close them again. Closing an fd that is already closed (the one
+        // `read_dir` used) only returns EBADF.
+        unsafe {
+            libc::close(fd);
+        }
+    }
+}

@@ -336,7 +336,7 @@ pub fn read_zarr_daf(index: &StoreIndex, path: &Path) -> Result<Dataset, FormatE
             Err(e) => warn(&key, e),
         }
     }
-    for axis in node_names(index, "vectors") {
+    for axis in subgroups(index, "vectors") {
         let Some(n) = dataset.axes.get(&axis).map(Axis::len) else {
             log::warn!(
                 "skipping vectors/{axis}: no axis {axis} in {}",
@@ -356,8 +356,8 @@ pub fn read_zarr_daf(index: &StoreIndex, path: &Path) -> Result<Dataset, FormatE
         }
         dataset.vectors.insert(axis, props);
     }
-    for rows in node_names(index, "matrices") {
-        for cols in node_names(index, &format!("matrices/{rows}")) {
+    for rows in subgroups(index, "matrices") {
+        for cols in subgroups(index, &format!("matrices/{rows}")) {
             let (Some(nrows), Some(ncols)) = (
                 dataset.axes.get(&rows).map(Axis::len),
                 dataset.axes.get(&cols).map(Axis::len),
@@ -383,6 +383,18 @@ pub fn read_zarr_daf(index: &StoreIndex, path: &Path) -> Result<Dataset, FormatE
         }
     }
     Ok(dataset)
+}
+
+/// Sub-directories of a group, with or without their `.zgroup` (writers other than Julia may
+/// leave the per-axis groups out; the axes say which ones must exist).
+fn subgroups(index: &StoreIndex, group: &str) -> Vec<String> {
+    index
+        .children(group)
+        .into_iter()
+        .filter(|name| {
+            !name.starts_with('.') && !index.children(&format!("{group}/{name}")).is_empty()
+        })
+        .collect()
 }
 
 /// Child nodes (groups or arrays) of a group, skipping metadata documents.

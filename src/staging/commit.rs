@@ -355,9 +355,29 @@ fn persist(ds: &NamedDataset, id: &PropertyId) -> Result<StoreIndex, CommitError
         }
     }
     if zarr_dir {
+        for group in parent_groups(id) {
+            for (doc, text) in [(".zgroup", zarr_v2::ZGROUP), (".zattrs", zarr_v2::ZATTRS)] {
+                if !root.join(&group).join(doc).exists() {
+                    write_atomic(&root, &format!("{group}/{doc}"), text.as_bytes())?;
+                }
+            }
+        }
         refresh_zmetadata(&root)?;
     }
     Ok(StoreIndex::new(written, None))
+}
+
+/// The groups a Zarr item lives in below the four top-level ones (`vectors/A`, `matrices/R`,
+/// `matrices/R/C`).
+fn parent_groups(id: &PropertyId) -> Vec<String> {
+    match id {
+        PropertyId::Vector { axis, .. } => vec![format!("vectors/{axis}")],
+        PropertyId::Matrix { rows, cols, .. } => vec![
+            format!("matrices/{rows}"),
+            format!("matrices/{rows}/{cols}"),
+        ],
+        _ => Vec::new(),
+    }
 }
 
 /// Appends item `id` to a ZIP source as new entries (stored, aligned; see `stores::zip_append`).
@@ -374,6 +394,26 @@ fn append_to_zip(
         Layout::Zarr => zarr::item_entries(&ds.dataset, id),
     };
     let mut files = Vec::new();
+    if layout == Layout::Zarr {
+        // Julia's groups for the item's parents, where the archive lacks them.
+        let existing = crate::stores::zip::open_zip(archive)?;
+        for group in parent_groups(id) {
+            for doc in [".zgroup", ".zattrs"] {
+                let key = format!("{prefix}{group}/{doc}");
+                if !existing.contains(&key) {
+                    let text = if doc == ".zgroup" {
+                        zarr_v2::ZGROUP
+                    } else {
+                        zarr_v2::ZATTRS
+                    };
+                    files.push((
+                        key,
+                        crate::stores::Bytes::from_vec(text.as_bytes().to_vec()),
+                    ));
+                }
+            }
+        }
+    }
     for entry in entries {
         if let ViewNode::File(blob) = entry.node {
             files.push((format!("{prefix}{}", entry.path), blob.bytes()?));

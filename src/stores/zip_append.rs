@@ -17,6 +17,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -45,6 +46,7 @@ pub fn start_tail_writer() -> std::io::Result<()> {
         Forked::Child => {
             drop(job_write);
             drop(ack_read);
+            crate::sys::close_other_fds(&[job_read.as_raw_fd(), ack_write.as_raw_fd()]);
             serve_tail_jobs(File::from(job_read), File::from(ack_write));
             std::process::exit(0);
         }

@@ -301,3 +301,133 @@ fn properties_written_through_the_files_view_are_appended_to_zip_sources() {
         io_timeout(&mount.path, move || check_views(&root, &name));
     }
 }
+
+#[test]
+fn replacing_a_property_of_a_directory_source_shows_at_once_in_both_views() {
+    require_fuse!();
+    let (_tmp, source) = copy_fixture("files_v1_0.daf");
+    let mount = TestMount::writable(source.to_str().unwrap(), ViewSelection::Both);
+    let root = mount.path.clone();
+    io_timeout(&mount.path, move || {
+        let zarr_chunk = root.join("files_v1_0.daf.zarr/vectors/cell/score/0");
+        assert_eq!(std::fs::read(&zarr_chunk).unwrap().len(), 12); // now cached by the kernel
+        let new: Vec<u8> = [9.0f32, 8.0, 7.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        assert_eq!(
+            write_and_close(&root.join("files_v1_0.daf/vectors/cell/score.data"), &new),
+            Ok(())
+        );
+        assert_eq!(std::fs::read(&zarr_chunk).unwrap(), new);
+        assert_eq!(
+            std::fs::read(root.join("files_v1_0.daf/vectors/cell/score.data")).unwrap(),
+            new
+        );
+        // A replacement that does not fit its descriptor is refused like a new one.
+        assert_eq!(
+            write_and_close(
+                &root.join("files_v1_0.daf/vectors/cell/score.data"),
+                &[1, 2, 3]
+            ),
+            Err(nix::errno::Errno::EINVAL)
+        );
+        // An axis used by properties can only be replaced by as many entries.
+        assert_eq!(
+            write_and_close(&root.join("files_v1_0.daf/axes/cell.txt"), b"a\nb\n"),
+            Err(nix::errno::Errno::EINVAL)
+        );
+        assert_eq!(
+            write_and_close(&root.join("files_v1_0.daf/axes/cell.txt"), b"a\nb\nc\n"),
+            Ok(())
+        );
+        assert_eq!(
+            std::fs::read_to_string(root.join("files_v1_0.daf/axes/cell.txt")).unwrap(),
+            "a\nb\nc\n"
+        );
+    });
+}
+
+#[test]
+fn make_derives_a_vector_from_a_matrix_and_respects_timestamps() {
+    require_fuse!();
+    let (tmp, source) = copy_fixture("files_v1_0.daf");
+    let mount = TestMount::writable(source.to_str().unwrap(), ViewSelection::Both);
+    let view = mount.path.join("files_v1_0.daf");
+    let work = tmp.path().join("workflow");
+    std::fs::create_dir(&work).unwrap();
+    std::fs::write(
+        work.join("Makefile"),
+        "total := $(VIEW)/vectors/cell/total.data\n\
+         $(total): $(VIEW)/matrices/cell/gene/expr.data\n\
+         \tpython3 derive.py $< $(VIEW)/vectors/cell/total.json $@\n",
+    )
+    .unwrap();
+    std::fs::write(
+        work.join("derive.py"),
+        "import struct, sys\n\
+         expr, descriptor, out = sys.argv[1:]\n\
+         values = struct.unpack('<6d', open(expr, 'rb').read())\n\
+         totals = [values[c] + values[3 + c] for c in range(3)]  # 3 cells x 2 genes, column-major\n\
+         open(descriptor, 'w').write('{\"format\":\"dense\",\"eltype\":\"Float64\"}\\n')\n\
+         open(out, 'wb').write(struct.pack('<3d', *totals))\n",
+    )
+    .unwrap();
+    let make = move |args: &[&str]| {
+        let (work, view) = (work.clone(), view.clone());
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        io_timeout(&mount_path_of(&view), move || {
+            std::process::Command::new("make")
+                .arg("-C")
+                .arg(&work)
+                .arg(format!("VIEW={}", view.display()))
+                .args(&args)
+                .output()
+                .unwrap()
+        })
+    };
+    assert!(make(&[]).status.success());
+    let total = std::fs::read(mount.path.join("files_v1_0.daf/vectors/cell/total.data")).unwrap();
+    assert_eq!(
+        total,
+        [5.0f64, 7.0, 9.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect::<Vec<u8>>()
+    );
+    assert!(mount
+        .path
+        .join("files_v1_0.daf.zarr/vectors/cell/total/0")
+        .exists());
+    // Up to date: a second run does nothing.
+    assert_eq!(make(&["-q"]).status.code(), Some(0));
+    // Touching the input makes the target out of date, and make re-runs the recipe.
+    let expr = mount
+        .path
+        .join("files_v1_0.daf/matrices/cell/gene/expr.data");
+    assert!(std::process::Command::new("touch")
+        .arg(&expr)
+        .status()
+        .unwrap()
+        .success());
+    assert_eq!(make(&["-q"]).status.code(), Some(1));
+    let run = make(&[]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(String::from_utf8_lossy(&run.stdout).contains("derive.py"));
+    assert_eq!(make(&["-q"]).status.code(), Some(0));
+    // The touch reached the source file.
+    let touched = std::fs::metadata(source.join("matrices/cell/gene/expr.data"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    assert!(touched.elapsed().unwrap() < std::time::Duration::from_secs(60));
+}
+
+/// The mount point above a path inside it (two levels up from a view root).
+fn mount_path_of(view: &Path) -> std::path::PathBuf {
+    view.parent().unwrap().to_path_buf()
+}

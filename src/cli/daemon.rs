@@ -66,6 +66,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         nix::unistd::getuid().as_raw(),
         nix::unistd::getgid().as_raw(),
     );
+    let notifier = adapter.notifier_slot();
 
     let threads = args
         .threads
@@ -88,6 +89,9 @@ pub fn run(args: Args) -> Result<(), CliError> {
         "cannot mount on {}",
         args.mountpoint.display()
     )))?;
+    if let Ok(mut slot) = notifier.lock() {
+        *slot = Some(session.notifier());
+    }
     if !args.foreground {
         detach()?;
     }

@@ -222,6 +222,8 @@ pub struct DafFs {
     staging: Option<StagingArea>,
     handles: Mutex<HashMap<u64, Handle>>,
     next_handle: AtomicU64,
+    /// Inodes whose content or attributes a commit changed, for the kernel to forget.
+    invalidations: Mutex<Vec<u64>>,
 }
 
 impl DafFs {
@@ -274,6 +276,7 @@ impl DafFs {
             staging,
             handles: Mutex::new(HashMap::new()),
             next_handle: AtomicU64::new(1),
+            invalidations: Mutex::new(Vec::new()),
         }
     }
 

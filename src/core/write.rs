@@ -6,12 +6,16 @@
 use std::ffi::OsStr;
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLockWriteGuard};
 use std::time::SystemTime;
 
+use crate::formats::source::Target;
+use crate::staging::commit::touch_item;
 use crate::staging::commit::{commit, item_of, writable_place, CommitError, Outcome, StagedFile};
 use crate::staging::StagingArea;
+use crate::stores::Bytes;
 use crate::views::join;
 
 use super::namespace::NodeKind;
@@ -107,6 +111,81 @@ impl DafFs {
         }
     }
 
+    /// Checks that the committed content at `mount` may be replaced or removed: only directory
+    /// sources allow it (ZIP sources are append-only).
+    fn replaceable(state: &State, mount: &str) -> Result<(), FsError> {
+        match split_mount(&state.roots, mount).map(|(root, _)| &state.datasets[root.dataset].target) {
+            Some(Target::Zip { .. }) => Err(FsError::NotPermitted(format!(
+                "{mount}: ZIP sources are append-only; committed properties cannot be replaced or removed"
+            ))),
+            Some(_) => Ok(()),
+            None => Err(FsError::NotPermitted(format!("{mount}: not part of a data set"))),
+        }
+    }
+
+    /// Stages a replacement for the committed file at `mount` (with `content`, or empty).
+    fn stage_replacement(
+        &self,
+        mount: &str,
+        content: Option<Bytes>,
+    ) -> Result<(String, PathBuf), FsError> {
+        let staging = self.staging_area()?;
+        let mut state = self.lock_state();
+        Self::replaceable(&state, mount)?;
+        let canonical = Self::canonical(&state, mount)?;
+        let disk = staging.prepare_parent(&canonical)?;
+        fs::write(&disk, content.as_ref().map_or(&[][..], Bytes::as_slice))?;
+        state.staged.insert(
+            canonical,
+            Staged {
+                disk: disk.clone(),
+                is_dir: false,
+                mtime: SystemTime::now(),
+            },
+        );
+        state.rebuild();
+        Ok((mount.to_string(), disk))
+    }
+
+    fn namespace_ino(&self, mount: &str) -> u64 {
+        self.lock_state().inodes.ino(mount)
+    }
+
+    /// Sets the modification time of a committed item (and of its files in a directory source),
+    /// the way `touch` does: `make` relies on it.
+    fn touch(&self, mount: &str, mtime: SystemTime) -> Result<(), FsError> {
+        let mut state = self.lock_state();
+        let Some((root, rel)) = split_mount(&state.roots, mount) else {
+            return Ok(());
+        };
+        let root = root.clone();
+        let Some(id) = item_of(root.kind, rel) else {
+            return Ok(());
+        };
+        Self::replaceable(&state, mount)?;
+        touch_item(&mut state.datasets[root.dataset], &id, mtime)
+            .map_err(|e| FsError::NotPermitted(e.to_string()))?;
+        let changed = item_mount_paths(&state, root.dataset, &id);
+        state.rebuild();
+        let inos: Vec<u64> = changed.iter().map(|p| state.inodes.ino(p)).collect();
+        drop(state);
+        self.invalidate(inos);
+        Ok(())
+    }
+
+    /// Queues kernel cache invalidations for these inodes (the adapter sends them).
+    fn invalidate(&self, inos: Vec<u64>) {
+        self.invalidations
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(inos);
+    }
+
+    /// Inodes whose cached attributes and pages the kernel must drop.
+    pub fn take_invalidations(&self) -> Vec<u64> {
+        std::mem::take(&mut *self.invalidations.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
     /// Creates (or truncates) a staged file and opens it for reading and writing.
     pub fn create(
         &self,
@@ -125,11 +204,7 @@ impl DafFs {
             match state.namespace.node(existing).map(|n| &n.kind) {
                 _ if exclusive => return Err(FsError::Exists),
                 Some(NodeKind::Dir { .. }) => return Err(FsError::IsDir),
-                Some(NodeKind::File(_)) => {
-                    return Err(FsError::NotPermitted(format!(
-                        "{mount}: committed files cannot be overwritten here"
-                    )))
-                }
+                Some(NodeKind::File(_)) => Self::replaceable(&state, &mount)?,
                 _ => {}
             }
         }
@@ -163,11 +238,11 @@ impl DafFs {
             NodeKind::Dir { .. } if write => return Err(FsError::IsDir),
             NodeKind::Dir { .. } => None,
             NodeKind::File(_) if write && !self.writable() => return Err(FsError::ReadOnly),
-            NodeKind::File(_) if write => {
-                return Err(FsError::NotPermitted(format!(
-                    "{}: committed files cannot be changed in place",
-                    node.path
-                )))
+            NodeKind::File(blob) if write => {
+                let content = if truncate { None } else { Some(blob.bytes()?) };
+                let (path, disk) = self.stage_replacement(&node.path, content)?;
+                let file = OpenOptions::new().read(true).write(true).open(disk)?;
+                return Ok(self.new_handle(self.namespace_ino(&path), Some(file), true));
             }
             NodeKind::File(_) => None,
             NodeKind::Staged(_) if write && !self.writable() => return Err(FsError::ReadOnly),
@@ -294,6 +369,9 @@ impl DafFs {
             Ok(Outcome::Incomplete) => Ok(()),
             Ok(Outcome::Committed) => {
                 log::info!("committed {} of {}", id.path(), root.canonical);
+                let changed = item_mount_paths(&state, root.dataset, &id);
+                let inos: Vec<u64> = changed.iter().map(|p| state.inodes.ino(p)).collect();
+                self.invalidate(inos);
                 for (path, file) in &members {
                     let _ = fs::remove_file(&file.disk);
                     state.staged.remove(path);
@@ -377,12 +455,22 @@ impl DafFs {
                     file.set_modified(mtime)?;
                 }
             }
-            _ if size.is_some() && !self.writable() => return Err(FsError::ReadOnly),
+            _ if (size.is_some() || mtime.is_some()) && !self.writable() => {
+                return Err(FsError::ReadOnly)
+            }
             NodeKind::File(blob) if size.is_some_and(|s| Some(s) != blob.known_len()) => {
-                return Err(FsError::NotPermitted(format!(
-                    "{}: committed files cannot be truncated",
-                    node.path
-                )))
+                let path = node.path.clone();
+                let (_, disk) = self.stage_replacement(&path, Some(blob.bytes()?))?;
+                OpenOptions::new()
+                    .write(true)
+                    .open(disk)?
+                    .set_len(size.unwrap_or(0))?;
+                self.try_commit(&path, None, false)?;
+            }
+            NodeKind::File(_) => {
+                if let Some(mtime) = mtime {
+                    self.touch(&node.path, mtime)?;
+                }
             }
             NodeKind::Dir { .. } if size.is_some() => return Err(FsError::IsDir),
             _ => {}
@@ -502,9 +590,7 @@ impl DafFs {
                         state.rebuild();
                         return Ok(());
                     }
-                    return Err(FsError::NotPermitted(format!(
-                        "{new_mount}: committed files cannot be replaced"
-                    )));
+                    Self::replaceable(&state, &new_mount)?;
                 }
                 _ => {}
             }
@@ -563,4 +649,32 @@ impl DafFs {
         self.try_commit(&mount, None, false)?;
         self.getattr(ino)
     }
+}
+
+/// The mount paths of every file of item `id` of data set `dataset`, in every view shown.
+fn item_mount_paths(
+    state: &State,
+    dataset: usize,
+    id: &crate::formats::model::PropertyId,
+) -> Vec<String> {
+    let ds = &state.datasets[dataset].dataset;
+    state
+        .roots
+        .iter()
+        .filter(|root| root.dataset == dataset)
+        .flat_map(|root| {
+            let entries = match root.kind {
+                crate::views::ViewKind::Files => crate::views::files::item_entries(
+                    ds,
+                    id,
+                    crate::formats::json::FilesVersion::V1_0,
+                ),
+                crate::views::ViewKind::Zarr => crate::views::zarr::item_entries(ds, id),
+            };
+            entries
+                .into_iter()
+                .map(|e| root.mount_path(&e.path))
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }

@@ -292,6 +292,36 @@ impl Dataset {
         }
     }
 
+    /// Sets the modification time of `id`.
+    pub fn set_mtime(&mut self, id: &PropertyId, mtime: SystemTime) {
+        match id {
+            PropertyId::Scalar(name) => {
+                if let Some(s) = self.scalars.get_mut(name) {
+                    s.mtime = mtime;
+                }
+            }
+            PropertyId::Axis(name) => {
+                if let Some(a) = self.axes.get_mut(name) {
+                    a.mtime = mtime;
+                }
+            }
+            PropertyId::Vector { axis, name } => {
+                if let Some(p) = self.vectors.get_mut(axis).and_then(|m| m.get_mut(name)) {
+                    p.mtime = mtime;
+                }
+            }
+            PropertyId::Matrix { rows, cols, name } => {
+                if let Some(p) = self
+                    .matrices
+                    .get_mut(&(rows.clone(), cols.clone()))
+                    .and_then(|m| m.get_mut(name))
+                {
+                    p.mtime = mtime;
+                }
+            }
+        }
+    }
+
     /// Whether `id` exists.
     pub fn contains(&self, id: &PropertyId) -> bool {
         match id {
@@ -339,6 +369,23 @@ impl Dataset {
             (id, _) => return Err(format!("{} cannot hold that kind of data", id.path())),
         }
         Ok(())
+    }
+
+    /// Takes item `id` out, leaving everything else (an axis keeps its properties).
+    pub fn take(&mut self, id: &PropertyId) -> Option<Item> {
+        match id {
+            PropertyId::Axis(name) => self.axes.remove(name).map(Item::Axis),
+            _ => self.remove(id),
+        }
+    }
+
+    /// Whether any vector or matrix uses axis `name`.
+    pub fn axis_in_use(&self, name: &str) -> bool {
+        self.vectors.get(name).is_some_and(|m| !m.is_empty())
+            || self
+                .matrices
+                .iter()
+                .any(|((r, c), m)| (r == name || c == name) && !m.is_empty())
     }
 
     /// Removes `id` (an axis only with its properties, which the caller must have checked).

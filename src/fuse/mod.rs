@@ -115,18 +115,51 @@ pub fn mount_config(settings: &MountSettings) -> Config {
     config
 }
 
+/// Where the session's notifier goes once the session exists.
+pub type NotifierSlot = Arc<std::sync::Mutex<Option<fuser::Notifier>>>;
+
 /// The FUSE face of a [`DafFs`].
 #[derive(Debug)]
 pub struct FuseAdapter {
     core: Arc<DafFs>,
     uid: u32,
     gid: u32,
+    notifier: NotifierSlot,
 }
 
 impl FuseAdapter {
     /// Serves `core`, owned by the given user and group.
     pub fn new(core: Arc<DafFs>, uid: u32, gid: u32) -> FuseAdapter {
-        FuseAdapter { core, uid, gid }
+        FuseAdapter {
+            core,
+            uid,
+            gid,
+            notifier: NotifierSlot::default(),
+        }
+    }
+
+    /// The slot to put the session's notifier in (after mounting), so commits that change
+    /// existing content make the kernel drop what it cached.
+    pub fn notifier_slot(&self) -> NotifierSlot {
+        self.notifier.clone()
+    }
+
+    /// Sends the invalidations the core queued, from another thread: a notification must never
+    /// wait for a request that this thread is still answering.
+    fn send_invalidations(&self) {
+        let inos = self.core.take_invalidations();
+        if inos.is_empty() {
+            return;
+        }
+        let notifier = self.notifier.lock().ok().and_then(|n| n.clone());
+        if let Some(notifier) = notifier {
+            std::thread::spawn(move || {
+                for ino in inos {
+                    // ENOENT: the kernel has nothing cached for it.
+                    let _ = notifier.inval_inode(INodeNo(ino), 0, 0);
+                }
+            });
+        }
     }
 
     fn attr(&self, a: &Attr) -> FileAttr {
@@ -322,6 +355,7 @@ impl Filesystem for FuseAdapter {
             Ok(a) => reply.attr(ttl(&a), &self.attr(&a)),
             Err(e) => reply.error(e),
         }
+        self.send_invalidations();
     }
 
     fn create(
@@ -374,6 +408,7 @@ impl Filesystem for FuseAdapter {
         reply: ReplyEmpty,
     ) {
         answer(reply, guarded("flush", || self.core.flush(fh.0)));
+        self.send_invalidations();
     }
 
     fn release(
@@ -388,6 +423,7 @@ impl Filesystem for FuseAdapter {
     ) {
         self.core.release(fh.0);
         reply.ok();
+        self.send_invalidations();
     }
 
     fn fsync(
@@ -446,6 +482,7 @@ impl Filesystem for FuseAdapter {
             reply,
             guarded("unlink", || self.core.unlink(parent.0, name)),
         );
+        self.send_invalidations();
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -468,6 +505,7 @@ impl Filesystem for FuseAdapter {
                 self.core.rename(parent.0, name, new_parent.0, new_name)
             }),
         );
+        self.send_invalidations();
     }
 
     fn link(
@@ -482,6 +520,7 @@ impl Filesystem for FuseAdapter {
             Ok(a) => reply.entry(ttl(&a), &self.attr(&a), Generation(0)),
             Err(e) => reply.error(e),
         }
+        self.send_invalidations();
     }
 }
 

@@ -250,10 +250,32 @@ pub fn commit(
             },
         ))
     });
-    let index = StoreIndex::new(
-        entries.collect::<Result<BTreeMap<_, _>, StoreError>>()?,
-        None,
-    );
+    let mut files: BTreeMap<String, Entry> = entries.collect::<Result<_, StoreError>>()?;
+    if ds.dataset.contains(id) {
+        // Replacing: the staged files go over the item's committed files (in the view's layout).
+        if matches!(ds.target, Target::Zip { .. }) {
+            return Err(CommitError::Refused(format!(
+                "{}: ZIP sources are append-only; it cannot be replaced",
+                id.path()
+            )));
+        }
+        let committed = match kind {
+            ViewKind::Files => files::item_entries(&ds.dataset, id, FilesVersion::V1_0),
+            ViewKind::Zarr => zarr::item_entries(&ds.dataset, id),
+        };
+        for entry in committed {
+            if let (ViewNode::File(blob), false) = (entry.node, files.contains_key(&entry.path)) {
+                files.insert(
+                    entry.path,
+                    Entry {
+                        blob,
+                        mtime: entry.mtime,
+                    },
+                );
+            }
+        }
+    }
+    let index = StoreIndex::new(files, None);
     let layout = match kind {
         ViewKind::Files => Layout::Files,
         ViewKind::Zarr => Layout::Zarr,
@@ -280,20 +302,40 @@ pub fn commit(
         _ => Ok(()),
     };
     checked.map_err(|e| CommitError::Invalid(e.to_string()))?;
-    if ds.dataset.contains(id) {
-        return Err(CommitError::Refused(format!(
-            "{} already exists; remove it first to replace it",
-            id.path()
-        )));
+    if let (PropertyId::Axis(name), Item::Axis(axis)) = (id, &item) {
+        let current = ds.dataset.axes.get(name).map(Axis::len);
+        if current.is_some_and(|n| n != axis.len()) && ds.dataset.axis_in_use(name) {
+            return Err(CommitError::Invalid(format!(
+                "axis {name} is used by properties: it can only be replaced by as many entries"
+            )));
+        }
     }
+    let stale = if ds.dataset.contains(id) {
+        source_files(ds, id)?
+    } else {
+        Vec::new()
+    };
+    let previous = ds.dataset.take(id);
     ds.dataset.insert(id, item).map_err(CommitError::Invalid)?;
     let written = match persist(ds, id) {
         Ok(written) => written,
         Err(e) => {
-            ds.dataset.remove(id);
+            ds.dataset.take(id);
+            if let Some(previous) = previous {
+                let _ = ds.dataset.insert(id, previous);
+            }
             return Err(e);
         }
     };
+    // Files of the replaced item that the new one does not have (a sparse property made dense).
+    if let Target::FilesDir { root, .. } | Target::ZarrDir { root } = &ds.target {
+        for rel in stale.iter().filter(|rel| !written.contains(rel)) {
+            let _ = std::fs::remove_file(root.join(rel));
+        }
+        if matches!(ds.target, Target::ZarrDir { .. }) && !stale.is_empty() {
+            refresh_zmetadata(root)?;
+        }
+    }
     let target_layout = match ds.target {
         Target::FilesDir { .. } => Layout::Files,
         Target::ZarrDir { .. } => Layout::Zarr,
@@ -306,6 +348,57 @@ pub fn commit(
         .insert(id, stored)
         .map_err(CommitError::Invalid)?;
     Ok(Outcome::Committed)
+}
+
+/// The files of item `id` in a directory source (relative to its root), as they are on disk.
+fn source_files(ds: &NamedDataset, id: &PropertyId) -> Result<Vec<String>, CommitError> {
+    Ok(match &ds.target {
+        Target::FilesDir { root, version } => files::item_entries(&ds.dataset, id, *version)
+            .into_iter()
+            .filter(|e| matches!(e.node, ViewNode::File(_)) && root.join(&e.path).is_file())
+            .map(|e| e.path)
+            .collect(),
+        Target::ZarrDir { root } => {
+            let node = root.join(id.path());
+            if node.is_dir() {
+                open_directory(&node)?
+                    .keys()
+                    .map(|k| format!("{}/{k}", id.path()))
+                    .collect()
+            } else {
+                Vec::new()
+            }
+        }
+        Target::Zip { .. } => Vec::new(),
+    })
+}
+
+/// Sets the modification time of item `id` and of its files in a directory source (`touch`).
+pub fn touch_item(
+    ds: &mut NamedDataset,
+    id: &PropertyId,
+    mtime: SystemTime,
+) -> Result<(), CommitError> {
+    let root = match &ds.target {
+        Target::FilesDir { root, .. } | Target::ZarrDir { root } => root.clone(),
+        Target::Zip { .. } => {
+            return Err(CommitError::Refused(format!(
+                "{}: ZIP sources are append-only",
+                id.path()
+            )))
+        }
+    };
+    for rel in source_files(ds, id)? {
+        let path = root.join(&rel);
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .map_err(|e| StoreError::io(&path, e))?;
+        file.set_modified(mtime)
+            .map_err(|e| StoreError::io(&path, e))?;
+    }
+    ds.dataset.set_mtime(id, mtime);
+    Ok(())
 }
 
 /// Writes item `id` (already in the model) into the source; returns what was written, keyed

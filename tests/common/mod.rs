@@ -143,7 +143,9 @@ impl TestMount {
             nix::unistd::getuid().as_raw(),
             nix::unistd::getgid().as_raw(),
         );
+        let notifier = adapter.notifier_slot();
         let session = fuser::spawn_mount(adapter, &path, &mount_config(&settings)).unwrap();
+        *notifier.lock().unwrap() = Some(session.notifier());
         TestMount {
             session: Some(session),
             dir: Some(dir),

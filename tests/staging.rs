@@ -76,7 +76,7 @@ fn staged_files_behave_like_files_and_survive_a_remount() {
             );
 
             assert_eq!(
-                refused(std::fs::remove_file(cell.join("score.data"))),
+                refused(std::fs::remove_file(root.join("files_v1_0.daf/daf.json"))),
                 Some(libc::EPERM)
             );
             assert_eq!(

@@ -431,3 +431,78 @@ fn make_derives_a_vector_from_a_matrix_and_respects_timestamps() {
 fn mount_path_of(view: &Path) -> std::path::PathBuf {
     view.parent().unwrap().to_path_buf()
 }
+
+#[test]
+fn deleting_properties_of_directory_sources_through_either_view() {
+    require_fuse!();
+    for (fixture, name) in [
+        ("files_v1_0.daf", "files_v1_0"),
+        ("zarr_v2.daf.zarr", "zarr_v2"),
+    ] {
+        let (_tmp, source) = copy_fixture(fixture);
+        let mount = TestMount::writable(source.to_str().unwrap(), ViewSelection::Both);
+        let root = mount.path.clone();
+        let name = name.to_string();
+        io_timeout(&mount.path, move || {
+            let files = root.join(format!("{name}.daf"));
+            let zarr = root.join(format!("{name}.daf.zarr"));
+            // `rm score.*` through the FilesDaf view: hidden file by file, deleted with the last.
+            std::fs::remove_file(files.join("vectors/cell/score.data")).unwrap();
+            assert!(!files.join("vectors/cell/score.data").exists());
+            assert!(
+                zarr.join("vectors/cell/score/0").exists(),
+                "not deleted until all its files are gone"
+            );
+            std::fs::remove_file(files.join("vectors/cell/score.json")).unwrap();
+            assert!(!zarr.join("vectors/cell/score").exists());
+            // `rm -r` (shutil.rmtree, zarr's del) of a Zarr node, a sparse group here.
+            std::fs::remove_dir_all(zarr.join("vectors/cell/counts")).unwrap();
+            assert!(!files.join("vectors/cell/counts.json").exists());
+            assert!(!files.join("vectors/cell/counts.nzind").exists());
+            // An axis in use cannot go; an unused one can, with its directories.
+            assert_eq!(
+                std::fs::remove_file(files.join("axes/cell.txt"))
+                    .unwrap_err()
+                    .raw_os_error(),
+                Some(libc::ENOTEMPTY)
+            );
+            assert_eq!(
+                write_and_close(&files.join("axes/batch.txt"), b"x\ny\n"),
+                Ok(())
+            );
+            std::fs::remove_file(files.join("axes/batch.txt")).unwrap();
+            assert!(!files.join("vectors/batch").exists());
+            assert!(!zarr.join("axes/batch").exists());
+            // Other files of the data set are not properties: refused.
+            assert_eq!(
+                std::fs::remove_file(files.join("daf.json"))
+                    .unwrap_err()
+                    .raw_os_error(),
+                Some(libc::EPERM)
+            );
+        });
+        drop(mount);
+        // The source no longer has them; everything else is intact.
+        let mount = TestMount::new(source.to_str().unwrap(), ViewSelection::Files);
+        let root = mount.path.clone();
+        io_timeout(&mount.path, move || {
+            let cell: Vec<String> = std::fs::read_dir(root.join("vectors/cell"))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            let mut cell = cell;
+            cell.sort();
+            assert_eq!(
+                cell,
+                ["is_marker.json", "is_marker.nzind", "type.json", "type.txt"]
+            );
+            assert!(!root.join("axes/batch.txt").exists());
+            assert_eq!(
+                std::fs::read(root.join("matrices/cell/gene/umis.nzval"))
+                    .unwrap()
+                    .len(),
+                6
+            );
+        });
+    }
+}

@@ -9,7 +9,7 @@
 pub mod namespace;
 mod write;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ffi::OsStr;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -61,6 +61,15 @@ pub enum FsError {
     /// A bug caught at the adapter boundary (a panic in an operation).
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+/// Something the kernel has cached that a change made stale.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Invalidation {
+    /// The attributes and pages of an inode.
+    Inode(u64),
+    /// A name in a directory (parent inode, name) that no longer exists.
+    Entry(u64, String),
 }
 
 /// File or directory.
@@ -128,6 +137,9 @@ struct State {
     roots: Vec<ViewRoot>,
     /// Staged paths by their `--view both` path.
     staged: BTreeMap<String, Staged>,
+    /// Committed files and directories removed through a view (`--view both` paths) whose item
+    /// is not deleted yet: hidden until it is.
+    deleted: BTreeSet<String>,
     inodes: InodeTable,
     root_mtime: SystemTime,
     namespace: Arc<Namespace>,
@@ -138,9 +150,26 @@ impl State {
         let mut entries: Vec<Entry> = Vec::new();
         for root in &self.roots {
             let views = view_entries(&self.datasets[root.dataset].dataset, root);
+            let hidden = |path: &str| {
+                // A committed path being deleted (or inside a directory being deleted).
+                let rel = path
+                    .strip_prefix(&root.mount)
+                    .map_or(path, |r| r.trim_start_matches('/'));
+                let mut canonical = root.canonical_path(rel);
+                loop {
+                    if self.deleted.contains(&canonical) {
+                        return true;
+                    }
+                    match canonical.rsplit_once('/') {
+                        Some((parent, _)) => canonical = parent.to_string(),
+                        None => return false,
+                    }
+                }
+            };
             entries.extend(
                 views
                     .into_iter()
+                    .filter(|e| self.deleted.is_empty() || !hidden(&e.path))
                     .map(|ViewEntry { path, node, mtime }| Entry {
                         path,
                         mtime,
@@ -222,8 +251,8 @@ pub struct DafFs {
     staging: Option<StagingArea>,
     handles: Mutex<HashMap<u64, Handle>>,
     next_handle: AtomicU64,
-    /// Inodes whose content or attributes a commit changed, for the kernel to forget.
-    invalidations: Mutex<Vec<u64>>,
+    /// What commits and deletes changed, for the kernel to forget.
+    invalidations: Mutex<Vec<Invalidation>>,
 }
 
 impl DafFs {
@@ -262,6 +291,7 @@ impl DafFs {
             datasets,
             roots,
             staged,
+            deleted: BTreeSet::new(),
             inodes: InodeTable::default(),
             root_mtime,
             namespace: Arc::new(Namespace::build(

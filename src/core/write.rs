@@ -3,6 +3,7 @@
 //! A staged path lives in the staging area on disk and shows in the tree at its place in a view,
 //! hiding any committed file of the same name. Committed content is never changed here.
 
+use std::collections::BTreeSet;
 use std::ffi::OsStr;
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::FileExt;
@@ -11,15 +12,20 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLockWriteGuard};
 use std::time::SystemTime;
 
+use crate::formats::json::FilesVersion;
+use crate::formats::model::PropertyId;
 use crate::formats::source::Target;
-use crate::staging::commit::touch_item;
 use crate::staging::commit::{commit, item_of, writable_place, CommitError, Outcome, StagedFile};
+use crate::staging::commit::{delete_item, touch_item};
 use crate::staging::StagingArea;
 use crate::stores::Bytes;
 use crate::views::join;
+use crate::views::{ViewKind, ViewRoot};
 
 use super::namespace::NodeKind;
-use super::{split_canonical, split_mount, Attr, DafFs, FsError, Handle, Staged, State};
+use super::{
+    split_canonical, split_mount, Attr, DafFs, FsError, Handle, Invalidation, Staged, State,
+};
 
 impl DafFs {
     fn staging_area(&self) -> Result<&StagingArea, FsError> {
@@ -178,11 +184,21 @@ impl DafFs {
         self.invalidations
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .extend(inos);
+            .extend(inos.into_iter().map(Invalidation::Inode));
     }
 
-    /// Inodes whose cached attributes and pages the kernel must drop.
-    pub fn take_invalidations(&self) -> Vec<u64> {
+    /// Queues invalidations of names that no longer exist.
+    fn invalidate_entries(&self, entries: Vec<(u64, String)>) {
+        let mut queue = self.invalidations.lock().unwrap_or_else(|p| p.into_inner());
+        queue.extend(
+            entries
+                .into_iter()
+                .map(|(parent, name)| Invalidation::Entry(parent, name)),
+        );
+    }
+
+    /// What the kernel must forget: changed inodes, and names that are gone.
+    pub fn take_invalidations(&self) -> Vec<Invalidation> {
         std::mem::take(&mut *self.invalidations.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
@@ -375,10 +391,35 @@ impl DafFs {
                 for (path, file) in &members {
                     let _ = fs::remove_file(&file.disk);
                     state.staged.remove(path);
-                    if let Some(parent) = path.rsplit_once('/').map(|(p, _)| p) {
+                    // Remove the on-disk directories made just to hold it.
+                    if let Some((parent, _)) = path.rsplit_once('/') {
                         if !state.staged.contains_key(parent) {
                             staging.prune(parent);
                         }
+                    }
+                }
+                state.rebuild();
+                // Directories made for the item (zarr's mkdir of an array) are the committed
+                // item's now: stop staging those that hold no staged file.
+                let empty_dirs: Vec<String> = state
+                    .staged
+                    .iter()
+                    .filter(|(path, s)| {
+                        s.is_dir
+                            && !state
+                                .staged
+                                .keys()
+                                .any(|k| k.starts_with(&format!("{path}/")))
+                    })
+                    .map(|(path, _)| path.clone())
+                    .collect();
+                for dir in empty_dirs {
+                    let shown =
+                        split_canonical(&state.roots, &dir).map(|(r, rel)| r.mount_path(rel));
+                    let committed = shown.is_some_and(|m| self_view_has_dir(&state, &m));
+                    if committed {
+                        state.staged.remove(&dir);
+                        staging.prune(&dir);
                     }
                 }
                 state.rebuild();
@@ -516,16 +557,125 @@ impl DafFs {
             NodeKind::Staged(disk) => (node.path.clone(), disk.clone()),
             NodeKind::Dir { .. } => return Err(FsError::IsDir),
             NodeKind::File(_) => {
-                return Err(FsError::NotPermitted(format!(
-                    "{}: committed files cannot be removed here",
-                    node.path
-                )))
+                let path = node.path.clone();
+                return self.remove_committed(state, &path);
             }
         };
         fs::remove_file(&disk)?;
         let canonical = Self::canonical(&state, &path)?;
         state.staged.remove(&canonical);
         state.rebuild();
+        Ok(())
+    }
+
+    /// Removes a committed file of a directory source: it is hidden at once, and its item is
+    /// deleted from the source when every file of the item in a FilesDaf view is gone (a Zarr
+    /// node goes when its directory is removed, as `rm -r` and zarr's `del` do last).
+    fn remove_committed(
+        &self,
+        mut state: RwLockWriteGuard<'_, State>,
+        mount: &str,
+    ) -> Result<(), FsError> {
+        Self::replaceable(&state, mount)?;
+        let (root, rel) = split_mount(&state.roots, mount).ok_or(FsError::NotFound)?;
+        let (root, rel) = (root.clone(), rel.to_string());
+        let id = item_of(root.kind, &rel).ok_or_else(|| {
+            FsError::NotPermitted(format!("{mount}: only files of a property can be removed"))
+        })?;
+        if let PropertyId::Axis(name) = &id {
+            if state.datasets[root.dataset].dataset.axis_in_use(name) {
+                log::warn!("{mount}: axis {name} is used by properties; remove them first");
+                return Err(FsError::NotEmpty);
+            }
+        }
+        state.deleted.insert(root.canonical_path(&rel));
+        if root.kind == ViewKind::Files {
+            let files = crate::views::files::item_entries(
+                &state.datasets[root.dataset].dataset,
+                &id,
+                FilesVersion::V1_0,
+            );
+            let gone = files
+                .iter()
+                .all(|e| state.deleted.contains(&root.canonical_path(&e.path)));
+            if gone {
+                self.delete_now(&mut state, &root, &id)?;
+            }
+        }
+        state.rebuild();
+        Ok(())
+    }
+
+    /// Removes an emptied committed directory of a Zarr view: an item's node (the item is
+    /// deleted) or a directory inside one (hidden until the node goes).
+    fn remove_committed_dir(
+        &self,
+        mut state: RwLockWriteGuard<'_, State>,
+        mount: &str,
+    ) -> Result<(), FsError> {
+        Self::replaceable(&state, mount)?;
+        let (root, rel) = split_mount(&state.roots, mount).ok_or(FsError::NotFound)?;
+        let (root, rel) = (root.clone(), rel.to_string());
+        let refused = || {
+            FsError::NotPermitted(format!(
+                "{mount}: a directory of the data set cannot be removed"
+            ))
+        };
+        if root.kind != ViewKind::Zarr {
+            return Err(refused());
+        }
+        let id = item_of(ViewKind::Zarr, &format!("{rel}/.zarray")).ok_or_else(refused)?;
+        if rel == id.path() {
+            self.delete_now(&mut state, &root, &id)?;
+        } else {
+            state.deleted.insert(root.canonical_path(&rel));
+        }
+        state.rebuild();
+        Ok(())
+    }
+
+    /// Deletes item `id` from the source now, and forgets its hidden paths.
+    fn delete_now(
+        &self,
+        state: &mut State,
+        root: &ViewRoot,
+        id: &PropertyId,
+    ) -> Result<(), FsError> {
+        let gone = item_mount_paths(state, root.dataset, id);
+        delete_item(&mut state.datasets[root.dataset], id).map_err(|e| match e {
+            CommitError::Refused(why) => FsError::NotPermitted(why),
+            CommitError::Invalid(why) => FsError::Invalid(why),
+            CommitError::Store(e) => FsError::Content(e),
+        })?;
+        log::info!("deleted {} of {}", id.path(), root.canonical);
+        let roots = state.roots.clone();
+        state.deleted.retain(|path| {
+            let Some((r, rel)) = split_canonical(&roots, path) else {
+                return true;
+            };
+            r.dataset != root.dataset
+                || (item_of(r.kind, rel).as_ref() != Some(id)
+                    && !rel.starts_with(&format!("{}/", id.path()))
+                    && rel != id.path())
+        });
+        // The files, and the directories they were in (a Zarr node, `nzind/`, ...): the kernel
+        // may have any of them cached.
+        let mut names: BTreeSet<String> = BTreeSet::new();
+        for path in &gone {
+            let mut at = path.as_str();
+            while let Some((parent, _)) = at.rsplit_once('/') {
+                names.insert(at.to_string());
+                at = parent;
+            }
+        }
+        let entries: Vec<(u64, String)> = names
+            .iter()
+            .filter_map(|p| {
+                p.rsplit_once('/')
+                    .map(|(parent, name)| (state.inodes.ino(parent), name.to_string()))
+            })
+            .collect();
+        self.invalidate_entries(entries);
         Ok(())
     }
 
@@ -543,10 +693,8 @@ impl DafFs {
         }
         let canonical = Self::canonical(&state, &node.path)?;
         if !state.staged.get(&canonical).is_some_and(|s| s.is_dir) {
-            return Err(FsError::NotPermitted(format!(
-                "{}: a directory of the data set cannot be removed here",
-                node.path
-            )));
+            let path = node.path.clone();
+            return self.remove_committed_dir(state, &path);
         }
         let _ = fs::remove_dir(staging.disk_path(&canonical));
         state.staged.remove(&canonical);
@@ -595,14 +743,25 @@ impl DafFs {
                 _ => {}
             }
         }
+        if split_mount(&state.roots, &new_mount)
+            .is_some_and(|(r, rel)| r.kind == ViewKind::Zarr && rel == ".zmetadata")
+        {
+            // Consolidated metadata is derived from the data set and kept up to date here;
+            // a writer's copy (zarr after a change) is accepted and dropped.
+            fs::remove_file(&disk)?;
+            let old_canonical = Self::canonical(&state, &old_path)?;
+            state.staged.remove(&old_canonical);
+            state.rebuild();
+            return Ok(());
+        }
         let new_disk = staging.prepare_parent(&new_canonical)?;
         fs::rename(&disk, &new_disk)?;
         let old_canonical = Self::canonical(&state, &old_path)?;
-        state.staged.remove(&old_canonical);
+        let moved = state.staged.remove(&old_canonical);
         state.staged.insert(
-            new_canonical,
+            new_canonical.clone(),
             Staged {
-                disk: new_disk,
+                disk: new_disk.clone(),
                 is_dir: false,
                 mtime: SystemTime::now(),
             },
@@ -610,7 +769,20 @@ impl DafFs {
         state.inodes.rename(&old_path, &new_mount);
         state.rebuild();
         drop(state);
-        self.try_commit(&new_mount, None, false)
+        let committed = self.try_commit(&new_mount, None, false);
+        if committed.is_err() {
+            // A rename that fails changes nothing: put the file back under its old name.
+            let mut state = self.lock_state();
+            if fs::rename(&new_disk, &disk).is_ok() {
+                state.staged.remove(&new_canonical);
+                if let Some(moved) = moved {
+                    state.staged.insert(old_canonical, moved);
+                }
+                state.inodes.rename(&new_mount, &old_path);
+                state.rebuild();
+            }
+        }
+        committed
     }
 
     /// Adds a second name for a staged file.
@@ -677,4 +849,28 @@ fn item_mount_paths(
                 .collect::<Vec<_>>()
         })
         .collect()
+}
+
+/// Whether the views (not the staging area) have a directory at mount path `mount`.
+fn self_view_has_dir(state: &State, mount: &str) -> bool {
+    state.roots.iter().any(|root| {
+        let Some(rel) = mount
+            .strip_prefix(&root.mount)
+            .map(|r| r.trim_start_matches('/'))
+        else {
+            return false;
+        };
+        if rel.is_empty() {
+            return true;
+        }
+        let ds = &state.datasets[root.dataset].dataset;
+        let entries = match root.kind {
+            crate::views::ViewKind::Files => crate::views::files::files_view(ds, ""),
+            crate::views::ViewKind::Zarr => crate::views::zarr::zarr_view(ds, ""),
+        };
+        let prefix = format!("{rel}/");
+        entries
+            .iter()
+            .any(|e| e.path == rel || e.path.starts_with(&prefix))
+    })
 }

@@ -16,7 +16,7 @@ use fuser::{
     ReplyStatfs, ReplyWrite, Request, SessionACL, TimeOrNow, WriteFlags,
 };
 
-use crate::core::{Attr, DafFs, FsError, Kind};
+use crate::core::{Attr, DafFs, FsError, Invalidation, Kind};
 
 /// How long the kernel may cache names and attributes of committed content (a commit that
 /// changes them invalidates the kernel's copy).
@@ -110,8 +110,15 @@ pub fn mount_config(settings: &MountSettings) -> Config {
         (false, true) => SessionACL::RootAndOwner,
         _ => SessionACL::Owner,
     };
-    config.n_threads = Some(settings.threads.max(1));
-    config.clone_fd = settings.threads > 1;
+    // A writable mount needs a second worker: one may wait in a cache invalidation while the
+    // other answers the request the kernel is holding a lock for.
+    let threads = if settings.read_only {
+        settings.threads.max(1)
+    } else {
+        settings.threads.max(2)
+    };
+    config.n_threads = Some(threads);
+    config.clone_fd = threads > 1;
     config
 }
 
@@ -144,21 +151,42 @@ impl FuseAdapter {
         self.notifier.clone()
     }
 
-    /// Sends the invalidations the core queued, from another thread: a notification must never
-    /// wait for a request that this thread is still answering.
-    fn send_invalidations(&self) {
-        let inos = self.core.take_invalidations();
-        if inos.is_empty() {
+    /// The inode of `name` in `parent` (0 if none): the kernel locks it during unlink/rmdir/rename.
+    fn child(&self, parent: INodeNo, name: &OsStr) -> u64 {
+        self.core.lookup(parent.0, name).map_or(0, |a| a.ino)
+    }
+
+    /// Sends the invalidations the core queued. They go out before the reply, so the caller's
+    /// next call sees the change, except those about what the kernel holds locked while this
+    /// request is pending (`locked`: its directories, or the inode of a `setattr`): waiting for
+    /// those would deadlock, so they go from another thread.
+    fn send_invalidations(&self, locked: &[u64]) {
+        let stale = self.core.take_invalidations();
+        if stale.is_empty() {
             return;
         }
-        let notifier = self.notifier.lock().ok().and_then(|n| n.clone());
-        if let Some(notifier) = notifier {
-            std::thread::spawn(move || {
-                for ino in inos {
-                    // ENOENT: the kernel has nothing cached for it.
-                    let _ = notifier.inval_inode(INodeNo(ino), 0, 0);
+        let Some(notifier) = self.notifier.lock().ok().and_then(|n| n.clone()) else {
+            return;
+        };
+        let send = |notifier: &fuser::Notifier, item: &Invalidation| {
+            // ENOENT: the kernel has nothing cached for it.
+            let _ = match item {
+                Invalidation::Inode(ino) => notifier.inval_inode(INodeNo(*ino), 0, 0),
+                Invalidation::Entry(parent, name) => {
+                    notifier.inval_entry(INodeNo(*parent), OsStr::new(name))
                 }
+            };
+        };
+        let (later, now): (Vec<Invalidation>, Vec<Invalidation>) =
+            stale.into_iter().partition(|item| match item {
+                Invalidation::Inode(ino) => locked.contains(ino),
+                Invalidation::Entry(parent, _) => locked.contains(parent),
             });
+        for item in &now {
+            send(&notifier, item);
+        }
+        if !later.is_empty() {
+            std::thread::spawn(move || later.iter().for_each(|item| send(&notifier, item)));
         }
     }
 
@@ -351,11 +379,12 @@ impl Filesystem for FuseAdapter {
             TimeOrNow::SpecificTime(t) => t,
             TimeOrNow::Now => SystemTime::now(),
         });
-        match guarded("setattr", || self.core.setattr(ino.0, size, mtime)) {
+        let result = guarded("setattr", || self.core.setattr(ino.0, size, mtime));
+        self.send_invalidations(&[ino.0]);
+        match result {
             Ok(a) => reply.attr(ttl(&a), &self.attr(&a)),
             Err(e) => reply.error(e),
         }
-        self.send_invalidations();
     }
 
     fn create(
@@ -407,8 +436,9 @@ impl Filesystem for FuseAdapter {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        answer(reply, guarded("flush", || self.core.flush(fh.0)));
-        self.send_invalidations();
+        let result = guarded("flush", || self.core.flush(fh.0));
+        self.send_invalidations(&[]);
+        answer(reply, result);
     }
 
     fn release(
@@ -422,8 +452,8 @@ impl Filesystem for FuseAdapter {
         reply: ReplyEmpty,
     ) {
         self.core.release(fh.0);
+        self.send_invalidations(&[]);
         reply.ok();
-        self.send_invalidations();
     }
 
     fn fsync(
@@ -478,15 +508,17 @@ impl Filesystem for FuseAdapter {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        answer(
-            reply,
-            guarded("unlink", || self.core.unlink(parent.0, name)),
-        );
-        self.send_invalidations();
+        let victim = self.child(parent, name);
+        let result = guarded("unlink", || self.core.unlink(parent.0, name));
+        self.send_invalidations(&[parent.0, victim]);
+        answer(reply, result);
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        answer(reply, guarded("rmdir", || self.core.rmdir(parent.0, name)));
+        let victim = self.child(parent, name);
+        let result = guarded("rmdir", || self.core.rmdir(parent.0, name));
+        self.send_invalidations(&[parent.0, victim]);
+        answer(reply, result);
     }
 
     fn rename(
@@ -499,13 +531,12 @@ impl Filesystem for FuseAdapter {
         _flags: fuser::RenameFlags,
         reply: ReplyEmpty,
     ) {
-        answer(
-            reply,
-            guarded("rename", || {
-                self.core.rename(parent.0, name, new_parent.0, new_name)
-            }),
-        );
-        self.send_invalidations();
+        let (source, target) = (self.child(parent, name), self.child(new_parent, new_name));
+        let result = guarded("rename", || {
+            self.core.rename(parent.0, name, new_parent.0, new_name)
+        });
+        self.send_invalidations(&[parent.0, new_parent.0, source, target]);
+        answer(reply, result);
     }
 
     fn link(
@@ -516,11 +547,12 @@ impl Filesystem for FuseAdapter {
         new_name: &OsStr,
         reply: ReplyEntry,
     ) {
-        match guarded("link", || self.core.link(ino.0, new_parent.0, new_name)) {
+        let result = guarded("link", || self.core.link(ino.0, new_parent.0, new_name));
+        self.send_invalidations(&[new_parent.0, ino.0]);
+        match result {
             Ok(a) => reply.entry(ttl(&a), &self.attr(&a), Generation(0)),
             Err(e) => reply.error(e),
         }
-        self.send_invalidations();
     }
 }
 

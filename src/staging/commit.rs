@@ -89,19 +89,46 @@ pub fn item_of(kind: ViewKind, rel: &str) -> Option<PropertyId> {
                 name,
             })
         }
-        (ViewKind::Zarr, ["scalars", name, _, ..]) => Some(PropertyId::Scalar(name.to_string())),
-        (ViewKind::Zarr, ["axes", name, _, ..]) => Some(PropertyId::Axis(name.to_string())),
-        (ViewKind::Zarr, ["vectors", axis, name, _, ..]) => Some(PropertyId::Vector {
-            axis: axis.to_string(),
-            name: name.to_string(),
-        }),
-        (ViewKind::Zarr, ["matrices", rows, cols, name, _, ..]) => Some(PropertyId::Matrix {
-            rows: rows.to_string(),
-            cols: cols.to_string(),
-            name: name.to_string(),
-        }),
+        (ViewKind::Zarr, ["scalars", name, rest @ ..]) if zarr_node_file(rest) => {
+            Some(PropertyId::Scalar(name.to_string()))
+        }
+        (ViewKind::Zarr, ["axes", name, rest @ ..]) if zarr_node_file(rest) => {
+            Some(PropertyId::Axis(name.to_string()))
+        }
+        (ViewKind::Zarr, ["vectors", axis, name, rest @ ..]) if zarr_node_file(rest) => {
+            Some(PropertyId::Vector {
+                axis: axis.to_string(),
+                name: name.to_string(),
+            })
+        }
+        (ViewKind::Zarr, ["matrices", rows, cols, name, rest @ ..]) if zarr_node_file(rest) => {
+            Some(PropertyId::Matrix {
+                rows: rows.to_string(),
+                cols: cols.to_string(),
+                name: name.to_string(),
+            })
+        }
         _ => None,
     }
+}
+
+/// Whether `rest` (the path below an item's node) names a file of the node: its documents or a
+/// chunk, possibly in a sparse component (`nzind/0`) or with `/`-separated chunk keys. Temporary
+/// names (`.zarray.<uuid>.partial`) are not.
+fn zarr_node_file(rest: &[&str]) -> bool {
+    let chunk = |c: &str| {
+        !c.is_empty()
+            && c.split('.')
+                .all(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+    };
+    let Some((last, dirs)) = rest.split_last() else {
+        return false;
+    };
+    let dirs_ok = dirs
+        .iter()
+        .enumerate()
+        .all(|(i, d)| chunk(d) || (i == 0 && ["nzind", "nzval", "colptr", "rowval"].contains(d)));
+    dirs_ok && ([".zarray", ".zattrs", ".zgroup"].contains(last) || chunk(last))
 }
 
 /// Whether a new file (or directory) may be created at `rel` of a view: only where a Daf item can
@@ -373,6 +400,59 @@ fn source_files(ds: &NamedDataset, id: &PropertyId) -> Result<Vec<String>, Commi
     })
 }
 
+/// Deletes item `id` from a directory source and from the model: descriptors first (readers stop
+/// seeing it), then payloads; an axis also loses its (empty) vector and matrix directories.
+pub fn delete_item(ds: &mut NamedDataset, id: &PropertyId) -> Result<(), CommitError> {
+    let root = match &ds.target {
+        Target::FilesDir { root, .. } | Target::ZarrDir { root } => root.clone(),
+        Target::Zip { .. } => {
+            return Err(CommitError::Refused(format!(
+                "{}: ZIP sources are append-only",
+                id.path()
+            )))
+        }
+    };
+    if let PropertyId::Axis(name) = id {
+        if ds.dataset.axis_in_use(name) {
+            return Err(CommitError::Refused(format!(
+                "axis {name} is used by properties"
+            )));
+        }
+    }
+    let mut files = source_files(ds, id)?;
+    let metadata_first =
+        |p: &String| !(p.ends_with(".json") || p.ends_with(".zarray") || p.ends_with(".zgroup"));
+    files.sort_by_key(metadata_first);
+    for rel in &files {
+        let path = root.join(rel);
+        std::fs::remove_file(&path).map_err(|e| StoreError::io(&path, e))?;
+    }
+    let mut dirs = Vec::new();
+    if matches!(ds.target, Target::ZarrDir { .. }) {
+        dirs.push(id.path());
+    }
+    if let PropertyId::Axis(name) = id {
+        dirs.extend([format!("vectors/{name}"), format!("matrices/{name}")]);
+        dirs.extend(
+            ds.dataset
+                .axes
+                .keys()
+                .map(|other| format!("matrices/{other}/{name}")),
+        );
+    }
+    for dir in dirs {
+        let path = root.join(&dir);
+        if path.is_dir() {
+            std::fs::remove_dir_all(&path).map_err(|e| StoreError::io(&path, e))?;
+        }
+    }
+    if let Target::ZarrDir { root } = &ds.target {
+        refresh_zmetadata(root)?;
+    }
+    ds.dataset.remove(id);
+    Ok(())
+}
+
 /// Sets the modification time of item `id` and of its files in a directory source (`touch`).
 pub fn touch_item(
     ds: &mut NamedDataset,
@@ -611,5 +691,21 @@ mod tests {
             v("cell", "size")
         );
         assert_eq!(item_of(ViewKind::Zarr, "vectors/cell/.zgroup"), None);
+        assert_eq!(
+            item_of(ViewKind::Zarr, "vectors/cell/size/.zarray.1234.partial"),
+            None
+        );
+        assert_eq!(
+            item_of(ViewKind::Zarr, "vectors/cell/size/0.1234.partial"),
+            None
+        );
+        assert_eq!(
+            item_of(ViewKind::Zarr, "matrices/a/b/m/0/1"),
+            Some(PropertyId::Matrix {
+                rows: "a".into(),
+                cols: "b".into(),
+                name: "m".into()
+            })
+        );
     }
 }

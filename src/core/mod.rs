@@ -6,7 +6,9 @@
 //! job. Every change builds a new tree and swaps it in; inode numbers stay stable. Errors are
 //! [`FsError`]s; the adapter maps them to errno values in one place.
 
+mod commit;
 pub mod namespace;
+mod remove;
 mod write;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};

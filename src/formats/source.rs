@@ -17,7 +17,7 @@ use crate::stores::{dir::open_directory, zip::open_zip, StoreError, StoreIndex};
 use super::files_daf::{files_version, read_files_daf};
 use super::json::FilesVersion;
 use super::model::Dataset;
-use super::zarr_v2::read_zarr_daf;
+use super::zarr_daf::read_zarr_daf;
 use super::FormatError;
 
 /// The on-disk layout of a data set.

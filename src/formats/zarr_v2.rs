@@ -1,11 +1,10 @@
-//! The seed's ZarrDaf layout on Zarr v2 (`daf-formats.md` §4): reading it from any store, and
-//! the exact metadata documents Julia writes for it.
+//! Zarr v2 arrays (`daf-formats.md` §4.3–4.5): opening one from any store, and the exact
+//! metadata documents Julia writes.
 //!
 //! An array that is stored the way Daf writes it (one chunk covering the shape, no compressor, no
 //! filters, C order, little-endian) is served from the chunk's own blob: the same mapped bytes.
 //! Any other array is decoded once, on first access, into one contiguous chunk (`zarr_decode`).
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -13,9 +12,7 @@ use serde_json::Value;
 
 use crate::stores::{Blob, Bytes, StoreIndex};
 
-use super::model::{Axis, Dataset, Payload, Property, ScalarProperty, SparseIndex};
 use super::scalar::Scalar;
-use super::strings::{decode_vlen, Strings};
 use super::types::{Endian, NumType};
 use super::zarr_decode::{assemble_numeric, assemble_strings, ArrayKind, ChunkLayout, Compressor};
 use super::FormatError;
@@ -61,7 +58,8 @@ pub struct ZarrArray {
 }
 
 impl ZarrArray {
-    fn len(&self) -> u64 {
+    /// Number of elements.
+    pub fn element_count(&self) -> u64 {
         self.shape.iter().product()
     }
 }
@@ -272,283 +270,9 @@ pub fn open_array(index: &StoreIndex, key: &str) -> Result<ZarrArray, FormatErro
     })
 }
 
-/// Checks the root group and the `daf` version array, then reads the whole data set.
-pub fn read_zarr_daf(index: &StoreIndex, path: &Path) -> Result<Dataset, FormatError> {
-    let not_daf = |why: &str| FormatError::NotDaf {
-        path: path.to_path_buf(),
-        why: why.to_string(),
-    };
-    if !index.contains(".zgroup") {
-        if index.contains("zarr.json") {
-            return Err(FormatError::Version {
-                format: "Zarr",
-                version: "3 (DataAxesFormats 0.3+ ZarrDaf)".into(),
-                supported: "the Zarr v2 ZarrDaf layout",
-                path: path.join("zarr.json"),
-            });
-        }
-        return Err(not_daf("no .zgroup: not a Zarr group"));
-    }
-    if !index.contains("daf/.zarray") {
-        return Err(not_daf("Zarr group without a 'daf' version array"));
-    }
-    let marker = open_array(index, "daf")?;
-    let version = marker.blob.bytes()?;
-    match (marker.kind, version.as_slice()) {
-        (ArrayKind::Numeric(..), [1, 0]) => {}
-        (ArrayKind::Numeric(NumType::UInt8 | NumType::Int8, _), [major, minor]) => {
-            return Err(FormatError::Version {
-                format: "ZarrDaf",
-                version: format!("{major}.{minor}"),
-                supported: "1.0",
-                path: path.join("daf"),
-            })
-        }
-        _ => return Err(not_daf("the 'daf' array is not two UInt8 numbers")),
-    }
-    let mut dataset = Dataset {
-        mtime: index.root_mtime,
-        ..Dataset::default()
-    };
-    let warn =
-        |what: &str, e: FormatError| log::warn!("skipping {what} ({e}) in {}", path.display());
-    for name in node_names(index, "scalars") {
-        let key = format!("scalars/{name}");
-        match read_scalar(index, &key) {
-            Ok(prop) => {
-                dataset.scalars.insert(name, prop);
-            }
-            Err(e) => warn(&key, e),
-        }
-    }
-    for name in node_names(index, "axes") {
-        let key = format!("axes/{name}");
-        match open_array(index, &key).and_then(|a| match (a.kind, a.shape.as_slice()) {
-            (ArrayKind::Strings, [n]) => Ok(Axis {
-                entries: Strings::from_vlen(a.blob, *n),
-                mtime: a.mtime,
-            }),
-            _ => Err(FormatError::bad("an axis must be a 1-D string array")),
-        }) {
-            Ok(axis) => {
-                dataset.axes.insert(name, axis);
-            }
-            Err(e) => warn(&key, e),
-        }
-    }
-    for axis in subgroups(index, "vectors") {
-        let Some(n) = dataset.axes.get(&axis).map(Axis::len) else {
-            log::warn!(
-                "skipping vectors/{axis}: no axis {axis} in {}",
-                path.display()
-            );
-            continue;
-        };
-        let mut props = std::collections::BTreeMap::new();
-        for name in node_names(index, &format!("vectors/{axis}")) {
-            let key = format!("vectors/{axis}/{name}");
-            match read_property(index, &key, &[n]) {
-                Ok(p) => {
-                    props.insert(name, p);
-                }
-                Err(e) => warn(&key, e),
-            }
-        }
-        dataset.vectors.insert(axis, props);
-    }
-    for rows in subgroups(index, "matrices") {
-        for cols in subgroups(index, &format!("matrices/{rows}")) {
-            let (Some(nrows), Some(ncols)) = (
-                dataset.axes.get(&rows).map(Axis::len),
-                dataset.axes.get(&cols).map(Axis::len),
-            ) else {
-                log::warn!(
-                    "skipping matrices/{rows}/{cols}: unknown axis in {}",
-                    path.display()
-                );
-                continue;
-            };
-            let mut props = std::collections::BTreeMap::new();
-            for name in node_names(index, &format!("matrices/{rows}/{cols}")) {
-                let key = format!("matrices/{rows}/{cols}/{name}");
-                // Zarr shapes are reversed: [ncols, nrows].
-                match read_property(index, &key, &[ncols, nrows]) {
-                    Ok(p) => {
-                        props.insert(name, p);
-                    }
-                    Err(e) => warn(&key, e),
-                }
-            }
-            dataset.matrices.insert((rows.clone(), cols), props);
-        }
-    }
-    Ok(dataset)
-}
-
-/// Sub-directories of a group, with or without their `.zgroup` (writers other than Julia may
-/// leave the per-axis groups out; the axes say which ones must exist).
-fn subgroups(index: &StoreIndex, group: &str) -> Vec<String> {
-    index
-        .children(group)
-        .into_iter()
-        .filter(|name| {
-            !name.starts_with('.') && !index.children(&format!("{group}/{name}")).is_empty()
-        })
-        .collect()
-}
-
-/// Child nodes (groups or arrays) of a group, skipping metadata documents.
-fn node_names(index: &StoreIndex, group: &str) -> Vec<String> {
-    index
-        .children(group)
-        .into_iter()
-        .filter(|name| {
-            !name.starts_with('.')
-                && (index.contains(&format!("{group}/{name}/.zarray"))
-                    || index.contains(&format!("{group}/{name}/.zgroup")))
-        })
-        .collect()
-}
-
-pub(crate) fn read_scalar(index: &StoreIndex, key: &str) -> Result<ScalarProperty, FormatError> {
-    let array = open_array(index, key)?;
-    if array.len() != 1 {
-        return Err(FormatError::bad(format!(
-            "a scalar must have one element, not {}",
-            array.len()
-        )));
-    }
-    let bytes = array.blob.bytes()?;
-    let scalar = match array.kind {
-        ArrayKind::Numeric(t, _) => Scalar::from_le_bytes(t, bytes.as_slice())?,
-        ArrayKind::Strings => {
-            let items = decode_vlen(bytes.as_slice(), 1).map_err(FormatError::Bad)?;
-            let text = std::str::from_utf8(items[0])
-                .map_err(|_| FormatError::bad("string is not UTF-8"))?;
-            Scalar::from_value(
-                super::types::ElementType::String,
-                &Value::String(text.to_string()),
-            )?
-        }
-    };
-    Ok(ScalarProperty {
-        scalar,
-        mtime: array.mtime,
-    })
-}
-
-fn numeric(array: &ZarrArray, what: &str) -> Result<NumType, FormatError> {
-    match array.kind {
-        ArrayKind::Numeric(t, _) if array.shape.len() == 1 => Ok(t),
-        _ => Err(FormatError::bad(format!(
-            "{what} must be a 1-D numeric array"
-        ))),
-    }
-}
-
-/// Reads a dense array or a sparse group whose dense Zarr shape must be `shape`.
-pub(crate) fn read_property(
-    index: &StoreIndex,
-    key: &str,
-    shape: &[u64],
-) -> Result<Property, FormatError> {
-    if index.contains(&format!("{key}/.zarray")) {
-        let array = open_array(index, key)?;
-        if array.shape != shape {
-            return Err(FormatError::bad(format!(
-                "shape {:?}, {shape:?} expected",
-                array.shape
-            )));
-        }
-        let payload = match array.kind {
-            ArrayKind::Numeric(t, _) => Payload::Dense {
-                eltype: t,
-                data: array.blob,
-            },
-            ArrayKind::Strings => Payload::DenseStrings(Strings::from_vlen(
-                array.blob,
-                shape[0] * shape.get(1).copied().unwrap_or(1),
-            )),
-        };
-        return Ok(Property {
-            payload,
-            mtime: array.mtime,
-        });
-    }
-    let mtime = index
-        .latest_mtime_under(key)
-        .unwrap_or(SystemTime::UNIX_EPOCH);
-    let (index_kind, nnz, indtype) = if shape.len() == 1 {
-        let nzind = open_array(index, &format!("{key}/nzind"))?;
-        let t = numeric(&nzind, "nzind")?;
-        (
-            SparseIndex::Vector {
-                nzind: nzind.blob.clone(),
-            },
-            nzind.len(),
-            t,
-        )
-    } else {
-        let colptr = open_array(index, &format!("{key}/colptr"))?;
-        let rowval = open_array(index, &format!("{key}/rowval"))?;
-        let t = numeric(&colptr, "colptr")?;
-        if numeric(&rowval, "rowval")? != t {
-            return Err(FormatError::bad("colptr and rowval have different types"));
-        }
-        if colptr.len() != shape[0] + 1 {
-            return Err(FormatError::bad(format!(
-                "colptr has {} entries, {} expected",
-                colptr.len(),
-                shape[0] + 1
-            )));
-        }
-        (
-            SparseIndex::Matrix {
-                colptr: colptr.blob.clone(),
-                rowval: rowval.blob.clone(),
-            },
-            rowval.len(),
-            t,
-        )
-    };
-    if !indtype.is_integer() {
-        return Err(FormatError::bad("sparse index arrays must be integers"));
-    }
-    let nzval = if index.contains(&format!("{key}/nzval/.zarray")) {
-        Some(open_array(index, &format!("{key}/nzval"))?)
-    } else {
-        None
-    };
-    let (eltype, nzval) = match nzval {
-        Some(values) => {
-            let t = numeric(&values, "nzval")?;
-            if values.len() != nnz {
-                return Err(FormatError::bad(format!(
-                    "nzval has {} values for {nnz} positions",
-                    values.len()
-                )));
-            }
-            (t, Some(values.blob))
-        }
-        None => (NumType::Bool, None),
-    };
-    Ok(Property {
-        payload: Payload::Sparse {
-            eltype,
-            indtype,
-            index: index_kind,
-            nzval,
-        },
-        mtime,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stores::{dir::open_directory, zip::open_zip};
-
-    const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/vectors");
 
     #[test]
     fn zarray_text_matches_the_seed_bytes() {
@@ -562,57 +286,5 @@ mod tests {
         );
         assert!(zarray_json("<i8", false, &[0]).contains("\"chunks\":[1]"));
         assert_eq!(single_chunk_key(2), "0.0");
-    }
-
-    #[test]
-    fn reads_the_v2_fixture_from_a_directory_and_a_zip_zero_copy() {
-        for (path, idx) in [
-            (
-                format!("{VECTORS}/zarr_v2.daf.zarr"),
-                open_directory(Path::new(&format!("{VECTORS}/zarr_v2.daf.zarr"))).unwrap(),
-            ),
-            (
-                format!("{VECTORS}/zarr_v2.daf.zarr.zip"),
-                open_zip(Path::new(&format!("{VECTORS}/zarr_v2.daf.zarr.zip"))).unwrap(),
-            ),
-        ] {
-            let ds = read_zarr_daf(&idx, Path::new(&path)).unwrap();
-            assert_eq!(
-                ds.scalars["title"].scalar.files_json(),
-                "{\"value\":\"hello\",\"type\":\"String\"}\n"
-            );
-            assert_eq!(ds.axes["cell"].len(), 3);
-            let Payload::Dense { eltype, data } = &ds.vectors["cell"]["score"].payload else {
-                panic!()
-            };
-            assert_eq!(*eltype, NumType::Float32);
-            assert!(Arc::ptr_eq(
-                data,
-                &idx.get("vectors/cell/score/0").unwrap().blob
-            ));
-            assert!(matches!(
-                ds.vectors["cell"]["is_marker"].payload,
-                Payload::Sparse { nzval: None, .. }
-            ));
-            assert_eq!(ds.matrices[&("cell".into(), "gene".into())].len(), 2);
-        }
-    }
-
-    #[test]
-    fn v3_and_non_daf_groups_are_refused() {
-        let v3 = format!("{VECTORS}/zarr_v3.daf.zarr");
-        let err =
-            read_zarr_daf(&open_directory(Path::new(&v3)).unwrap(), Path::new(&v3)).unwrap_err();
-        assert!(
-            err.to_string().contains("unsupported Zarr version 3"),
-            "{err}"
-        );
-        let tmp = tempfile::tempdir().unwrap();
-        std::fs::write(tmp.path().join(".zgroup"), ZGROUP).unwrap();
-        let err = read_zarr_daf(&open_directory(tmp.path()).unwrap(), tmp.path()).unwrap_err();
-        assert!(
-            err.to_string().contains("without a 'daf' version array"),
-            "{err}"
-        );
     }
 }

@@ -7,6 +7,7 @@
 //! reappear at the same place in the next, and a user can finish or remove them.
 
 pub mod commit;
+pub mod item;
 
 use std::fs;
 use std::path::{Path, PathBuf};

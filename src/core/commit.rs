@@ -1,0 +1,265 @@
+//! Turning staged files into source content from the filesystem's side: when to try a commit,
+//! what to lock, which staged files go, and what the kernel must forget afterwards (`touch` and
+//! finalisation too). The commit itself is the staging layer's.
+
+use std::fs;
+use std::time::SystemTime;
+
+use crate::staging::commit::{commit, touch_item, CommitError, Outcome, StagedFile};
+use crate::staging::item::item_of;
+
+use super::namespace::NodeKind;
+use super::{split_canonical, split_mount, DafFs, FsError, Invalidation, State};
+
+impl DafFs {
+    /// Sets the modification time of a committed item (and of its files in a directory source),
+    /// the way `touch` does: `make` relies on it.
+    pub(super) fn touch(&self, mount: &str, mtime: SystemTime) -> Result<(), FsError> {
+        let mut state = self.lock_state();
+        let Some((root, rel)) = split_mount(&state.roots, mount) else {
+            return Ok(());
+        };
+        let root = root.clone();
+        let Some(id) = item_of(root.kind, rel) else {
+            return Ok(());
+        };
+        Self::replaceable(&state, mount)?;
+        touch_item(&mut state.datasets[root.dataset], &id, mtime)
+            .map_err(|e| FsError::NotPermitted(e.to_string()))?;
+        let changed = item_mount_paths(&state, root.dataset, &id);
+        state.rebuild();
+        let inos: Vec<u64> = changed.iter().map(|p| state.inodes.ino(p)).collect();
+        drop(state);
+        self.invalidate(inos);
+        Ok(())
+    }
+
+    /// Queues kernel cache invalidations for these inodes (the adapter sends them).
+    pub(super) fn invalidate(&self, inos: Vec<u64>) {
+        self.invalidations
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(inos.into_iter().map(Invalidation::Inode));
+    }
+
+    /// Queues invalidations of names that no longer exist.
+    pub(super) fn invalidate_entries(&self, entries: Vec<(u64, String)>) {
+        let mut queue = self.invalidations.lock().unwrap_or_else(|p| p.into_inner());
+        queue.extend(
+            entries
+                .into_iter()
+                .map(|(parent, name)| Invalidation::Entry(parent, name)),
+        );
+    }
+
+    /// What the kernel must forget: changed inodes, and names that are gone.
+    pub fn take_invalidations(&self) -> Vec<Invalidation> {
+        std::mem::take(&mut *self.invalidations.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    pub(super) fn commit_staged(&self, ino: u64, fh: u64) -> Result<(), FsError> {
+        let path = match self.namespace().node(ino) {
+            Some(node) if matches!(node.kind, NodeKind::Staged(_)) => node.path.clone(),
+            _ => return Ok(()),
+        };
+        self.try_commit(&path, Some(fh), false)
+    }
+
+    /// Commits the item `mount` belongs to if all its staged files are there, closed (but for
+    /// the handle `closing`), and consistent.
+    pub(super) fn try_commit(
+        &self,
+        mount: &str,
+        closing: Option<u64>,
+        finalize: bool,
+    ) -> Result<(), FsError> {
+        let Some(staging) = self.staging.as_ref() else {
+            return Ok(());
+        };
+        let mut state = self.lock_state();
+        let Some((root, rel)) = split_mount(&state.roots, mount) else {
+            return Ok(());
+        };
+        let root = root.clone();
+        let Some(id) = item_of(root.kind, rel) else {
+            return Ok(());
+        };
+        let prefix = format!("{}/", root.canonical);
+        let members: Vec<(String, StagedFile)> = state
+            .staged
+            .iter()
+            .filter(|(_, s)| !s.is_dir)
+            .filter_map(|(path, s)| {
+                let rel = path.strip_prefix(&prefix)?;
+                (item_of(root.kind, rel).as_ref() == Some(&id)).then(|| {
+                    (
+                        path.clone(),
+                        StagedFile {
+                            rel: rel.to_string(),
+                            disk: s.disk.clone(),
+                            mtime: s.mtime,
+                        },
+                    )
+                })
+            })
+            .collect();
+        let writing: Vec<u64> = self
+            .handles
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|(fh, h)| h.writable && h.dirty && Some(**fh) != closing)
+            .map(|(_, h)| h.ino)
+            .collect();
+        let busy = members
+            .iter()
+            .any(|(_, f)| writing.contains(&state.inodes.ino(&root.mount_path(&f.rel))));
+        if busy {
+            return Ok(());
+        }
+        let files: Vec<StagedFile> = members.iter().map(|(_, f)| f.clone()).collect();
+        let outcome = commit(
+            &mut state.datasets[root.dataset],
+            root.kind,
+            &id,
+            &files,
+            finalize,
+        );
+        match outcome {
+            Ok(Outcome::Incomplete) => Ok(()),
+            Ok(Outcome::Committed) => {
+                log::info!("committed {} of {}", id.path(), root.canonical);
+                let changed = item_mount_paths(&state, root.dataset, &id);
+                let inos: Vec<u64> = changed.iter().map(|p| state.inodes.ino(p)).collect();
+                self.invalidate(inos);
+                for (path, file) in &members {
+                    let _ = fs::remove_file(&file.disk);
+                    state.staged.remove(path);
+                    // Remove the on-disk directories made just to hold it.
+                    if let Some((parent, _)) = path.rsplit_once('/') {
+                        if !state.staged.contains_key(parent) {
+                            staging.prune(parent);
+                        }
+                    }
+                }
+                state.rebuild();
+                // Directories made for the item (zarr's mkdir of an array) are the committed
+                // item's now: stop staging those that hold no staged file.
+                let empty_dirs: Vec<String> = state
+                    .staged
+                    .iter()
+                    .filter(|(path, s)| {
+                        s.is_dir
+                            && !state
+                                .staged
+                                .keys()
+                                .any(|k| k.starts_with(&format!("{path}/")))
+                    })
+                    .map(|(path, _)| path.clone())
+                    .collect();
+                for dir in empty_dirs {
+                    let shown =
+                        split_canonical(&state.roots, &dir).map(|(r, rel)| r.mount_path(rel));
+                    let committed = shown.is_some_and(|m| self_view_has_dir(&state, &m));
+                    if committed {
+                        state.staged.remove(&dir);
+                        staging.prune(&dir);
+                    }
+                }
+                state.rebuild();
+                Ok(())
+            }
+            Err(CommitError::Invalid(why)) => {
+                Err(FsError::Invalid(format!("{}: {why}", id.path())))
+            }
+            Err(CommitError::Refused(why)) => Err(FsError::NotPermitted(why)),
+            Err(CommitError::Store(e)) => Err(FsError::Content(e)),
+        }
+    }
+
+    /// Commits every staged item under `mount` (the whole mount for "") that is only waiting for
+    /// what a writer may legitimately leave out: Zarr chunks that are all fill value, or the
+    /// `nzval` of an all-true Bool property. Called by `fsync` on a directory and at unmount.
+    pub fn finalize(&self, mount: &str) -> Result<(), FsError> {
+        let paths: Vec<String> = {
+            let state = self.state.read().unwrap_or_else(|p| p.into_inner());
+            state
+                .staged
+                .iter()
+                .filter(|(_, s)| !s.is_dir)
+                .filter_map(|(path, _)| {
+                    let (root, rel) = split_canonical(&state.roots, path)?;
+                    let at = root.mount_path(rel);
+                    let inside =
+                        mount.is_empty() || at == mount || at.starts_with(&format!("{mount}/"));
+                    (inside && item_of(root.kind, rel).is_some()).then_some(at)
+                })
+                .collect()
+        };
+        let mut first_error = None;
+        for path in paths {
+            if let Err(e) = self.try_commit(&path, None, true) {
+                log::warn!("finalizing {path}: {e}");
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// The mount path of inode `ino`.
+    pub fn path_of(&self, ino: u64) -> Option<String> {
+        self.namespace().node(ino).map(|n| n.path.clone())
+    }
+}
+
+/// The mount paths of every file of item `id` of data set `dataset`, in every view shown.
+pub(super) fn item_mount_paths(
+    state: &State,
+    dataset: usize,
+    id: &crate::formats::model::PropertyId,
+) -> Vec<String> {
+    let ds = &state.datasets[dataset].dataset;
+    state
+        .roots
+        .iter()
+        .filter(|root| root.dataset == dataset)
+        .flat_map(|root| {
+            let entries = match root.kind {
+                crate::views::ViewKind::Files => crate::views::files::item_entries(
+                    ds,
+                    id,
+                    crate::formats::json::FilesVersion::V1_0,
+                ),
+                crate::views::ViewKind::Zarr => crate::views::zarr::item_entries(ds, id),
+            };
+            entries
+                .into_iter()
+                .map(|e| root.mount_path(&e.path))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Whether the views (not the staging area) have a directory at mount path `mount`.
+pub(super) fn self_view_has_dir(state: &State, mount: &str) -> bool {
+    state.roots.iter().any(|root| {
+        let Some(rel) = mount
+            .strip_prefix(&root.mount)
+            .map(|r| r.trim_start_matches('/'))
+        else {
+            return false;
+        };
+        if rel.is_empty() {
+            return true;
+        }
+        let ds = &state.datasets[root.dataset].dataset;
+        let entries = match root.kind {
+            crate::views::ViewKind::Files => crate::views::files::files_view(ds, ""),
+            crate::views::ViewKind::Zarr => crate::views::zarr::zarr_view(ds, ""),
+        };
+        let prefix = format!("{rel}/");
+        entries
+            .iter()
+            .any(|e| e.path == rel || e.path.starts_with(&prefix))
+    })
+}

@@ -1,0 +1,175 @@
+//! Removing through the mount: staged files and directories go at once; committed files of a
+//! directory source are hidden, and their item is deleted from the source when the last of its
+//! FilesDaf files goes or its Zarr node directory is removed.
+
+use std::collections::BTreeSet;
+use std::ffi::OsStr;
+use std::fs;
+use std::sync::RwLockWriteGuard;
+
+use crate::formats::json::FilesVersion;
+use crate::formats::model::PropertyId;
+use crate::staging::commit::{delete_item, CommitError};
+use crate::staging::item::item_of;
+use crate::views::{ViewKind, ViewRoot};
+
+use super::commit::item_mount_paths;
+use super::namespace::NodeKind;
+use super::{split_canonical, split_mount, DafFs, FsError, State};
+
+impl DafFs {
+    /// Removes a staged file.
+    pub fn unlink(&self, parent: u64, name: &OsStr) -> Result<(), FsError> {
+        self.staging_area()?;
+        let mut state = self.lock_state();
+        let ino = Self::existing_child(&state, parent, name)?;
+        let node = state.namespace.node(ino).ok_or(FsError::NotFound)?;
+        let (path, disk) = match &node.kind {
+            NodeKind::Staged(disk) => (node.path.clone(), disk.clone()),
+            NodeKind::Dir { .. } => return Err(FsError::IsDir),
+            NodeKind::File(_) => {
+                let path = node.path.clone();
+                return self.remove_committed(state, &path);
+            }
+        };
+        fs::remove_file(&disk)?;
+        let canonical = Self::canonical(&state, &path)?;
+        state.staged.remove(&canonical);
+        state.rebuild();
+        Ok(())
+    }
+
+    /// Removes a committed file of a directory source: it is hidden at once, and its item is
+    /// deleted from the source when every file of the item in a FilesDaf view is gone (a Zarr
+    /// node goes when its directory is removed, as `rm -r` and zarr's `del` do last).
+    pub(super) fn remove_committed(
+        &self,
+        mut state: RwLockWriteGuard<'_, State>,
+        mount: &str,
+    ) -> Result<(), FsError> {
+        Self::replaceable(&state, mount)?;
+        let (root, rel) = split_mount(&state.roots, mount).ok_or(FsError::NotFound)?;
+        let (root, rel) = (root.clone(), rel.to_string());
+        let id = item_of(root.kind, &rel).ok_or_else(|| {
+            FsError::NotPermitted(format!("{mount}: only files of a property can be removed"))
+        })?;
+        if let PropertyId::Axis(name) = &id {
+            if state.datasets[root.dataset].dataset.axis_in_use(name) {
+                log::warn!("{mount}: axis {name} is used by properties; remove them first");
+                return Err(FsError::NotEmpty);
+            }
+        }
+        state.deleted.insert(root.canonical_path(&rel));
+        if root.kind == ViewKind::Files {
+            let files = crate::views::files::item_entries(
+                &state.datasets[root.dataset].dataset,
+                &id,
+                FilesVersion::V1_0,
+            );
+            let gone = files
+                .iter()
+                .all(|e| state.deleted.contains(&root.canonical_path(&e.path)));
+            if gone {
+                self.delete_now(&mut state, &root, &id)?;
+            }
+        }
+        state.rebuild();
+        Ok(())
+    }
+
+    /// Removes an emptied committed directory of a Zarr view: an item's node (the item is
+    /// deleted) or a directory inside one (hidden until the node goes).
+    pub(super) fn remove_committed_dir(
+        &self,
+        mut state: RwLockWriteGuard<'_, State>,
+        mount: &str,
+    ) -> Result<(), FsError> {
+        Self::replaceable(&state, mount)?;
+        let (root, rel) = split_mount(&state.roots, mount).ok_or(FsError::NotFound)?;
+        let (root, rel) = (root.clone(), rel.to_string());
+        let refused = || {
+            FsError::NotPermitted(format!(
+                "{mount}: a directory of the data set cannot be removed"
+            ))
+        };
+        if root.kind != ViewKind::Zarr {
+            return Err(refused());
+        }
+        let id = item_of(ViewKind::Zarr, &format!("{rel}/.zarray")).ok_or_else(refused)?;
+        if rel == id.path() {
+            self.delete_now(&mut state, &root, &id)?;
+        } else {
+            state.deleted.insert(root.canonical_path(&rel));
+        }
+        state.rebuild();
+        Ok(())
+    }
+
+    /// Deletes item `id` from the source now, and forgets its hidden paths.
+    pub(super) fn delete_now(
+        &self,
+        state: &mut State,
+        root: &ViewRoot,
+        id: &PropertyId,
+    ) -> Result<(), FsError> {
+        let gone = item_mount_paths(state, root.dataset, id);
+        delete_item(&mut state.datasets[root.dataset], id).map_err(|e| match e {
+            CommitError::Refused(why) => FsError::NotPermitted(why),
+            CommitError::Invalid(why) => FsError::Invalid(why),
+            CommitError::Store(e) => FsError::Content(e),
+        })?;
+        log::info!("deleted {} of {}", id.path(), root.canonical);
+        let roots = state.roots.clone();
+        state.deleted.retain(|path| {
+            let Some((r, rel)) = split_canonical(&roots, path) else {
+                return true;
+            };
+            r.dataset != root.dataset
+                || (item_of(r.kind, rel).as_ref() != Some(id)
+                    && !rel.starts_with(&format!("{}/", id.path()))
+                    && rel != id.path())
+        });
+        // The files, and the directories they were in (a Zarr node, `nzind/`, ...): the kernel
+        // may have any of them cached.
+        let mut names: BTreeSet<String> = BTreeSet::new();
+        for path in &gone {
+            let mut at = path.as_str();
+            while let Some((parent, _)) = at.rsplit_once('/') {
+                names.insert(at.to_string());
+                at = parent;
+            }
+        }
+        let entries: Vec<(u64, String)> = names
+            .iter()
+            .filter_map(|p| {
+                p.rsplit_once('/')
+                    .map(|(parent, name)| (state.inodes.ino(parent), name.to_string()))
+            })
+            .collect();
+        self.invalidate_entries(entries);
+        Ok(())
+    }
+
+    /// Removes an empty staged directory.
+    pub fn rmdir(&self, parent: u64, name: &OsStr) -> Result<(), FsError> {
+        let staging = self.staging_area()?;
+        let mut state = self.lock_state();
+        let ino = Self::existing_child(&state, parent, name)?;
+        let node = state.namespace.node(ino).ok_or(FsError::NotFound)?;
+        let NodeKind::Dir { children } = &node.kind else {
+            return Err(FsError::NotDir);
+        };
+        if !children.is_empty() {
+            return Err(FsError::NotEmpty);
+        }
+        let canonical = Self::canonical(&state, &node.path)?;
+        if !state.staged.get(&canonical).is_some_and(|s| s.is_dir) {
+            let path = node.path.clone();
+            return self.remove_committed_dir(state, &path);
+        }
+        let _ = fs::remove_dir(staging.disk_path(&canonical));
+        state.staged.remove(&canonical);
+        state.rebuild();
+        Ok(())
+    }
+}

@@ -4,7 +4,7 @@
 //! `fuse` (kernel adapter) → `core` (filesystem namespace, testable without a kernel) →
 //! `views` (FilesDaf and Zarr trees synthesised from a data set) → `formats` (Daf model and the
 //! readers of each on-disk layout) → `stores` (directories, ZIP archives, shared byte blobs) →
-//! `sys` (the only `unsafe`: memory maps, `fork`, and the C-Blosc decoder).
+//! `sys` (the only `unsafe`: memory maps, `fork`, closing inherited descriptors, C-Blosc).
 
 pub mod cli;
 pub mod core;

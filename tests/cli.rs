@@ -267,3 +267,56 @@ fn background_mode_returns_once_the_mount_is_usable() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+#[test]
+fn refusals_are_logged_with_the_path_and_the_reason() {
+    require_fuse!();
+    let tmp = tempfile::tempdir().unwrap();
+    let archive = tmp.path().join("logged.daf.zarr.zip");
+    std::fs::copy(format!("{VECTORS}/zarr_v2.daf.zarr.zip"), &archive).unwrap();
+    let mnt = mountpoint(&tmp, "logs");
+    let mut child = Command::new(BIN)
+        .args([
+            archive.to_str().unwrap(),
+            mnt.to_str().unwrap(),
+            "-f",
+            "--ready-fd",
+            "1",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "READY\n");
+    let data = mnt.join("logged.daf/vectors/cell/score.data");
+    assert_eq!(
+        std::fs::remove_file(&data).unwrap_err().raw_os_error(),
+        Some(libc::EPERM)
+    );
+    assert_eq!(
+        std::fs::write(mnt.join("logged.daf/notes.txt"), b"x")
+            .unwrap_err()
+            .raw_os_error(),
+        Some(libc::EPERM)
+    );
+    assert!(Command::new("umount").arg(&mnt).status().unwrap().success());
+    let status = wait_with_deadline(&mut child, &mnt);
+    assert_eq!(status.code(), Some(0));
+    let mut log = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut log).unwrap();
+    let refusal = |needle: &str| {
+        log.lines()
+            .find(|l| l.contains("WARN") && l.contains(needle))
+            .map(str::to_string)
+    };
+    let removed = refusal("vectors/cell/score.data")
+        .unwrap_or_else(|| panic!("no log line for the refused unlink:\n{log}"));
+    assert!(removed.contains("append-only"), "{removed}");
+    let placed = refusal("notes.txt")
+        .unwrap_or_else(|| panic!("no log line for the refused create:\n{log}"));
+    assert!(placed.contains("not a place for Daf data"), "{placed}");
+}

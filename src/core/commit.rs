@@ -111,6 +111,10 @@ impl DafFs {
             .filter(|(fh, h)| h.writable && h.dirty && Some(**fh) != closing)
             .map(|(_, h)| h.ino)
             .collect();
+        if members.is_empty() {
+            // Already committed (finalize walks every staged file of an item).
+            return Ok(());
+        }
         let busy = members
             .iter()
             .any(|(_, f)| writing.contains(&state.inodes.ino(&root.mount_path(&f.rel))));

@@ -506,3 +506,49 @@ fn deleting_properties_of_directory_sources_through_either_view() {
         });
     }
 }
+
+#[test]
+fn sparse_strings_and_1_1_descriptors_are_accepted() {
+    require_fuse!();
+    let (_tmp, source) = copy_fixture("zarr_v2.daf.zarr");
+    let mount = TestMount::writable(source.to_str().unwrap(), ViewSelection::Both);
+    let root = mount.path.clone();
+    io_timeout(&mount.path, move || {
+        let cell = root.join("zarr_v2.daf/vectors/cell");
+        // Sparse strings (1.0 form): densified for Zarr, whose strings are always dense.
+        let nzind: Vec<u8> = 2u32.to_le_bytes().to_vec();
+        assert_eq!(
+            write_and_close(
+                &cell.join("label.json"),
+                b"{\"format\":\"sparse\",\"eltype\":\"String\",\"indtype\":\"UInt32\"}\n"
+            ),
+            Ok(())
+        );
+        assert_eq!(write_and_close(&cell.join("label.nzind"), &nzind), Ok(()));
+        assert_eq!(write_and_close(&cell.join("label.nztxt"), b"x\n"), Ok(()));
+        let chunk = std::fs::read(root.join("zarr_v2.daf.zarr/vectors/cell/label/0")).unwrap();
+        assert_eq!(
+            chunk,
+            b"\x03\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00x\x00\x00\x00\x00"
+        );
+        // A 1.1 descriptor: all-true Bool, no nzval.
+        let marker = b"{\"format\":\"sparse\",\"nzind\":{\"format\":\"dense\",\"eltype\":\"Int64\",\"n_elements\":1}}\n";
+        assert_eq!(
+            write_and_close(&cell.join("flag.nzind"), &3i64.to_le_bytes()),
+            Ok(())
+        );
+        assert_eq!(write_and_close(&cell.join("flag.json"), marker), Ok(()));
+        assert!(root
+            .join("zarr_v2.daf.zarr/vectors/cell/flag/nzind/0")
+            .exists());
+        assert!(!root
+            .join("zarr_v2.daf.zarr/vectors/cell/flag/nzval")
+            .exists());
+        // The FilesDaf view shows the seed (1.0) form.
+        let shown = std::fs::read_to_string(cell.join("flag.json")).unwrap();
+        assert_eq!(
+            shown,
+            "{\"format\":\"sparse\",\"eltype\":\"Bool\",\"indtype\":\"Int64\"}\n"
+        );
+    });
+}

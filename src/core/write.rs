@@ -378,9 +378,9 @@ impl DafFs {
             match state.namespace.node(target).map(|n| &n.kind) {
                 Some(NodeKind::Dir { .. }) => return Err(FsError::IsDir),
                 Some(NodeKind::File(blob)) => {
-                    // Rewriting a document with the same bytes (zarr re-saving a group's
+                    // Rewriting a document with the same content (zarr re-saving a group's
                     // .zgroup) changes nothing: accept it and drop the staged copy.
-                    if fs::read(&disk)? == blob.bytes()?.as_slice() {
+                    if same_document(&fs::read(&disk)?, blob.bytes()?.as_slice()) {
                         fs::remove_file(&disk)?;
                         let old_canonical = Self::canonical(&state, &old_path)?;
                         state.staged.remove(&old_canonical);
@@ -470,4 +470,14 @@ impl DafFs {
         self.try_commit(&mount, None, false)?;
         self.getattr(ino)
     }
+}
+
+/// Whether a rewrite carries the same content: equal bytes, or equal JSON (zarr pretty-prints
+/// the group documents that Julia writes compactly).
+fn same_document(new: &[u8], old: &[u8]) -> bool {
+    new == old
+        || matches!(
+            (serde_json::from_slice::<serde_json::Value>(new), serde_json::from_slice::<serde_json::Value>(old)),
+            (Ok(a), Ok(b)) if a == b
+        )
 }

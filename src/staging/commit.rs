@@ -137,7 +137,8 @@ fn zarr_complete(index: &StoreIndex, id: &PropertyId) -> Result<bool, FormatErro
     Ok(true)
 }
 
-/// Daf nodes carry no attributes: a `.zattrs` other than `{}` is refused, not dropped.
+/// Daf nodes carry no attributes: a `.zattrs` with anything but xarray's `_ARRAY_DIMENSIONS`
+/// is refused, not dropped.
 fn zarr_attributes_refusal(index: &StoreIndex) -> Result<Option<String>, StoreError> {
     for key in index
         .keys()
@@ -148,10 +149,17 @@ fn zarr_attributes_refusal(index: &StoreIndex) -> Result<Option<String>, StoreEr
         };
         let value: Option<serde_json::Value> =
             serde_json::from_slice(entry.blob.bytes()?.as_slice()).ok();
+        // xarray's dimension names describe the layout Daf already fixes: accepted, dropped.
+        let structural = |(key, names): (&String, &serde_json::Value)| {
+            key == "_ARRAY_DIMENSIONS"
+                && names
+                    .as_array()
+                    .is_some_and(|a| a.iter().all(serde_json::Value::is_string))
+        };
         if !value
             .as_ref()
             .and_then(serde_json::Value::as_object)
-            .is_some_and(serde_json::Map::is_empty)
+            .is_some_and(|attrs| attrs.iter().all(structural))
         {
             return Ok(Some(format!(
                 "{key}: attributes are not part of a Daf data set (only {{}} is accepted)"

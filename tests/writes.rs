@@ -552,3 +552,83 @@ fn sparse_strings_and_1_1_descriptors_are_accepted() {
         );
     });
 }
+
+/// Writes the ZARR_NODES of the Zarr fixture through a mounted Zarr view, the way zarr writers
+/// do: directories, then documents, then chunks; a node Julia wrote without `nzval` (all-true
+/// Bool) is finalized with `fsync` on its directory.
+fn write_zarr_nodes(view: &Path) {
+    let fixture = Path::new(VECTORS).join("zarr_v2.daf.zarr");
+    for node in ZARR_NODES {
+        let mut files: Vec<(String, bool)> = Vec::new();
+        let mut stack = vec![node.to_string()];
+        while let Some(dir) = stack.pop() {
+            std::fs::create_dir(view.join(&dir)).unwrap();
+            for entry in std::fs::read_dir(fixture.join(&dir)).unwrap() {
+                let entry = entry.unwrap();
+                let rel = format!("{dir}/{}", entry.file_name().into_string().unwrap());
+                if entry.file_type().unwrap().is_dir() {
+                    stack.push(rel);
+                } else {
+                    let document = rel.rsplit('/').next().unwrap().starts_with('.');
+                    files.push((rel, document));
+                }
+            }
+            // Sub-arrays (nzind, ...) are created after their group's documents.
+            stack.sort();
+            stack.reverse();
+            let mut docs: Vec<(String, bool)> = files.drain(..).collect();
+            docs.sort_by_key(|(_, document)| !document);
+            for (rel, _) in docs {
+                assert_eq!(write_and_close(&view.join(&rel), &std::fs::read(fixture.join(&rel)).unwrap()), Ok(()), "{rel}");
+            }
+        }
+        if !fixture.join(node).join("nzval").exists() && fixture.join(node).join(".zgroup").exists() {
+            let dir = std::fs::File::open(view.join(node)).unwrap();
+            dir.sync_all().unwrap();
+        }
+    }
+}
+
+#[test]
+fn every_property_kind_written_through_the_zarr_view_lands_in_every_source_kind() {
+    require_fuse!();
+    let tmp = tempfile::tempdir().unwrap();
+    let (_files_tmp, files_dir) = copy_fixture("files_v1_0.daf");
+    for files in WRITTEN {
+        for rel in files.iter() {
+            std::fs::remove_file(files_dir.join(rel)).unwrap();
+        }
+    }
+    let (_zarr_tmp, zarr_dir) = copy_fixture("zarr_v2.daf.zarr");
+    for node in ZARR_NODES {
+        std::fs::remove_dir_all(zarr_dir.join(node)).unwrap();
+    }
+    let one = tmp.path().join("one.daf.zarr.zip");
+    zip_without_written_nodes(&one, "");
+    let many = tmp.path().join("many.dafs.zarr.zip");
+    zip_without_written_nodes(&many, "grp/g1/");
+    for (source, name) in [
+        (files_dir.display().to_string(), "files_v1_0"),
+        (zarr_dir.display().to_string(), "zarr_v2"),
+        (one.display().to_string(), "one"),
+        (format!("{}#/grp/g1", many.display()), "g1"),
+    ] {
+        {
+            let mount = TestMount::writable(&source, ViewSelection::Both);
+            let root = mount.path.clone();
+            let view_name = name.to_string();
+            io_timeout(&mount.path, move || {
+                write_zarr_nodes(&root.join(format!("{view_name}.daf.zarr")));
+                check_views(&root, &view_name);
+            });
+        }
+        let mount = TestMount::new(&source, ViewSelection::Both);
+        let root = mount.path.clone();
+        let view_name = name.to_string();
+        io_timeout(&mount.path, move || check_views(&root, &view_name));
+    }
+    assert_same_files(&read_tree(&files_dir), &read_tree(&Path::new(VECTORS).join("files_v1_0.daf")), &[], "FilesDaf source");
+    assert_same_files(&read_tree(&zarr_dir), &read_tree(&Path::new(VECTORS).join("zarr_v2.daf.zarr")), &[], "Zarr source");
+    archive_passes_zip_tools(&one);
+    archive_passes_zip_tools(&many);
+}

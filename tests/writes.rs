@@ -576,13 +576,21 @@ fn write_zarr_nodes(view: &Path) {
             // Sub-arrays (nzind, ...) are created after their group's documents.
             stack.sort();
             stack.reverse();
-            let mut docs: Vec<(String, bool)> = files.drain(..).collect();
+            let mut docs: Vec<(String, bool)> = std::mem::take(&mut files);
             docs.sort_by_key(|(_, document)| !document);
             for (rel, _) in docs {
-                assert_eq!(write_and_close(&view.join(&rel), &std::fs::read(fixture.join(&rel)).unwrap()), Ok(()), "{rel}");
+                assert_eq!(
+                    write_and_close(
+                        &view.join(&rel),
+                        &std::fs::read(fixture.join(&rel)).unwrap()
+                    ),
+                    Ok(()),
+                    "{rel}"
+                );
             }
         }
-        if !fixture.join(node).join("nzval").exists() && fixture.join(node).join(".zgroup").exists() {
+        if !fixture.join(node).join("nzval").exists() && fixture.join(node).join(".zgroup").exists()
+        {
             let dir = std::fs::File::open(view.join(node)).unwrap();
             dir.sync_all().unwrap();
         }
@@ -627,8 +635,18 @@ fn every_property_kind_written_through_the_zarr_view_lands_in_every_source_kind(
         let view_name = name.to_string();
         io_timeout(&mount.path, move || check_views(&root, &view_name));
     }
-    assert_same_files(&read_tree(&files_dir), &read_tree(&Path::new(VECTORS).join("files_v1_0.daf")), &[], "FilesDaf source");
-    assert_same_files(&read_tree(&zarr_dir), &read_tree(&Path::new(VECTORS).join("zarr_v2.daf.zarr")), &[], "Zarr source");
+    assert_same_files(
+        &read_tree(&files_dir),
+        &read_tree(&Path::new(VECTORS).join("files_v1_0.daf")),
+        &[],
+        "FilesDaf source",
+    );
+    assert_same_files(
+        &read_tree(&zarr_dir),
+        &read_tree(&Path::new(VECTORS).join("zarr_v2.daf.zarr")),
+        &[],
+        "Zarr source",
+    );
     archive_passes_zip_tools(&one);
     archive_passes_zip_tools(&many);
 }

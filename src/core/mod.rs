@@ -201,6 +201,13 @@ impl State {
     }
 }
 
+/// The inode at mount path `path` in `ns`.
+fn resolve_in(ns: &Namespace, path: &str) -> Option<u64> {
+    path.split('/')
+        .filter(|c| !c.is_empty())
+        .try_fold(ROOT, |dir, name| ns.child(dir, name)?.ok())
+}
+
 /// The view root holding the `--view both` path `path`, and the path relative to it.
 fn split_canonical<'a, 'p>(
     roots: &'a [ViewRoot],

@@ -15,7 +15,9 @@ use crate::views::{ViewKind, ViewRoot};
 
 use super::commit::item_mount_paths;
 use super::namespace::NodeKind;
-use super::{split_canonical, split_mount, DafFs, FsError, State};
+use super::{resolve_in, split_canonical, split_mount, DafFs, FsError, State};
+use crate::formats::strings::encode_vlen;
+use crate::stores::Bytes;
 
 impl DafFs {
     /// Removes a staged file.
@@ -59,6 +61,14 @@ impl DafFs {
                 return Err(FsError::NotEmpty);
             }
         }
+        if let Some(fill) = Self::fill_for_unlinked_chunk(&state, &root, &rel) {
+            // A Zarr writer storing fill values unlinks the chunk (zarr's write_empty_chunks):
+            // the array stays, that chunk now reads as fill.
+            drop(state);
+            log::info!("{mount}: chunk removed by a writer, the array now holds fill values there");
+            self.stage_replacement(mount, Some(fill))?;
+            return self.try_commit(mount, None, false);
+        }
         state.deleted.insert(root.canonical_path(&rel));
         if root.kind == ViewKind::Files {
             let files = crate::views::files::item_entries(
@@ -79,6 +89,43 @@ impl DafFs {
 
     /// Removes an emptied committed directory of a Zarr view: an item's node (the item is
     /// deleted) or a directory inside one (hidden until the node goes).
+    /// For a committed chunk of a Zarr array whose `.zarray` is still there (not a node being
+    /// removed file by file), the bytes of that chunk filled with the fill value: zeros, or as
+    /// many empty strings.
+    fn fill_for_unlinked_chunk(state: &State, root: &ViewRoot, rel: &str) -> Option<Bytes> {
+        if root.kind != ViewKind::Zarr {
+            return None;
+        }
+        let (dir, name) = rel.rsplit_once('/')?;
+        if !name
+            .split('.')
+            .all(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+        {
+            return None;
+        }
+        let doc = format!("{dir}/.zarray");
+        if state.deleted.contains(&root.canonical_path(&doc)) {
+            return None;
+        }
+        let blob_at = |rel: &str| {
+            let ino = resolve_in(&state.namespace, &root.mount_path(rel))?;
+            match &state.namespace.node(ino)?.kind {
+                NodeKind::File(blob) => blob.bytes().ok(),
+                _ => None,
+            }
+        };
+        let meta: serde_json::Value = serde_json::from_slice(blob_at(&doc)?.as_slice()).ok()?;
+        let chunk = blob_at(rel)?;
+        if meta.get("dtype").and_then(serde_json::Value::as_str) == Some("|O") {
+            let count = u32::from_le_bytes(chunk.as_slice().get(..4)?.try_into().ok()?) as usize;
+            return Some(Bytes::from_vec(encode_vlen(
+                std::iter::repeat_n(&b""[..], count),
+                count,
+            )));
+        }
+        Some(Bytes::from_vec(vec![0; chunk.len() as usize]))
+    }
+
     pub(super) fn remove_committed_dir(
         &self,
         mut state: RwLockWriteGuard<'_, State>,

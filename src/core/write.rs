@@ -397,6 +397,7 @@ impl DafFs {
         {
             // Consolidated metadata is derived from the data set and kept up to date here;
             // a writer's copy (zarr after a change) is accepted and dropped.
+            log::info!("{new_mount}: a writer's consolidated metadata dropped (it is derived from the data set)");
             fs::remove_file(&disk)?;
             let old_canonical = Self::canonical(&state, &old_path)?;
             state.staged.remove(&old_canonical);

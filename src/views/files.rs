@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::formats::json::{
     dense_descriptor, sparse_descriptor, sparse_descriptor_1_1, FilesVersion,
 };
-use crate::formats::model::{Dataset, Payload, Property, PropertyId, Shape, SparseIndex};
+use crate::formats::model::{Dataset, Payload, Property, PropertyId, SparseIndex};
 use crate::formats::types::ElementType;
 use crate::stores::Blob;
 
@@ -39,7 +39,7 @@ pub fn files_view(dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {
         );
     }
     for p in dataset.properties() {
-        property_files(&mut view, &p.path, p.property, p.shape, FilesVersion::V1_0);
+        property_files(&mut view, &p.path, p.property, FilesVersion::V1_0);
     }
     view.finish()
 }
@@ -79,20 +79,14 @@ fn item_files(view: &mut ViewBuilder, dataset: &Dataset, id: &PropertyId, versio
             );
         }
         PropertyId::Vector { .. } | PropertyId::Matrix { .. } => {
-            if let (Some(property), Some(shape)) = (dataset.property(id), dataset.shape(id)) {
-                property_files(view, &id.path(), property, shape, version);
+            if let Some(property) = dataset.property(id) {
+                property_files(view, &id.path(), property, version);
             }
         }
     }
 }
 
-fn property_files(
-    view: &mut ViewBuilder,
-    base: &str,
-    prop: &Property,
-    shape: Shape,
-    version: FilesVersion,
-) {
+fn property_files(view: &mut ViewBuilder, base: &str, prop: &Property, version: FilesVersion) {
     let mtime = prop.mtime;
     let mut file =
         |ext: &str, blob: &Arc<Blob>| view.file(&format!("{base}.{ext}"), blob.clone(), mtime);
@@ -119,7 +113,6 @@ fn property_files(
                 ElementType::Num(*eltype),
                 *indtype,
                 index,
-                shape,
                 nzval.is_some(),
                 version,
             )
@@ -132,7 +125,7 @@ fn property_files(
         } => {
             index_files(&mut file, index);
             file("nztxt", nztxt);
-            sparse_text(ElementType::String, *indtype, index, shape, true, version)
+            sparse_text(ElementType::String, *indtype, index, true, version)
         }
     };
     view.text(&format!("{base}.json"), mtime, move || descriptor.clone());
@@ -142,7 +135,6 @@ fn sparse_text(
     eltype: ElementType,
     indtype: crate::formats::types::NumType,
     index: &SparseIndex,
-    shape: Shape,
     has_nzval: bool,
     version: FilesVersion,
 ) -> String {
@@ -150,15 +142,15 @@ fn sparse_text(
         return sparse_descriptor(eltype, indtype);
     }
     let count = |blob: &Arc<Blob>| blob.known_len().unwrap_or(0) / indtype.size();
-    match (index, shape) {
-        (SparseIndex::Vector { nzind }, _) => sparse_descriptor_1_1(
+    match index {
+        SparseIndex::Vector { nzind } => sparse_descriptor_1_1(
             eltype,
             indtype,
             &[("nzind", count(nzind))],
             count(nzind),
             has_nzval,
         ),
-        (SparseIndex::Matrix { colptr, rowval }, _) => sparse_descriptor_1_1(
+        SparseIndex::Matrix { colptr, rowval } => sparse_descriptor_1_1(
             eltype,
             indtype,
             &[("colptr", count(colptr)), ("rowval", count(rowval))],

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{force_abort, is_mounted, VECTORS};
+use common::{force_abort, is_mounted, processes_mentioning, VECTORS};
 
 const BIN: &str = env!("CARGO_BIN_EXE_daf-mount");
 
@@ -215,21 +215,6 @@ fn signals_and_external_unmounts_end_the_daemon_with_status_0() {
         assert_eq!(status.code(), Some(0), "{how}");
         assert!(!is_mounted(&mnt), "{how} left the mount");
     }
-}
-
-/// Pids of processes whose command line mentions `needle`.
-fn processes_mentioning(needle: &str) -> Vec<i32> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .unwrap_or_default()
-                .contains(") Z ");
-            !zombie && String::from_utf8_lossy(&cmdline).contains(needle)
-        })
-        .collect()
 }
 
 #[test]

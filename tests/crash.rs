@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{force_abort, io_timeout, is_mounted, TestMount, VECTORS};
+use common::{force_abort, io_timeout, is_mounted, processes_mentioning, TestMount, VECTORS};
 use daf_mount::views::ViewSelection;
 
 const BIN: &str = env!("CARGO_BIN_EXE_daf-mount");
@@ -44,21 +44,6 @@ with zipfile.ZipFile(sys.argv[1], "a") as z:
         .status()
         .unwrap();
     assert!(status.success());
-}
-
-/// Pids of live processes whose command line mentions `needle`.
-fn processes_mentioning(needle: &str) -> Vec<i32> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .unwrap_or_default()
-                .contains(") Z ");
-            !zombie && String::from_utf8_lossy(&cmdline).contains(needle)
-        })
-        .collect()
 }
 
 /// Writes properties until the mount dies; returns the names whose `close` succeeded.

@@ -9,18 +9,14 @@ use crate::staging::commit::{commit, touch_item, CommitError, Outcome, StagedFil
 use crate::staging::item::item_of;
 
 use super::namespace::NodeKind;
-use super::{split_canonical, split_mount, DafFs, FsError, Invalidation, State};
+use super::{split_canonical, DafFs, FsError, Invalidation, State};
 
 impl DafFs {
     /// Sets the modification time of a committed item (and of its files in a directory source),
     /// the way `touch` does: `make` relies on it.
     pub(super) fn touch(&self, mount: &str, mtime: SystemTime) -> Result<(), FsError> {
         let mut state = self.lock_state();
-        let Some((root, rel)) = split_mount(&state.roots, mount) else {
-            return Ok(());
-        };
-        let root = root.clone();
-        let Some(id) = item_of(root.kind, rel) else {
+        let Some((root, _, Some(id))) = state.locate(mount) else {
             return Ok(());
         };
         Self::replaceable(&state, mount)?;
@@ -77,11 +73,7 @@ impl DafFs {
             return Ok(());
         };
         let mut state = self.lock_state();
-        let Some((root, rel)) = split_mount(&state.roots, mount) else {
-            return Ok(());
-        };
-        let root = root.clone();
-        let Some(id) = item_of(root.kind, rel) else {
+        let Some((root, _, Some(id))) = state.locate(mount) else {
             return Ok(());
         };
         let prefix = format!("{}/", root.canonical);

@@ -148,6 +148,19 @@ struct State {
 }
 
 impl State {
+    /// The view root of mount path `mount`, the path relative to it, and the item it belongs to.
+    fn locate(
+        &self,
+        mount: &str,
+    ) -> Option<(ViewRoot, String, Option<crate::formats::model::PropertyId>)> {
+        let (root, rel) = split_mount(&self.roots, mount)?;
+        Some((
+            root.clone(),
+            rel.to_string(),
+            crate::staging::item::item_of(root.kind, rel),
+        ))
+    }
+
     fn rebuild(&mut self) {
         let mut entries: Vec<Entry> = Vec::new();
         for root in &self.roots {

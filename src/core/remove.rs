@@ -15,7 +15,7 @@ use crate::views::{ViewKind, ViewRoot};
 
 use super::commit::item_mount_paths;
 use super::namespace::NodeKind;
-use super::{resolve_in, split_canonical, split_mount, DafFs, FsError, State};
+use super::{resolve_in, split_canonical, DafFs, FsError, State};
 use crate::formats::strings::encode_vlen;
 use crate::stores::Bytes;
 
@@ -50,9 +50,8 @@ impl DafFs {
         mount: &str,
     ) -> Result<(), FsError> {
         Self::replaceable(&state, mount)?;
-        let (root, rel) = split_mount(&state.roots, mount).ok_or(FsError::NotFound)?;
-        let (root, rel) = (root.clone(), rel.to_string());
-        let id = item_of(root.kind, &rel).ok_or_else(|| {
+        let (root, rel, id) = state.locate(mount).ok_or(FsError::NotFound)?;
+        let id = id.ok_or_else(|| {
             FsError::NotPermitted(format!("{mount}: only files of a property can be removed"))
         })?;
         if let PropertyId::Axis(name) = &id {
@@ -132,8 +131,7 @@ impl DafFs {
         mount: &str,
     ) -> Result<(), FsError> {
         Self::replaceable(&state, mount)?;
-        let (root, rel) = split_mount(&state.roots, mount).ok_or(FsError::NotFound)?;
-        let (root, rel) = (root.clone(), rel.to_string());
+        let (root, rel, _) = state.locate(mount).ok_or(FsError::NotFound)?;
         let refused = || {
             FsError::NotPermitted(format!(
                 "{mount}: a directory of the data set cannot be removed"

@@ -264,3 +264,18 @@ pub fn copy_fixture(name: &str) -> (tempfile::TempDir, PathBuf) {
     assert!(writable.success());
     (tmp, copy)
 }
+
+/// Pids of live (not zombie) processes whose command line mentions `needle`.
+pub fn processes_mentioning(needle: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .unwrap_or_default()
+                .contains(") Z ");
+            !zombie && String::from_utf8_lossy(&cmdline).contains(needle)
+        })
+        .collect()
+}

@@ -395,8 +395,8 @@ impl DafFs {
         self.getattr(ino)
     }
 
-    /// The entries of directory `ino` from `offset` on, with `.` and `..` first.
-    pub fn readdir(&self, ino: u64, offset: u64) -> Result<Vec<DirEntry>, FsError> {
+    /// At most `limit` entries of directory `ino` from `offset` on, with `.` and `..` first.
+    pub fn readdir(&self, ino: u64, offset: u64, limit: usize) -> Result<Vec<DirEntry>, FsError> {
         let ns = self.namespace();
         let node = ns.node(ino).ok_or(FsError::NotFound)?;
         let NodeKind::Dir { children } = &node.kind else {
@@ -414,6 +414,7 @@ impl DafFs {
         Ok(all
             .enumerate()
             .skip(usize::try_from(offset).unwrap_or(usize::MAX))
+            .take(limit)
             .map(|(i, (name, child))| DirEntry {
                 ino: child,
                 kind: kind_of(child),

@@ -17,7 +17,7 @@ fn mount(source: &str, selection: ViewSelection) -> DafFs {
 
 /// Every path under `dir` of the mount: `None` for directories, the bytes for files.
 fn walk(fs: &DafFs, ino: u64, prefix: &str, out: &mut BTreeMap<String, Option<Vec<u8>>>) {
-    for entry in fs.readdir(ino, 2).unwrap() {
+    for entry in fs.readdir(ino, 2, usize::MAX).unwrap() {
         let path = if prefix.is_empty() {
             entry.name.clone()
         } else {
@@ -132,7 +132,7 @@ fn every_source_kind_shows_the_fixture_layouts() {
     ] {
         let fs = mount(&format!("{VECTORS}/{source}"), ViewSelection::Both);
         let root: Vec<String> = fs
-            .readdir(ROOT, 2)
+            .readdir(ROOT, 2, usize::MAX)
             .unwrap()
             .into_iter()
             .map(|e| e.name)
@@ -223,7 +223,7 @@ fn single_view_selection_mounts_at_the_root() {
         ViewSelection::Files,
     );
     let root: Vec<String> = fs
-        .readdir(ROOT, 2)
+        .readdir(ROOT, 2, usize::MAX)
         .unwrap()
         .into_iter()
         .map(|e| e.name)
@@ -255,17 +255,23 @@ fn operations_answer_like_a_read_only_file_system() {
         fs.lookup(ROOT, OsStr::new("nope")),
         Err(FsError::NotFound)
     ));
-    assert!(matches!(fs.readdir(axis, 0), Err(FsError::NotDir)));
+    assert!(matches!(
+        fs.readdir(axis, 0, usize::MAX),
+        Err(FsError::NotDir)
+    ));
     let dir = fs.resolve("files_v1_0.daf/matrices").unwrap();
     let attr = fs.getattr(dir).unwrap();
     assert_eq!((attr.kind, attr.perm, attr.nlink), (Kind::Dir, 0o555, 4));
     // readdir offsets resume exactly after the last entry returned.
-    let all = fs.readdir(dir, 0).unwrap();
+    let all = fs.readdir(dir, 0, usize::MAX).unwrap();
     assert_eq!(
         all.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(),
         vec![".", "..", "cell", "gene"]
     );
-    assert_eq!(fs.readdir(dir, all[2].next_offset).unwrap()[0].name, "gene");
+    assert_eq!(
+        fs.readdir(dir, all[2].next_offset, usize::MAX).unwrap()[0].name,
+        "gene"
+    );
     // Directory mtimes are the latest of their contents; files keep their source's.
     let source_mtime = std::fs::metadata(format!("{VECTORS}/files_v1_0.daf/axes/cell.txt"))
         .unwrap()

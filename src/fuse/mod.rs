@@ -21,6 +21,9 @@ use crate::core::{Attr, DafFs, FsError, Invalidation, Kind};
 /// How long the kernel may cache names and attributes of committed content (a commit that
 /// changes them invalidates the kernel's copy).
 const TTL: Duration = Duration::from_secs(60);
+/// More directory entries than one reply can hold (a reply is a page).
+const READDIR_BATCH: usize = 256;
+
 /// The same for files being written, whose size changes under other handles.
 const STAGED_TTL: Duration = Duration::from_secs(1);
 
@@ -295,7 +298,9 @@ impl Filesystem for FuseAdapter {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        match guarded("readdir", || self.core.readdir(ino.0, offset)) {
+        match guarded("readdir", || {
+            self.core.readdir(ino.0, offset, READDIR_BATCH)
+        }) {
             Ok(entries) => {
                 for e in entries {
                     if reply.add(INodeNo(e.ino), e.next_offset, file_type(e.kind), &e.name) {
@@ -316,21 +321,20 @@ impl Filesystem for FuseAdapter {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        let entries = guarded("readdirplus", || {
-            self.core
-                .readdir(ino.0, offset)?
-                .into_iter()
-                .map(|e| Ok((self.core.getattr(e.ino)?, e)))
-                .collect::<Result<Vec<_>, FsError>>()
-        });
-        match entries {
+        // One reply holds a page of entries: list and stat only what can fit.
+        match guarded("readdirplus", || {
+            self.core.readdir(ino.0, offset, READDIR_BATCH)
+        }) {
             Ok(entries) => {
-                for (attr, e) in entries {
+                for e in entries {
+                    let Ok(attr) = guarded("readdirplus", || self.core.getattr(e.ino)) else {
+                        continue;
+                    };
                     if reply.add(
                         INodeNo(e.ino),
                         e.next_offset,
                         &e.name,
-                        &TTL,
+                        ttl(&attr),
                         &self.attr(&attr),
                         Generation(0),
                     ) {

@@ -463,6 +463,14 @@ impl DafFs {
             .ok_or_else(|| FsError::Internal("read range".into()))
     }
 
+    /// The source file that committed file `ino` is the whole of (for kernel passthrough).
+    pub fn backing_file(&self, ino: u64) -> Option<PathBuf> {
+        match &self.namespace().node(ino)?.kind {
+            NodeKind::File(blob) => blob.backing_file().map(PathBuf::from),
+            _ => None,
+        }
+    }
+
     /// Numbers for `statfs`.
     pub fn stats(&self) -> FsStats {
         let ns = self.namespace();

@@ -4,14 +4,17 @@
 //! inside [`guarded`], so a panic in the core becomes `EIO` for that request instead of killing
 //! a worker thread and hanging the mount. All errno choices live in [`errno`].
 
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::{Mutex, Weak};
 use std::time::{Duration, SystemTime};
 
 use fuser::{
-    Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
-    InitFlags, KernelConfig, LockOwner, MountOption, OpenAccMode, OpenFlags, ReplyAttr,
+    BackingId, Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
+    INodeNo, InitFlags, KernelConfig, LockOwner, MountOption, OpenAccMode, OpenFlags, ReplyAttr,
     ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen,
     ReplyStatfs, ReplyWrite, Request, SessionACL, TimeOrNow, WriteFlags,
 };
@@ -135,6 +138,11 @@ pub struct FuseAdapter {
     uid: u32,
     gid: u32,
     notifier: NotifierSlot,
+    /// Whether the kernel reads whole source files itself (FUSE passthrough).
+    passthrough: AtomicBool,
+    /// Registered backing files: shared per inode while some handle uses them.
+    backing_by_ino: Mutex<HashMap<u64, Weak<BackingId>>>,
+    backing_by_fh: Mutex<HashMap<u64, Arc<BackingId>>>,
 }
 
 impl FuseAdapter {
@@ -145,6 +153,9 @@ impl FuseAdapter {
             uid,
             gid,
             notifier: NotifierSlot::default(),
+            passthrough: AtomicBool::new(false),
+            backing_by_ino: Mutex::default(),
+            backing_by_fh: Mutex::default(),
         }
     }
 
@@ -152,6 +163,42 @@ impl FuseAdapter {
     /// existing content make the kernel drop what it cached.
     pub fn notifier_slot(&self) -> NotifierSlot {
         self.notifier.clone()
+    }
+
+    /// The kernel's handle on the source file `ino` is the whole of, for passthrough reads
+    /// (`None`: serve reads here). Shared by every handle of the inode while one is open.
+    fn backing_for(&self, ino: u64, fh: u64, reply: &ReplyOpen) -> Option<Arc<BackingId>> {
+        if !self.passthrough.load(Ordering::Relaxed) {
+            return None;
+        }
+        let path = self.core.backing_file(ino)?;
+        let mut by_ino = self
+            .backing_by_ino
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let id = match by_ino.get(&ino).and_then(Weak::upgrade) {
+            Some(id) => id,
+            None => {
+                let file = std::fs::File::open(&path).ok()?;
+                match reply.open_backing(&file) {
+                    Ok(id) => {
+                        let id = Arc::new(id);
+                        by_ino.insert(ino, Arc::downgrade(&id));
+                        id
+                    }
+                    Err(e) => {
+                        log::info!("passthrough unavailable ({e}); reads go through the daemon");
+                        self.passthrough.store(false, Ordering::Relaxed);
+                        return None;
+                    }
+                }
+            }
+        };
+        self.backing_by_fh
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(fh, id.clone());
+        Some(id)
     }
 
     /// The inode of `name` in `parent` (0 if none): the kernel locks it during unlink/rmdir/rename.
@@ -167,6 +214,17 @@ impl FuseAdapter {
         let stale = self.core.take_invalidations();
         if stale.is_empty() {
             return;
+        }
+        {
+            let mut by_ino = self
+                .backing_by_ino
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            for item in &stale {
+                if let Invalidation::Inode(ino) = item {
+                    by_ino.remove(ino);
+                }
+            }
         }
         let Some(notifier) = self.notifier.lock().ok().and_then(|n| n.clone()) else {
             return;
@@ -238,6 +296,10 @@ impl Filesystem for FuseAdapter {
         if let Err(missing) = config.add_capabilities(wanted) {
             log::debug!("kernel lacks {missing:?}");
         }
+        // Whole source files (payloads of directory sources) are read by the kernel itself.
+        let passthrough = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
+            && config.set_max_stack_depth(1).is_ok();
+        self.passthrough.store(passthrough, Ordering::Relaxed);
         Ok(())
     }
 
@@ -265,7 +327,11 @@ impl Filesystem for FuseAdapter {
             ))
         });
         match opened {
-            // Committed content never changes under an open handle: keep the page cache.
+            Ok((fh, false)) if !write => match self.backing_for(ino.0, fh, &reply) {
+                Some(id) => reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id),
+                // Committed content never changes under an open handle: keep the page cache.
+                None => reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE),
+            },
             Ok((fh, false)) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE),
             Ok((fh, true)) => reply.opened(FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(e),
@@ -456,6 +522,10 @@ impl Filesystem for FuseAdapter {
         reply: ReplyEmpty,
     ) {
         self.core.release(fh.0);
+        self.backing_by_fh
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&fh.0);
         self.send_invalidations(&[]);
         reply.ok();
     }

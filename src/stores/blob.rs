@@ -18,6 +18,8 @@ type Producer = Box<dyn Fn() -> Result<Bytes, StoreError> + Send + Sync>;
 /// Content that is shared by every file that shows it.
 pub struct Blob {
     known_len: Option<u64>,
+    /// The whole of this source file is the blob (the kernel can read it directly).
+    backing: Option<std::path::PathBuf>,
     value: OnceLock<Bytes>,
     producer: Option<Producer>,
     producing: Mutex<()>,
@@ -31,6 +33,7 @@ impl Blob {
         let _ = value.set(bytes);
         Arc::new(Blob {
             known_len,
+            backing: None,
             value,
             producer: None,
             producing: Mutex::new(()),
@@ -45,10 +48,31 @@ impl Blob {
     ) -> Arc<Blob> {
         Arc::new(Blob {
             known_len: len,
+            backing: None,
             value: OnceLock::new(),
             producer: Some(Box::new(producer)),
             producing: Mutex::new(()),
         })
+    }
+
+    /// A lazy blob that is the whole of file `path` (`len` bytes).
+    pub fn whole_file(
+        path: std::path::PathBuf,
+        len: u64,
+        producer: impl Fn() -> Result<Bytes, StoreError> + Send + Sync + 'static,
+    ) -> Arc<Blob> {
+        Arc::new(Blob {
+            known_len: Some(len),
+            backing: Some(path),
+            value: OnceLock::new(),
+            producer: Some(Box::new(producer)),
+            producing: Mutex::new(()),
+        })
+    }
+
+    /// The source file this blob is the whole of, if any.
+    pub fn backing_file(&self) -> Option<&std::path::Path> {
+        self.backing.as_deref()
     }
 
     /// The exact byte range `[offset, offset+len)` of `parent`, without copying.

@@ -65,7 +65,7 @@ fn walk(dir: &Path, prefix: &str, out: &mut BTreeMap<String, Entry>) -> Result<(
 
 /// A blob for the first `len` bytes of the file at `path`, mapped on first access.
 pub fn mapped_file(path: PathBuf, len: u64) -> Arc<Blob> {
-    Blob::lazy(Some(len), move || {
+    Blob::whole_file(path.clone(), len, move || {
         if len == 0 {
             return Ok(Bytes::empty());
         }

@@ -44,7 +44,9 @@ fn check_mountpoint(path: &Path) -> Result<(), CliError> {
 pub fn run(args: Args) -> Result<(), CliError> {
     let options = MountOptions::parse(&args.options)?;
     check_mountpoint(&args.mountpoint)?;
+    let started = std::time::Instant::now();
     let source = open_source(&args.source)?;
+    log::info!("opened {} in {:?}", args.source, started.elapsed());
     let source_path = source.path.clone();
     let root_mtime = std::fs::metadata(&source.path)
         .and_then(|m| m.modified())
@@ -61,6 +63,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         root_mtime,
         staging,
     ));
+    log::info!("built the tree in {:?}", started.elapsed());
     let adapter = FuseAdapter::new(
         core,
         nix::unistd::getuid().as_raw(),

@@ -2,14 +2,11 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{force_abort, is_mounted, processes_mentioning, VECTORS};
-
-const BIN: &str = env!("CARGO_BIN_EXE_daf-mount");
+use common::{force_abort, is_mounted, processes_mentioning, start_foreground, BIN, VECTORS};
 
 fn wait_with_deadline(child: &mut Child, mnt: &Path) -> std::process::ExitStatus {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -142,25 +139,9 @@ fn help_and_version() {
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("daf-mount "));
 }
 
-/// Starts daf-mount in the foreground and waits for its READY line.
-fn start_foreground(source: &str, mnt: &Path) -> Child {
-    let mut child = Command::new(BIN)
-        .args([source, mnt.to_str().unwrap(), "-f", "--ready-fd", "1"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    let line = rx
-        .recv_timeout(Duration::from_secs(20))
-        .expect("no READY line");
-    assert_eq!(line, "READY\n");
+/// Starts daf-mount in the foreground on `mnt` and waits until it is mounted.
+fn start_foreground_on(source: &str, mnt: &Path) -> Child {
+    let child = start_foreground(&[source, mnt.to_str().unwrap()], Stdio::inherit());
     assert!(is_mounted(mnt));
     child
 }
@@ -208,7 +189,7 @@ fn signals_and_external_unmounts_end_the_daemon_with_status_0() {
     ];
     for (how, stop) in ways {
         let mnt = mountpoint(&tmp, &how.replace(' ', "_"));
-        let mut child = start_foreground(&source, &mnt);
+        let mut child = start_foreground_on(&source, &mnt);
         assert!(mnt.join("files_v1_0.daf/daf.json").exists());
         stop(&mut child, &mnt);
         let status = wait_with_deadline(&mut child, &mnt);
@@ -260,23 +241,10 @@ fn refusals_are_logged_with_the_path_and_the_reason() {
     let archive = tmp.path().join("logged.daf.zarr.zip");
     std::fs::copy(format!("{VECTORS}/zarr_v2.daf.zarr.zip"), &archive).unwrap();
     let mnt = mountpoint(&tmp, "logs");
-    let mut child = Command::new(BIN)
-        .args([
-            archive.to_str().unwrap(),
-            mnt.to_str().unwrap(),
-            "-f",
-            "--ready-fd",
-            "1",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert_eq!(line, "READY\n");
+    let mut child = start_foreground(
+        &[archive.to_str().unwrap(), mnt.to_str().unwrap()],
+        Stdio::piped(),
+    );
     let data = mnt.join("logged.daf/vectors/cell/score.data");
     assert_eq!(
         std::fs::remove_file(&data).unwrap_err().raw_os_error(),

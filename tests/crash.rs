@@ -3,16 +3,17 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{force_abort, io_timeout, is_mounted, processes_mentioning, TestMount, VECTORS};
+use common::{
+    force_abort, io_timeout, is_mounted, processes_mentioning, start_foreground, TestMount, VECTORS,
+};
 use daf_mount::views::ViewSelection;
 
-const BIN: &str = env!("CARGO_BIN_EXE_daf-mount");
 const CELLS: usize = 200_000;
 
 /// The bytes of vector `name`: distinct per property.
@@ -76,25 +77,15 @@ fn sigkill_during_appends_never_breaks_the_archive() {
     for round in 0..6 {
         let mnt = tmp.path().join(format!("mnt{round}"));
         std::fs::create_dir(&mnt).unwrap();
-        let mut daemon = Command::new(BIN)
-            .args([
+        let mut daemon = start_foreground(
+            &[
                 archive.to_str().unwrap(),
                 mnt.to_str().unwrap(),
-                "-f",
-                "--ready-fd",
-                "1",
                 "--view",
                 "files",
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut ready = String::new();
-        BufReader::new(daemon.stdout.take().unwrap())
-            .read_line(&mut ready)
-            .unwrap();
-        assert_eq!(ready, "READY\n");
+            ],
+            Stdio::null(),
+        );
         let done = Arc::new(Mutex::new(Vec::new()));
         let writer = {
             let (view, done) = (mnt.clone(), done.clone());

@@ -138,10 +138,9 @@ impl DafFs {
                         }
                     }
                 }
-                state.rebuild();
-                // Directories made for the item (zarr's mkdir of an array) are the committed
-                // item's now: stop staging those that hold no staged file.
-                let empty_dirs: Vec<String> = state
+                // Directories made for the item (zarr's mkdir of an array) now hold committed
+                // files: stop staging those that hold no staged file.
+                let made_for_item: Vec<String> = state
                     .staged
                     .iter()
                     .filter(|(path, s)| {
@@ -151,16 +150,18 @@ impl DafFs {
                                 .keys()
                                 .any(|k| k.starts_with(&format!("{path}/")))
                     })
+                    .filter(|(path, _)| {
+                        let shown =
+                            split_canonical(&state.roots, path).map(|(r, rel)| r.mount_path(rel));
+                        shown.is_some_and(|dir| {
+                            changed.iter().any(|p| p.starts_with(&format!("{dir}/")))
+                        })
+                    })
                     .map(|(path, _)| path.clone())
                     .collect();
-                for dir in empty_dirs {
-                    let shown =
-                        split_canonical(&state.roots, &dir).map(|(r, rel)| r.mount_path(rel));
-                    let committed = shown.is_some_and(|m| self_view_has_dir(&state, &m));
-                    if committed {
-                        state.staged.remove(&dir);
-                        staging.prune(&dir);
-                    }
+                for dir in made_for_item {
+                    state.staged.remove(&dir);
+                    staging.prune(&dir);
                 }
                 state.rebuild();
                 Ok(())
@@ -234,28 +235,4 @@ pub(super) fn item_mount_paths(
                 .collect::<Vec<_>>()
         })
         .collect()
-}
-
-/// Whether the views (not the staging area) have a directory at mount path `mount`.
-pub(super) fn self_view_has_dir(state: &State, mount: &str) -> bool {
-    state.roots.iter().any(|root| {
-        let Some(rel) = mount
-            .strip_prefix(&root.mount)
-            .map(|r| r.trim_start_matches('/'))
-        else {
-            return false;
-        };
-        if rel.is_empty() {
-            return true;
-        }
-        let ds = &state.datasets[root.dataset].dataset;
-        let entries = match root.kind {
-            crate::views::ViewKind::Files => crate::views::files::files_view(ds, ""),
-            crate::views::ViewKind::Zarr => crate::views::zarr::zarr_view(ds, ""),
-        };
-        let prefix = format!("{rel}/");
-        entries
-            .iter()
-            .any(|e| e.path == rel || e.path.starts_with(&prefix))
-    })
 }

@@ -6,20 +6,28 @@
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::sync::{Mutex, Weak};
 use std::time::{Duration, SystemTime};
 
 use fuser::{
-    BackingId, Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
-    INodeNo, InitFlags, KernelConfig, LockOwner, MountOption, OpenAccMode, OpenFlags, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen,
-    ReplyStatfs, ReplyWrite, Request, SessionACL, TimeOrNow, WriteFlags,
+    BackingId, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
+    InitFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
+    Request, TimeOrNow, WriteFlags,
 };
 
-use crate::core::{Attr, DafFs, FsError, Invalidation, Kind};
+use crate::core::{Attr, DafFs, Kind};
+
+mod config;
+mod errors;
+mod kernel_cache;
+
+pub use config::{mount_config, MountSettings};
+pub use errors::errno;
+use errors::{answer, guarded};
+pub use kernel_cache::NotifierSlot;
 
 /// How long the kernel may cache names and attributes of committed content (a commit that
 /// changes them invalidates the kernel's copy).
@@ -37,99 +45,6 @@ fn ttl(attr: &Attr) -> &'static Duration {
         &TTL
     }
 }
-
-/// The errno for each core error: the one place where this mapping is decided.
-pub fn errno(error: &FsError) -> Errno {
-    match error {
-        FsError::NotFound => Errno::ENOENT,
-        FsError::NotDir => Errno::ENOTDIR,
-        FsError::IsDir => Errno::EISDIR,
-        FsError::Exists => Errno::EEXIST,
-        FsError::NotEmpty => Errno::ENOTEMPTY,
-        FsError::ReadOnly => Errno::EROFS,
-        FsError::NotPermitted(_) => Errno::EPERM,
-        FsError::Invalid(_) => Errno::EINVAL,
-        FsError::Io(e) => Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO)),
-        FsError::Content(_) | FsError::Internal(_) => Errno::EIO,
-    }
-}
-
-/// Runs one operation; a panic becomes [`FsError::Internal`], and errors worth knowing are logged.
-fn guarded<T>(what: &str, op: impl FnOnce() -> Result<T, FsError>) -> Result<T, Errno> {
-    let result = catch_unwind(AssertUnwindSafe(op)).unwrap_or_else(|panic| {
-        let message = panic
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "panic".into());
-        Err(FsError::Internal(message))
-    });
-    result.map_err(|e| {
-        match &e {
-            FsError::Content(_) | FsError::Internal(_) | FsError::Io(_) => {
-                log::error!("{what}: {e}")
-            }
-            FsError::NotPermitted(_) | FsError::Invalid(_) => log::warn!("{what} refused: {e}"),
-            _ => log::debug!("{what}: {e}"),
-        }
-        errno(&e)
-    })
-}
-
-/// How to mount.
-#[derive(Clone, Debug)]
-pub struct MountSettings {
-    /// What `df`/`findmnt` show as the source.
-    pub fsname: String,
-    /// `allow_other`.
-    pub allow_other: bool,
-    /// `allow_root`.
-    pub allow_root: bool,
-    /// `auto_unmount` (needs one of the above).
-    pub auto_unmount: bool,
-    /// Worker threads.
-    pub threads: usize,
-    /// Mount read-only (`-o ro`): the kernel refuses every write.
-    pub read_only: bool,
-}
-
-/// The fuser configuration for these settings: a read-only `fuse.daf-mount` mount.
-pub fn mount_config(settings: &MountSettings) -> Config {
-    let mut config = Config::default();
-    config.mount_options = vec![
-        MountOption::FSName(settings.fsname.clone()),
-        // fuser 0.18 drops MountOption::Subtype on the direct-mount path; this form survives.
-        MountOption::CUSTOM("subtype=daf-mount".into()),
-        if settings.read_only {
-            MountOption::RO
-        } else {
-            MountOption::RW
-        },
-        MountOption::DefaultPermissions,
-        MountOption::NoAtime,
-    ];
-    if settings.auto_unmount {
-        config.mount_options.push(MountOption::AutoUnmount);
-    }
-    config.acl = match (settings.allow_other, settings.allow_root) {
-        (true, _) => SessionACL::All,
-        (false, true) => SessionACL::RootAndOwner,
-        _ => SessionACL::Owner,
-    };
-    // A writable mount needs a second worker: one may wait in a cache invalidation while the
-    // other answers the request the kernel is holding a lock for.
-    let threads = if settings.read_only {
-        settings.threads.max(1)
-    } else {
-        settings.threads.max(2)
-    };
-    config.n_threads = Some(threads);
-    config.clone_fd = threads > 1;
-    config
-}
-
-/// Where the session's notifier goes once the session exists.
-pub type NotifierSlot = Arc<std::sync::Mutex<Option<fuser::Notifier>>>;
 
 /// The FUSE face of a [`DafFs`].
 #[derive(Debug)]
@@ -159,98 +74,6 @@ impl FuseAdapter {
         }
     }
 
-    /// The slot to put the session's notifier in (after mounting), so commits that change
-    /// existing content make the kernel drop what it cached.
-    pub fn notifier_slot(&self) -> NotifierSlot {
-        self.notifier.clone()
-    }
-
-    /// The kernel's handle on the source file `ino` is the whole of, for passthrough reads
-    /// (`None`: serve reads here). Shared by every handle of the inode while one is open.
-    fn backing_for(&self, ino: u64, fh: u64, reply: &ReplyOpen) -> Option<Arc<BackingId>> {
-        if !self.passthrough.load(Ordering::Relaxed) {
-            return None;
-        }
-        let path = self.core.backing_file(ino)?;
-        let mut by_ino = self
-            .backing_by_ino
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let id = match by_ino.get(&ino).and_then(Weak::upgrade) {
-            Some(id) => id,
-            None => {
-                let file = std::fs::File::open(&path).ok()?;
-                match reply.open_backing(&file) {
-                    Ok(id) => {
-                        let id = Arc::new(id);
-                        by_ino.insert(ino, Arc::downgrade(&id));
-                        id
-                    }
-                    Err(e) => {
-                        log::info!("passthrough unavailable ({e}); reads go through the daemon");
-                        self.passthrough.store(false, Ordering::Relaxed);
-                        return None;
-                    }
-                }
-            }
-        };
-        self.backing_by_fh
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(fh, id.clone());
-        Some(id)
-    }
-
-    /// The inode of `name` in `parent` (0 if none): the kernel locks it during unlink/rmdir/rename.
-    fn child(&self, parent: INodeNo, name: &OsStr) -> u64 {
-        self.core.lookup(parent.0, name).map_or(0, |a| a.ino)
-    }
-
-    /// Sends the invalidations the core queued. They go out before the reply, so the caller's
-    /// next call sees the change, except those about what the kernel holds locked while this
-    /// request is pending (`locked`: its directories, or the inode of a `setattr`): waiting for
-    /// those would deadlock, so they go from another thread.
-    fn send_invalidations(&self, locked: &[u64]) {
-        let stale = self.core.take_invalidations();
-        if stale.is_empty() {
-            return;
-        }
-        {
-            let mut by_ino = self
-                .backing_by_ino
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            for item in &stale {
-                if let Invalidation::Inode(ino) = item {
-                    by_ino.remove(ino);
-                }
-            }
-        }
-        let Some(notifier) = self.notifier.lock().ok().and_then(|n| n.clone()) else {
-            return;
-        };
-        let send = |notifier: &fuser::Notifier, item: &Invalidation| {
-            // ENOENT: the kernel has nothing cached for it.
-            let _ = match item {
-                Invalidation::Inode(ino) => notifier.inval_inode(INodeNo(*ino), 0, 0),
-                Invalidation::Entry(parent, name) => {
-                    notifier.inval_entry(INodeNo(*parent), OsStr::new(name))
-                }
-            };
-        };
-        let (later, now): (Vec<Invalidation>, Vec<Invalidation>) =
-            stale.into_iter().partition(|item| match item {
-                Invalidation::Inode(ino) => locked.contains(ino),
-                Invalidation::Entry(parent, _) => locked.contains(parent),
-            });
-        for item in &now {
-            send(&notifier, item);
-        }
-        if !later.is_empty() {
-            std::thread::spawn(move || later.iter().for_each(|item| send(&notifier, item)));
-        }
-    }
-
     fn attr(&self, a: &Attr) -> FileAttr {
         FileAttr {
             ino: INodeNo(a.ino),
@@ -276,14 +99,6 @@ fn file_type(kind: Kind) -> FileType {
     match kind {
         Kind::Dir => FileType::Directory,
         Kind::File => FileType::RegularFile,
-    }
-}
-
-/// Answers an operation that returns nothing.
-fn answer(reply: ReplyEmpty, result: Result<(), Errno>) {
-    match result {
-        Ok(()) => reply.ok(),
-        Err(e) => reply.error(e),
     }
 }
 
@@ -626,33 +441,6 @@ impl Filesystem for FuseAdapter {
         match result {
             Ok(a) => reply.entry(ttl(&a), &self.attr(&a), Generation(0)),
             Err(e) => reply.error(e),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_panicking_operation_answers_eio_instead_of_hanging() {
-        let answer: Result<(), Errno> = guarded("test", || panic!("boom"));
-        assert_eq!(answer.map_err(|e| e.code()), Err(libc::EIO));
-    }
-
-    #[test]
-    fn errors_map_to_their_errno() {
-        for (error, code) in [
-            (FsError::NotFound, libc::ENOENT),
-            (FsError::NotDir, libc::ENOTDIR),
-            (FsError::IsDir, libc::EISDIR),
-            (FsError::ReadOnly, libc::EROFS),
-            (FsError::NotPermitted("x".into()), libc::EPERM),
-            (FsError::Exists, libc::EEXIST),
-            (FsError::NotEmpty, libc::ENOTEMPTY),
-            (FsError::Internal("x".into()), libc::EIO),
-        ] {
-            assert_eq!(errno(&error).code(), code);
         }
     }
 }

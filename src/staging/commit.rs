@@ -313,18 +313,21 @@ fn source_files(ds: &NamedDataset, id: &PropertyId) -> Result<Vec<String>, Commi
     })
 }
 
+/// The root of a directory source; ZIP sources are append-only, so changing `id` is refused.
+fn directory_root(ds: &NamedDataset, id: &PropertyId) -> Result<std::path::PathBuf, CommitError> {
+    match &ds.target {
+        Target::FilesDir { root, .. } | Target::ZarrDir { root } => Ok(root.clone()),
+        Target::Zip { .. } => Err(CommitError::Refused(format!(
+            "{}: ZIP sources are append-only",
+            id.path()
+        ))),
+    }
+}
+
 /// Deletes item `id` from a directory source and from the model: descriptors first (readers stop
 /// seeing it), then payloads; an axis also loses its (empty) vector and matrix directories.
 pub fn delete_item(ds: &mut NamedDataset, id: &PropertyId) -> Result<(), CommitError> {
-    let root = match &ds.target {
-        Target::FilesDir { root, .. } | Target::ZarrDir { root } => root.clone(),
-        Target::Zip { .. } => {
-            return Err(CommitError::Refused(format!(
-                "{}: ZIP sources are append-only",
-                id.path()
-            )))
-        }
-    };
+    let root = directory_root(ds, id)?;
     if let PropertyId::Axis(name) = id {
         if ds.dataset.axis_in_use(name) {
             return Err(CommitError::Refused(format!(
@@ -372,15 +375,7 @@ pub fn touch_item(
     id: &PropertyId,
     mtime: SystemTime,
 ) -> Result<(), CommitError> {
-    let root = match &ds.target {
-        Target::FilesDir { root, .. } | Target::ZarrDir { root } => root.clone(),
-        Target::Zip { .. } => {
-            return Err(CommitError::Refused(format!(
-                "{}: ZIP sources are append-only",
-                id.path()
-            )))
-        }
-    };
+    let root = directory_root(ds, id)?;
     for rel in source_files(ds, id)? {
         let path = root.join(&rel);
         let file = std::fs::OpenOptions::new()

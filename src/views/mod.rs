@@ -189,14 +189,6 @@ pub fn view_entries(dataset: &Dataset, root: &ViewRoot) -> Vec<ViewEntry> {
     }
 }
 
-/// Every entry of the mount.
-pub fn mount_entries(datasets: &[NamedDataset], selection: ViewSelection) -> Vec<ViewEntry> {
-    view_roots(datasets, selection)
-        .iter()
-        .flat_map(|root| view_entries(&datasets[root.dataset].dataset, root))
-        .collect()
-}
-
 /// The time synthesised whole-data-set files and directories show.
 pub(crate) fn dataset_mtime(dataset: &Dataset) -> SystemTime {
     dataset.latest_mtime()

@@ -279,3 +279,30 @@ pub fn processes_mentioning(needle: &str) -> Vec<i32> {
         })
         .collect()
 }
+
+/// The daf-mount binary.
+pub const BIN: &str = env!("CARGO_BIN_EXE_daf-mount");
+
+/// Starts `daf-mount ARGS -f --ready-fd 1` and waits (at most 20 s) for its READY line.
+pub fn start_foreground(args: &[&str], stderr: std::process::Stdio) -> std::process::Child {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(BIN)
+        .args(args)
+        .args(["-f", "--ready-fd", "1"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("no READY line");
+    assert_eq!(line, "READY\n");
+    child
+}

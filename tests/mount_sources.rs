@@ -278,3 +278,84 @@ fn file_system_behaviour_ls_find_du_expect() {
         }
     });
 }
+
+/// A ZarrDaf ZIP whose 12.8 MB matrix chunk starts at an odd offset; the chunk's bytes also go
+/// to `expected.bin` beside it.
+const LARGE_MEMBER_ZIP: &str = r#"
+import json, os, random, struct, sys, zipfile
+path = sys.argv[1]
+rng = random.Random(7)
+payload = rng.randbytes(800 * 2000 * 8)
+open(os.path.join(os.path.dirname(path), "expected.bin"), "wb").write(payload)
+def zarray(dtype, shape, strings=False):
+    return json.dumps({"dtype": dtype, "filters": [{"id": "vlen-utf8"}] if strings else None,
+                       "shape": shape, "order": "C", "zarr_format": 2, "chunks": shape,
+                       "fill_value": None, "compressor": None})
+def vlen(items):
+    return struct.pack("<I", len(items)) + b"".join(struct.pack("<I", len(x)) + x for x in items)
+with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+    z.writestr("odd-length-name", b"x" * 3)
+    for g in ["", "scalars/", "axes/", "vectors/", "matrices/", "matrices/cell/", "matrices/cell/gene/"]:
+        z.writestr(g + ".zgroup", '{"zarr_format":2}')
+        z.writestr(g + ".zattrs", "{}")
+    z.writestr("daf/.zarray", zarray("|u1", [2]))
+    z.writestr("daf/0", bytes([1, 0]))
+    for axis, n in [("cell", 2000), ("gene", 800)]:
+        z.writestr(f"axes/{axis}/.zarray", zarray("|O", [n], True))
+        z.writestr(f"axes/{axis}/0", vlen([f"{axis}{i}".encode() for i in range(n)]))
+    z.writestr("matrices/cell/gene/big/.zarray", zarray("<f8", [800, 2000]))
+    z.writestr("matrices/cell/gene/big/0.0", payload)
+"#;
+
+/// Pages of `path` in the kernel's page cache (util-linux `fincore`).
+fn cached_pages(path: &Path) -> u64 {
+    let out = Command::new("fincore")
+        .args(["--bytes", "--noheadings", "--output", "PAGES"])
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "fincore failed");
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+#[test]
+fn large_members_fill_the_page_cache_while_open_with_the_right_bytes() {
+    require_fuse!();
+    let tmp = tempfile::tempdir().unwrap();
+    let archive = tmp.path().join("large.daf.zarr.zip");
+    python(LARGE_MEMBER_ZIP, &[&archive]);
+    let expected = std::fs::read(tmp.path().join("expected.bin")).unwrap();
+    let mount = TestMount::new(archive.to_str().unwrap(), ViewSelection::Files);
+    let data = mount.join("matrices/cell/gene/big.data");
+    io_timeout(&mount.path, move || {
+        let pages = (expected.len() as u64).div_ceil(4096);
+        let held = std::fs::File::open(&data).unwrap();
+        let mut head = [0u8; 4096];
+        held.read_exact_at(&mut head, 0).unwrap();
+        assert_eq!(head[..], expected[..4096]);
+        // Only the first page was asked for: the rest comes from the filler, from the end back.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while cached_pages(&data) < pages {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the page cache was not filled"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        // What the kernel now serves from its cache is the member, byte for byte: whole, in
+        // odd-sized pieces, and through a shared map.
+        assert!(std::fs::read(&data).unwrap() == expected);
+        let mut piece = vec![0u8; 123_457];
+        for offset in [0, 4095, 1 << 20, 5_000_001, expected.len() as u64 - 1000] {
+            let n = held.read_at(&mut piece, offset).unwrap();
+            let at = offset as usize;
+            assert!(
+                piece[..n] == expected[at..(at + n).min(expected.len())],
+                "at {offset}"
+            );
+        }
+        // SAFETY (test): the mounted file is read-only and never changes while mapped.
+        let map = unsafe { memmap2::Mmap::map(&held) }.unwrap();
+        assert!(map[..] == expected[..]);
+    });
+}

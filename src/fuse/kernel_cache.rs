@@ -84,6 +84,7 @@ impl FuseAdapter {
             for item in &stale {
                 if let Invalidation::Inode(ino) = item {
                     by_ino.remove(ino);
+                    self.page_fill.forget(*ino);
                 }
             }
         }

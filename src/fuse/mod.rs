@@ -23,11 +23,13 @@ use crate::core::{Attr, DafFs, Kind};
 mod config;
 mod errors;
 mod kernel_cache;
+mod page_fill;
 
 pub use config::{mount_config, MountSettings};
 pub use errors::errno;
 use errors::{answer, guarded};
 pub use kernel_cache::NotifierSlot;
+use page_fill::PageFill;
 
 /// How long the kernel may cache names and attributes of committed content (a commit that
 /// changes them invalidates the kernel's copy).
@@ -58,16 +60,20 @@ pub struct FuseAdapter {
     /// Registered backing files: shared per inode while some handle uses them.
     backing_by_ino: Mutex<HashMap<u64, Weak<BackingId>>>,
     backing_by_fh: Mutex<HashMap<u64, Arc<BackingId>>>,
+    /// Direct I/O for first reads of large members, and filling the page cache behind them.
+    page_fill: PageFill,
 }
 
 impl FuseAdapter {
     /// Serves `core`, owned by the given user and group.
     pub fn new(core: Arc<DafFs>, uid: u32, gid: u32) -> FuseAdapter {
+        let notifier = NotifierSlot::default();
         FuseAdapter {
             core,
             uid,
             gid,
-            notifier: NotifierSlot::default(),
+            page_fill: PageFill::new(notifier.clone()),
+            notifier,
             passthrough: AtomicBool::new(false),
             backing_by_ino: Mutex::default(),
             backing_by_fh: Mutex::default(),
@@ -138,17 +144,22 @@ impl Filesystem for FuseAdapter {
         let opened = guarded("open", || {
             Ok((
                 self.core.open(ino.0, write, truncate)?,
-                self.core.getattr(ino.0)?.volatile,
+                self.core.getattr(ino.0)?,
             ))
         });
+        // Committed content never changes under an open handle: keep the page cache.
+        let keep = FopenFlags::FOPEN_KEEP_CACHE;
         match opened {
-            Ok((fh, false)) if !write => match self.backing_for(ino.0, fh, &reply) {
+            Ok((fh, a)) if !write && !a.volatile => match self.backing_for(ino.0, fh, &reply) {
                 Some(id) => reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id),
-                // Committed content never changes under an open handle: keep the page cache.
-                None => reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE),
+                None => {
+                    reply.opened(FileHandle(fh), keep);
+                    let content = || self.core.content(ino.0).ok();
+                    self.page_fill.opened(ino.0, fh, a.size, content);
+                }
             },
-            Ok((fh, false)) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE),
-            Ok((fh, true)) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Ok((fh, a)) if !a.volatile => reply.opened(FileHandle(fh), keep),
+            Ok((fh, _)) => reply.opened(FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(e),
         }
     }
@@ -166,7 +177,10 @@ impl Filesystem for FuseAdapter {
     ) {
         // The reply borrows the shared bytes (a range of the source's map): no copy here.
         match guarded("read", || self.core.read(ino.0, fh.0, offset, size)) {
-            Ok(bytes) => reply.data(bytes.as_slice()),
+            Ok(bytes) => {
+                reply.data(bytes.as_slice());
+                self.page_fill.answered(fh.0, offset, bytes.len());
+            }
             Err(e) => reply.error(e),
         }
     }
@@ -337,6 +351,7 @@ impl Filesystem for FuseAdapter {
         reply: ReplyEmpty,
     ) {
         self.core.release(fh.0);
+        self.page_fill.release(fh.0);
         self.backing_by_fh
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -19,14 +19,15 @@ pub const ROOT: u64 = 1;
 /// Path → inode number, for the life of the mount.
 #[derive(Debug)]
 pub struct InodeTable {
-    by_path: HashMap<String, u64>,
+    /// Hashed with foldhash: several times faster than SipHash on paths, still seeded per process.
+    by_path: HashMap<String, u64, foldhash::fast::RandomState>,
     next: u64,
 }
 
 impl Default for InodeTable {
     fn default() -> InodeTable {
         InodeTable {
-            by_path: HashMap::from([(String::new(), ROOT)]),
+            by_path: [(String::new(), ROOT)].into_iter().collect(),
             next: ROOT + 1,
         }
     }
@@ -111,7 +112,7 @@ impl Node {
 /// All inodes of one version of the tree.
 #[derive(Debug)]
 pub struct Namespace {
-    nodes: HashMap<u64, Node>,
+    nodes: NodeTable,
 }
 
 impl Namespace {
@@ -131,96 +132,31 @@ impl Namespace {
                 children: Vec::new(),
             },
         };
-        let mut nodes = HashMap::from([(ROOT, root)]);
+        let mut nodes = NodeTable::default();
+        nodes.insert(ROOT, root);
+        let mut builder = Builder {
+            nodes,
+            inodes,
+            depth: vec![vec![ROOT]],
+            last_dir: (String::new(), Some(ROOT)),
+        };
         for entry in entries {
-            let components: Vec<&str> = entry.path.split('/').filter(|c| !c.is_empty()).collect();
-            let Some((last, dirs)) = components.split_last() else {
-                if let Some(root) = nodes.get_mut(&ROOT) {
-                    root.mtime = root.mtime.max(entry.mtime);
-                }
-                continue;
-            };
-            let mut parent = ROOT;
-            let mut walked = String::new();
-            let mut blocked = false;
-            for dir in dirs {
-                walked = if walked.is_empty() {
-                    dir.to_string()
-                } else {
-                    format!("{walked}/{dir}")
-                };
-                let ino = inodes.ino(&walked);
-                match nodes.get(&ino) {
-                    Some(node) if node.is_dir() => {}
-                    Some(_) => {
-                        blocked = true;
-                        break;
-                    }
-                    None => insert(
-                        &mut nodes,
-                        ino,
-                        parent,
-                        dir,
-                        &walked,
-                        entry.mtime,
-                        NodeKind::Dir {
-                            children: Vec::new(),
-                        },
-                    ),
-                }
-                parent = ino;
-            }
-            let full = components.join("/");
-            let ino = inodes.ino(&full);
-            let existing = nodes.get(&ino).map(Node::is_dir);
-            let kind = match entry.kind {
-                EntryKind::Dir => NodeKind::Dir {
-                    children: Vec::new(),
-                },
-                EntryKind::Blob(blob) => NodeKind::File(blob),
-                EntryKind::Staged(path) => NodeKind::Staged(path),
-            };
-            match (blocked, existing, &kind) {
-                (true, ..)
-                | (false, Some(true), NodeKind::File(_) | NodeKind::Staged(_))
-                | (false, Some(false), NodeKind::Dir { .. }) => {
-                    log::warn!(
-                        "{}: shown both as a file and a directory, keeping the first",
-                        entry.path
-                    );
-                }
-                (false, Some(true), NodeKind::Dir { .. }) => {}
-                (false, Some(false), _) => {
-                    // A file replacing a file: keep its place among the parent's children.
-                    if let Some(node) = nodes.get_mut(&ino) {
-                        node.kind = kind;
-                        node.mtime = entry.mtime;
-                    }
-                }
-                (false, None, _) => insert(&mut nodes, ino, parent, last, &full, entry.mtime, kind),
-            }
+            builder.add(entry);
         }
-        let mut order: Vec<(usize, u64)> = nodes
-            .iter()
-            .map(|(&ino, n)| {
-                (
-                    n.path.matches('/').count() + usize::from(!n.path.is_empty()),
-                    ino,
-                )
-            })
-            .collect();
-        for node in nodes.values_mut() {
+        let Builder {
+            mut nodes, depth, ..
+        } = builder;
+        for node in nodes.slots.iter_mut().flatten() {
             if let NodeKind::Dir { children } = &mut node.kind {
-                children.sort();
+                children.sort_unstable();
             }
         }
         // Deepest first: propagate mtimes upward.
-        order.sort_unstable_by(|a, b| b.cmp(a));
-        for (_, ino) in order {
-            let Some((mtime, parent)) = nodes.get(&ino).map(|n| (n.mtime, n.parent)) else {
+        for ino in depth.iter().skip(1).rev().flatten() {
+            let Some((mtime, parent)) = nodes.get(ino).map(|n| (n.mtime, n.parent)) else {
                 continue;
             };
-            if let Some(parent) = nodes.get_mut(&parent).filter(|_| ino != ROOT) {
+            if let Some(parent) = nodes.get_mut(&parent) {
                 parent.mtime = parent.mtime.max(mtime);
             }
         }
@@ -245,17 +181,19 @@ impl Namespace {
 
     /// Number of inodes.
     pub fn len(&self) -> usize {
-        self.nodes.len()
+        self.nodes.len
     }
 
     /// Whether the tree is only the root.
     pub fn is_empty(&self) -> bool {
-        self.nodes.len() <= 1
+        self.nodes.len <= 1
     }
 
     /// All inodes.
     pub fn nodes(&self) -> impl Iterator<Item = (u64, &Node)> {
-        self.nodes.iter().map(|(&ino, n)| (ino, n))
+        (0u64..)
+            .zip(&self.nodes.slots)
+            .filter_map(|(ino, n)| Some((ino, n.as_ref()?)))
     }
 
     /// Number of sub-directories of `node` (for `st_nlink`).
@@ -270,25 +208,162 @@ impl Namespace {
     }
 }
 
-fn insert(
-    nodes: &mut HashMap<u64, Node>,
-    ino: u64,
-    parent: u64,
-    name: &str,
-    path: &str,
-    mtime: SystemTime,
-    kind: NodeKind,
-) {
-    nodes.insert(
-        ino,
-        Node {
-            parent,
-            path: path.to_string(),
-            mtime,
-            kind,
-        },
-    );
-    if let Some(NodeKind::Dir { children }) = nodes.get_mut(&parent).map(|p| &mut p.kind) {
-        children.push((name.to_string(), ino));
+/// Nodes by inode number: inode numbers are small and dense (see [`InodeTable`]).
+#[derive(Debug, Default)]
+struct NodeTable {
+    slots: Vec<Option<Node>>,
+    len: usize,
+}
+
+impl NodeTable {
+    fn get(&self, ino: &u64) -> Option<&Node> {
+        self.slots.get(usize::try_from(*ino).ok()?)?.as_ref()
+    }
+
+    fn get_mut(&mut self, ino: &u64) -> Option<&mut Node> {
+        self.slots.get_mut(usize::try_from(*ino).ok()?)?.as_mut()
+    }
+
+    fn insert(&mut self, ino: u64, node: Node) {
+        let Ok(at) = usize::try_from(ino) else {
+            return;
+        };
+        if self.slots.len() <= at {
+            self.slots.resize_with(at + 1, || None);
+        }
+        if self.slots[at].replace(node).is_none() {
+            self.len += 1;
+        }
+    }
+}
+
+/// The state of one [`Namespace::build`].
+struct Builder<'a> {
+    nodes: NodeTable,
+    inodes: &'a mut InodeTable,
+    /// Inodes by depth (the root is depth 0), for the mtime pass.
+    depth: Vec<Vec<u64>>,
+    /// The directory of the previous entry (`None`: blocked by a file): entries come grouped by
+    /// directory, so most need no walk from the root.
+    last_dir: (String, Option<u64>),
+}
+
+impl Builder<'_> {
+    fn add(&mut self, entry: Entry) {
+        let path = if entry.path.split('/').any(str::is_empty) {
+            entry
+                .path
+                .split('/')
+                .filter(|c| !c.is_empty())
+                .collect::<Vec<_>>()
+                .join("/")
+        } else {
+            entry.path
+        };
+        if path.is_empty() {
+            if let Some(root) = self.nodes.get_mut(&ROOT) {
+                root.mtime = root.mtime.max(entry.mtime);
+            }
+            return;
+        }
+        let (dir, name) = path.rsplit_once('/').unwrap_or(("", &path));
+        let parent = if self.last_dir.0 == dir {
+            self.last_dir.1
+        } else {
+            let parent = self.directory(dir, entry.mtime);
+            self.last_dir = (dir.to_string(), parent);
+            parent
+        };
+        let kind = match entry.kind {
+            EntryKind::Dir => NodeKind::Dir {
+                children: Vec::new(),
+            },
+            EntryKind::Blob(blob) => NodeKind::File(blob),
+            EntryKind::Staged(path) => NodeKind::Staged(path),
+        };
+        let ino = self.inodes.ino(&path);
+        let existing = self.nodes.get(&ino).map(Node::is_dir);
+        match (parent, existing, &kind) {
+            (None, ..)
+            | (_, Some(true), NodeKind::File(_) | NodeKind::Staged(_))
+            | (_, Some(false), NodeKind::Dir { .. }) => {
+                log::warn!("{path}: shown both as a file and a directory, keeping the first");
+            }
+            (_, Some(true), NodeKind::Dir { .. }) => {}
+            (_, Some(false), _) => {
+                // A file replacing a file: keep its place among the parent's children.
+                if let Some(node) = self.nodes.get_mut(&ino) {
+                    node.kind = kind;
+                    node.mtime = entry.mtime;
+                }
+            }
+            (Some(parent), None, _) => {
+                let name = name.to_string();
+                self.insert(ino, parent, name, path, entry.mtime, kind);
+            }
+        }
+    }
+
+    /// The inode of directory `dir`, created (with its parents) if needed; `None` if a file is
+    /// in the way.
+    fn directory(&mut self, dir: &str, mtime: SystemTime) -> Option<u64> {
+        let mut parent = ROOT;
+        let mut end = 0;
+        for component in dir.split('/').filter(|c| !c.is_empty()) {
+            end = if end == 0 {
+                component.len()
+            } else {
+                end + 1 + component.len()
+            };
+            let walked = &dir[..end];
+            let ino = self.inodes.ino(walked);
+            match self.nodes.get(&ino) {
+                Some(node) if node.is_dir() => {}
+                Some(_) => return None,
+                None => {
+                    let kind = NodeKind::Dir {
+                        children: Vec::new(),
+                    };
+                    self.insert(
+                        ino,
+                        parent,
+                        component.to_string(),
+                        walked.to_string(),
+                        mtime,
+                        kind,
+                    );
+                }
+            }
+            parent = ino;
+        }
+        Some(parent)
+    }
+
+    fn insert(
+        &mut self,
+        ino: u64,
+        parent: u64,
+        name: String,
+        path: String,
+        mtime: SystemTime,
+        kind: NodeKind,
+    ) {
+        let depth = path.matches('/').count() + 1;
+        if self.depth.len() <= depth {
+            self.depth.resize_with(depth + 1, Vec::new);
+        }
+        self.depth[depth].push(ino);
+        self.nodes.insert(
+            ino,
+            Node {
+                parent,
+                path,
+                mtime,
+                kind,
+            },
+        );
+        if let Some(NodeKind::Dir { children }) = self.nodes.get_mut(&parent).map(|p| &mut p.kind) {
+            children.push((name, ino));
+        }
     }
 }

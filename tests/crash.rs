@@ -1,5 +1,6 @@
 //! SIGKILL during large appends to a ZIP source: the archive stays a valid ZIP, every property
-//! whose `close` succeeded is intact, and no partial property is ever visible.
+//! whose `close` succeeded is intact (once the next writable mount has appended what the killed
+//! daemon had accepted), and no partial property is ever visible.
 
 mod common;
 
@@ -114,6 +115,12 @@ fn sigkill_during_appends_never_breaks_the_archive() {
             String::from_utf8_lossy(&check.stderr)
         );
         committed.extend(done.lock().unwrap().iter().cloned());
+        // A writable mount appends what the killed daemon accepted (its close succeeded) but had
+        // not appended yet; its unmount waits for the appends.
+        drop(TestMount::writable(
+            archive.to_str().unwrap(),
+            ViewSelection::Files,
+        ));
         // Every property whose close succeeded is there, intact; nothing partial is visible.
         let mount = TestMount::new(archive.to_str().unwrap(), ViewSelection::Files);
         let (root, expected) = (mount.path.clone(), committed.clone());

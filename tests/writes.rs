@@ -650,3 +650,61 @@ fn every_property_kind_written_through_the_zarr_view_lands_in_every_source_kind(
     archive_passes_zip_tools(&one);
     archive_passes_zip_tools(&many);
 }
+
+/// The entry names of a ZIP archive.
+fn zip_names(archive: &Path) -> Vec<String> {
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sys, zipfile; print('\\n'.join(zipfile.ZipFile(sys.argv[1]).namelist()))",
+        ])
+        .arg(archive)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn a_zip_commit_shows_at_close_and_is_in_the_archive_after_fsync() {
+    require_fuse!();
+    let (tmp, archive) = copy_fixture("zarr_v2.daf.zarr.zip");
+    let mount = TestMount::writable(archive.to_str().unwrap(), ViewSelection::Both);
+    let root = mount.path.clone();
+    let staging = tmp.path().join(".zarr_v2.daf.zarr.zip.daf-mount");
+    let values: Vec<u8> = [1.5f64, -2.0, 1e300]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let archive_in = archive.clone();
+    io_timeout(&mount.path, move || {
+        let files = root.join("zarr_v2.daf/vectors/cell");
+        std::fs::write(
+            files.join("fresh.json"),
+            "{\"format\":\"dense\",\"eltype\":\"Float64\"}\n",
+        )
+        .unwrap();
+        // Written by the kernel straight into the staged file (passthrough): only `close` tells.
+        write_and_close(&files.join("fresh.data"), &values).unwrap();
+        // Both views show it as soon as `close` returns.
+        assert_eq!(std::fs::read(files.join("fresh.data")).unwrap(), values);
+        let chunk = root.join("zarr_v2.daf.zarr/vectors/cell/fresh/0");
+        assert_eq!(std::fs::read(&chunk).unwrap(), values);
+        // `fsync` of its directory returns once the entries are in the archive and the staged
+        // files are gone; the archive stays valid and the bytes read back the same.
+        let dir = std::fs::File::open(&files).unwrap();
+        nix::unistd::fsync(&dir).unwrap();
+        let names = zip_names(&archive_in);
+        for name in ["vectors/cell/fresh/.zarray", "vectors/cell/fresh/0"] {
+            assert!(names.iter().any(|n| n == name), "{name} not in the archive");
+        }
+        assert!(!staging.join("zarr_v2.daf/vectors/cell/fresh.data").exists());
+        archive_passes_zip_tools(&archive_in);
+        assert_eq!(std::fs::read(&chunk).unwrap(), values);
+        assert_eq!(std::fs::read(files.join("fresh.data")).unwrap(), values);
+    });
+}

@@ -65,7 +65,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
     ));
     log::info!("built the tree in {:?}", started.elapsed());
     let adapter = FuseAdapter::new(
-        core,
+        core.clone(),
         nix::unistd::getuid().as_raw(),
         nix::unistd::getgid().as_raw(),
     );
@@ -112,6 +112,10 @@ pub fn run(args: Args) -> Result<(), CliError> {
     signals
         .thread_block()
         .map_err(|e| system("blocking signals")(e.into()))?;
+    if !options.read_only {
+        // Items a killed daemon accepted but had not appended to a ZIP source yet.
+        std::thread::spawn(move || core.recover());
+    }
     let mut unmounter = session.unmount_callable();
     let mountpoint = args.mountpoint.clone();
     std::thread::spawn(move || {

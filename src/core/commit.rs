@@ -8,6 +8,7 @@ use std::time::SystemTime;
 use crate::staging::commit::{commit, touch_item, CommitError, Outcome, StagedFile};
 use crate::staging::item::item_of;
 
+use super::appender::Job;
 use super::namespace::NodeKind;
 use super::{split_canonical, DafFs, FsError, Invalidation, State};
 
@@ -100,7 +101,7 @@ impl DafFs {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
-            .filter(|(fh, h)| h.writable && h.dirty && Some(**fh) != closing)
+            .filter(|(fh, h)| h.writable && (h.dirty || h.passthrough) && Some(**fh) != closing)
             .map(|(_, h)| h.ino)
             .collect();
         if members.is_empty() {
@@ -121,86 +122,117 @@ impl DafFs {
             &files,
             finalize,
         );
-        match outcome {
-            Ok(Outcome::Incomplete) => Ok(()),
-            Ok(Outcome::Committed) => {
-                log::info!("committed {} of {}", id.path(), root.canonical);
-                let changed = item_mount_paths(&state, root.dataset, &id);
-                let inos: Vec<u64> = changed.iter().map(|p| state.inodes.ino(p)).collect();
-                self.invalidate(inos);
-                for (path, file) in &members {
-                    let _ = fs::remove_file(&file.disk);
-                    state.staged.remove(path);
-                    // Remove the on-disk directories made just to hold it.
-                    if let Some((parent, _)) = path.rsplit_once('/') {
-                        if !state.staged.contains_key(parent) {
-                            staging.prune(parent);
-                        }
+        let appending = match outcome {
+            Ok(Outcome::Incomplete) => return Ok(()),
+            Ok(Outcome::Committed) => None,
+            Ok(Outcome::Appending(append)) => Some(append),
+            Err(CommitError::Invalid(why)) => {
+                return Err(FsError::Invalid(format!("{}: {why}", id.path())))
+            }
+            Err(CommitError::Refused(why)) => return Err(FsError::NotPermitted(why)),
+            Err(CommitError::Store(e)) => return Err(FsError::Content(e)),
+        };
+        log::info!("committed {} of {}", id.path(), root.canonical);
+        let changed = item_mount_paths(&state, root.dataset, &id);
+        let inos: Vec<u64> = changed.iter().map(|p| state.inodes.ino(p)).collect();
+        self.invalidate(inos);
+        for (path, _) in &members {
+            state.staged.remove(path);
+        }
+        // A ZIP source gets the item's entries later: its staged files stay until then.
+        if appending.is_none() {
+            for (path, file) in &members {
+                let _ = fs::remove_file(&file.disk);
+                // Remove the on-disk directories made just to hold it.
+                if let Some((parent, _)) = path.rsplit_once('/') {
+                    if !state.staged.contains_key(parent) {
+                        staging.prune(parent);
                     }
                 }
-                // Directories made for the item (zarr's mkdir of an array) now hold committed
-                // files: stop staging those that hold no staged file.
-                let made_for_item: Vec<String> = state
-                    .staged
-                    .iter()
-                    .filter(|(path, s)| {
-                        s.is_dir
-                            && !state
-                                .staged
-                                .keys()
-                                .any(|k| k.starts_with(&format!("{path}/")))
-                    })
-                    .filter(|(path, _)| {
-                        let shown =
-                            split_canonical(&state.roots, path).map(|(r, rel)| r.mount_path(rel));
-                        shown.is_some_and(|dir| {
-                            changed.iter().any(|p| p.starts_with(&format!("{dir}/")))
-                        })
-                    })
-                    .map(|(path, _)| path.clone())
-                    .collect();
-                for dir in made_for_item {
-                    state.staged.remove(&dir);
-                    staging.prune(&dir);
-                }
-                state.rebuild();
-                Ok(())
             }
-            Err(CommitError::Invalid(why)) => {
-                Err(FsError::Invalid(format!("{}: {why}", id.path())))
-            }
-            Err(CommitError::Refused(why)) => Err(FsError::NotPermitted(why)),
-            Err(CommitError::Store(e)) => Err(FsError::Content(e)),
         }
+        // Directories made for the item (zarr's mkdir of an array) now hold committed
+        // files: stop staging those that hold no staged file.
+        let made_for_item: Vec<String> = state
+            .staged
+            .iter()
+            .filter(|(path, s)| {
+                s.is_dir
+                    && !state
+                        .staged
+                        .keys()
+                        .any(|k| k.starts_with(&format!("{path}/")))
+            })
+            .filter(|(path, _)| {
+                let shown = split_canonical(&state.roots, path).map(|(r, rel)| r.mount_path(rel));
+                shown.is_some_and(|dir| changed.iter().any(|p| p.starts_with(&format!("{dir}/"))))
+            })
+            .map(|(path, _)| path.clone())
+            .collect();
+        for dir in made_for_item {
+            state.staged.remove(&dir);
+            staging.prune(&dir);
+        }
+        state.rebuild();
+        if let Some(append) = appending {
+            let staged = members
+                .into_iter()
+                .map(|(path, f)| (path, f.disk))
+                .collect();
+            let job = Job {
+                dataset: root.dataset,
+                append,
+                staged,
+            };
+            self.appender.push(job, &self.state, staging)?;
+        }
+        Ok(())
+    }
+
+    /// The mount paths of the staged files under `mount` (the whole mount for "") that belong
+    /// to an item.
+    fn staged_item_files(&self, mount: &str) -> Vec<String> {
+        let state = self.state.read().unwrap_or_else(|p| p.into_inner());
+        state
+            .staged
+            .iter()
+            .filter(|(_, s)| !s.is_dir)
+            .filter_map(|(path, _)| {
+                let (root, rel) = split_canonical(&state.roots, path)?;
+                let at = root.mount_path(rel);
+                let inside =
+                    mount.is_empty() || at == mount || at.starts_with(&format!("{mount}/"));
+                (inside && item_of(root.kind, rel).is_some()).then_some(at)
+            })
+            .collect()
     }
 
     /// Commits every staged item under `mount` (the whole mount for "") that is only waiting for
     /// what a writer may legitimately leave out: Zarr chunks that are all fill value, or the
-    /// `nzval` of an all-true Bool property. Called by `fsync` on a directory and at unmount.
+    /// `nzval` of an all-true Bool property. Called by `fsync` on a directory and at unmount;
+    /// returns once every append queued for a ZIP source is done.
     pub fn finalize(&self, mount: &str) -> Result<(), FsError> {
-        let paths: Vec<String> = {
-            let state = self.state.read().unwrap_or_else(|p| p.into_inner());
-            state
-                .staged
-                .iter()
-                .filter(|(_, s)| !s.is_dir)
-                .filter_map(|(path, _)| {
-                    let (root, rel) = split_canonical(&state.roots, path)?;
-                    let at = root.mount_path(rel);
-                    let inside =
-                        mount.is_empty() || at == mount || at.starts_with(&format!("{mount}/"));
-                    (inside && item_of(root.kind, rel).is_some()).then_some(at)
-                })
-                .collect()
-        };
         let mut first_error = None;
-        for path in paths {
+        for path in self.staged_item_files(mount) {
             if let Err(e) = self.try_commit(&path, None, true) {
                 log::warn!("finalizing {path}: {e}");
                 first_error.get_or_insert(e);
             }
         }
-        first_error.map_or(Ok(()), Err)
+        // What these commits and earlier ones queued for ZIP sources is in the archives now.
+        let appended = self.appender.wait();
+        first_error.map_or(appended, Err)
+    }
+
+    /// Commits the staged items that are complete: what a killed daemon had accepted (its
+    /// `close` succeeded) but not yet appended to a ZIP source. Call once after mounting (and
+    /// forking into the background: appends run on a thread of their own).
+    pub fn recover(&self) {
+        for path in self.staged_item_files("") {
+            if let Err(e) = self.try_commit(&path, None, false) {
+                log::warn!("staged {path} stays staged: {e}");
+            }
+        }
     }
 
     /// The mount path of inode `ino`.

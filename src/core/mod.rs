@@ -6,6 +6,7 @@
 //! job. Every change builds a new tree and swaps it in; inode numbers stay stable. Errors are
 //! [`FsError`]s; the adapter maps them to errno values in one place.
 
+mod appender;
 mod commit;
 pub mod namespace;
 mod remove;
@@ -263,12 +264,16 @@ struct Handle {
     writable: bool,
     /// Written since the last flush: its file may still be incomplete.
     dirty: bool,
+    /// Written by the kernel directly (passthrough): every flush may complete an item.
+    passthrough: bool,
 }
 
 /// A mounted tree of views over opened data sets.
 #[derive(Debug)]
 pub struct DafFs {
-    state: RwLock<State>,
+    state: Arc<RwLock<State>>,
+    /// Appends to ZIP sources, finished after the commits that queued them returned.
+    appender: appender::Appender,
     /// Where writes go; `None` for a read-only mount.
     staging: Option<StagingArea>,
     handles: Mutex<HashMap<u64, Handle>>,
@@ -324,7 +329,8 @@ impl DafFs {
         };
         state.rebuild();
         DafFs {
-            state: RwLock::new(state),
+            state: Arc::new(RwLock::new(state)),
+            appender: appender::Appender::default(),
             staging,
             handles: Mutex::new(HashMap::new()),
             next_handle: AtomicU64::new(1),
@@ -463,11 +469,14 @@ impl DafFs {
             .ok_or_else(|| FsError::Internal("read range".into()))
     }
 
-    /// The source file that committed file `ino` is the whole of (for kernel passthrough).
-    pub fn backing_file(&self, ino: u64) -> Option<PathBuf> {
+    /// The file on disk that file `ino` is the whole of, for the kernel to read (and, for a
+    /// staged file, write: then `true`) directly (passthrough): the source file of a committed
+    /// file, or a staged file.
+    pub fn backing_file(&self, ino: u64) -> Option<(PathBuf, bool)> {
         match &self.namespace().node(ino)?.kind {
-            NodeKind::File(blob) => blob.backing_file().map(PathBuf::from),
-            _ => None,
+            NodeKind::File(blob) => blob.backing_file().map(|p| (PathBuf::from(p), false)),
+            NodeKind::Staged(disk) => Some((disk.clone(), self.writable())),
+            NodeKind::Dir { .. } => None,
         }
     }
 

@@ -37,6 +37,7 @@ impl DafFs {
             file: file.map(Arc::new),
             writable,
             dirty: false,
+            passthrough: false,
         };
         self.handles
             .lock()
@@ -244,12 +245,12 @@ impl DafFs {
         Ok(data.len() as u32)
     }
 
-    /// Makes a staged file's data durable.
+    /// Makes a staged file's data durable, and what earlier commits queued for ZIP sources.
     pub fn fsync(&self, fh: u64) -> Result<(), FsError> {
         if let Ok((_, file, _)) = self.handle_file(fh) {
             file.sync_all()?;
         }
-        Ok(())
+        self.appender.wait()
     }
 
     /// Called on every `close` of a handle: a close after writes may complete an item, which is
@@ -262,13 +263,25 @@ impl DafFs {
             .unwrap_or_else(|p| p.into_inner())
             .get_mut(&fh)
         {
-            Some(handle) if handle.dirty => {
+            Some(handle) if handle.dirty || handle.passthrough => {
                 handle.dirty = false;
                 handle.ino
             }
             _ => return Ok(()),
         };
         self.commit_staged(ino, fh)
+    }
+
+    /// The kernel writes handle `fh`'s file directly (passthrough), without telling us.
+    pub fn written_by_kernel(&self, fh: u64) {
+        if let Some(handle) = self
+            .handles
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(&fh)
+        {
+            handle.passthrough = handle.writable;
+        }
     }
 
     /// Forgets a handle.

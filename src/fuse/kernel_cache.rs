@@ -5,7 +5,7 @@ use std::ffi::OsStr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
-use fuser::{BackingId, INodeNo, ReplyOpen};
+use fuser::{BackingId, INodeNo};
 
 use crate::core::Invalidation;
 
@@ -21,18 +21,19 @@ impl FuseAdapter {
         self.notifier.clone()
     }
 
-    /// The kernel's handle on the source file `ino` is the whole of, for passthrough reads
-    /// (`None`: serve reads here). Shared by every handle of the inode while one is open.
+    /// The kernel's handle on the file on disk that `ino` is the whole of (a source file, or a
+    /// staged file), for passthrough I/O (`None`: serve reads and writes here). Shared by every
+    /// handle of the inode while one is open: the kernel refuses two backing files for one inode.
     pub(super) fn backing_for(
         &self,
         ino: u64,
         fh: u64,
-        reply: &ReplyOpen,
+        open_backing: impl FnOnce(&std::fs::File) -> std::io::Result<BackingId>,
     ) -> Option<Arc<BackingId>> {
         if !self.passthrough.load(Ordering::Relaxed) {
             return None;
         }
-        let path = self.core.backing_file(ino)?;
+        let (path, writable) = self.core.backing_file(ino)?;
         let mut by_ino = self
             .backing_by_ino
             .lock()
@@ -40,8 +41,12 @@ impl FuseAdapter {
         let id = match by_ino.get(&ino).and_then(Weak::upgrade) {
             Some(id) => id,
             None => {
-                let file = std::fs::File::open(&path).ok()?;
-                match reply.open_backing(&file) {
+                let file = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(writable)
+                    .open(&path)
+                    .ok()?;
+                match open_backing(&file) {
                     Ok(id) => {
                         let id = Arc::new(id);
                         by_ino.insert(ino, Arc::downgrade(&id));

@@ -147,19 +147,20 @@ impl Filesystem for FuseAdapter {
                 self.core.getattr(ino.0)?,
             ))
         });
-        // Committed content never changes under an open handle: keep the page cache.
-        let keep = FopenFlags::FOPEN_KEEP_CACHE;
         match opened {
-            Ok((fh, a)) if !write && !a.volatile => match self.backing_for(ino.0, fh, &reply) {
-                Some(id) => reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id),
+            Ok((fh, a)) => match self.backing_for(ino.0, fh, |file| reply.open_backing(file)) {
+                Some(id) => {
+                    self.core.written_by_kernel(fh);
+                    reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id);
+                }
+                None if a.volatile => reply.opened(FileHandle(fh), FopenFlags::empty()),
                 None => {
-                    reply.opened(FileHandle(fh), keep);
+                    // Committed content never changes under an open handle: keep the page cache.
+                    reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE);
                     let content = || self.core.content(ino.0).ok();
                     self.page_fill.opened(ino.0, fh, a.size, content);
                 }
             },
-            Ok((fh, a)) if !a.volatile => reply.opened(FileHandle(fh), keep),
-            Ok((fh, _)) => reply.opened(FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(e),
         }
     }
@@ -298,13 +299,21 @@ impl Filesystem for FuseAdapter {
     ) {
         let exclusive = flags & libc::O_EXCL != 0;
         match guarded("create", || self.core.create(parent.0, name, exclusive)) {
-            Ok((a, fh)) => reply.created(
-                ttl(&a),
-                &self.attr(&a),
-                Generation(0),
-                FileHandle(fh),
-                FopenFlags::empty(),
-            ),
+            Ok((a, fh)) => {
+                let attr = self.attr(&a);
+                match self.backing_for(a.ino, fh, |file| reply.open_backing(file)) {
+                    Some(id) => {
+                        self.core.written_by_kernel(fh);
+                        let flags = FopenFlags::empty();
+                        let fh = FileHandle(fh);
+                        reply.created_passthrough(ttl(&a), &attr, Generation(0), fh, flags, &id);
+                    }
+                    None => {
+                        let (fh, flags) = (FileHandle(fh), FopenFlags::empty());
+                        reply.created(ttl(&a), &attr, Generation(0), fh, flags);
+                    }
+                }
+            }
             Err(e) => reply.error(e),
         }
     }

@@ -6,7 +6,9 @@
 //!    ([`Outcome::Incomplete`]); anything inconsistent is [`CommitError::Invalid`].
 //! 3. The item is written into the source in the source's own layout (the views' per-item
 //!    entries are the serialiser), then read back from there, so the views show the source's
-//!    bytes and the staged files can go.
+//!    bytes and the staged files can go. For ZIP sources the write is a copy of every payload
+//!    into the archive: it happens after the commit returns ([`super::zip_commit`]), and the
+//!    item is served from its staged files until then.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -23,8 +25,10 @@ use crate::formats::zarr_decode::ArrayKind;
 use crate::formats::FormatError;
 use crate::formats::{zarr_daf, zarr_v2};
 use crate::stores::dir::{ensure_dir, mapped_file, open_directory, write_atomic};
-use crate::stores::{zip_append, Entry, StoreError, StoreIndex};
+use crate::stores::{Entry, StoreError, StoreIndex};
 use crate::views::{files, zarr, ViewEntry, ViewKind, ViewNode};
+
+pub use super::zip_commit::PendingAppend;
 
 /// What a commit attempt did.
 #[derive(Debug, PartialEq, Eq)]
@@ -33,6 +37,9 @@ pub enum Outcome {
     Incomplete,
     /// The item is now part of the source.
     Committed,
+    /// The item is part of the data set, served from its staged files, until the entries
+    /// appended to the ZIP source (a slow copy, done after the commit returns) replace them.
+    Appending(PendingAppend),
 }
 
 /// Why a commit attempt failed.
@@ -61,7 +68,7 @@ pub struct StagedFile {
 }
 
 /// Reads item `id` from `index` (keys relative to the data set root) in `layout`.
-fn read_item(
+pub(super) fn read_item(
     layout: Layout,
     dataset: &Dataset,
     id: &PropertyId,
@@ -257,6 +264,18 @@ pub fn commit(
     };
     let previous = ds.dataset.take(id);
     ds.dataset.insert(id, item).map_err(CommitError::Invalid)?;
+    if matches!(ds.target, Target::Zip { .. }) {
+        return match PendingAppend::new(ds, id) {
+            Ok(pending) => Ok(Outcome::Appending(pending)),
+            Err(e) => {
+                ds.dataset.take(id);
+                if let Some(previous) = previous {
+                    let _ = ds.dataset.insert(id, previous);
+                }
+                Err(e)
+            }
+        };
+    }
     let written = match persist(ds, id) {
         Ok(written) => written,
         Err(e) => {
@@ -399,12 +418,7 @@ fn persist(ds: &NamedDataset, id: &PropertyId) -> Result<StoreIndex, CommitError
             false,
         ),
         Target::ZarrDir { root } => (root.clone(), zarr::item_entries(&ds.dataset, id), true),
-        Target::Zip {
-            archive,
-            prefix,
-            layout,
-            version,
-        } => return append_to_zip(ds, id, archive, prefix, *layout, *version),
+        Target::Zip { .. } => return Ok(StoreIndex::new(BTreeMap::new(), None)),
     };
     // Payloads first, then the metadata that makes readers see them.
     let rank = |e: &ViewEntry| match e.path.rsplit('/').next().unwrap_or("") {
@@ -450,7 +464,7 @@ fn persist(ds: &NamedDataset, id: &PropertyId) -> Result<StoreIndex, CommitError
 
 /// The groups a Zarr item lives in below the four top-level ones (`vectors/A`, `matrices/R`,
 /// `matrices/R/C`).
-fn parent_groups(id: &PropertyId) -> Vec<String> {
+pub(super) fn parent_groups(id: &PropertyId) -> Vec<String> {
     match id {
         PropertyId::Vector { axis, .. } => vec![format!("vectors/{axis}")],
         PropertyId::Matrix { rows, cols, .. } => vec![
@@ -459,53 +473,6 @@ fn parent_groups(id: &PropertyId) -> Vec<String> {
         ],
         _ => Vec::new(),
     }
-}
-
-/// Appends item `id` to a ZIP source as new entries (stored, aligned; see `stores::zip_append`).
-fn append_to_zip(
-    ds: &NamedDataset,
-    id: &PropertyId,
-    archive: &std::path::Path,
-    prefix: &str,
-    layout: Layout,
-    version: FilesVersion,
-) -> Result<StoreIndex, CommitError> {
-    let entries = match layout {
-        Layout::Files => files::item_entries(&ds.dataset, id, version),
-        Layout::Zarr => zarr::item_entries(&ds.dataset, id),
-    };
-    let mut files = Vec::new();
-    if layout == Layout::Zarr {
-        // Julia's groups for the item's parents, where the archive lacks them.
-        let existing = crate::stores::zip::open_zip(archive)?;
-        for group in parent_groups(id) {
-            for doc in [".zgroup", ".zattrs"] {
-                let key = format!("{prefix}{group}/{doc}");
-                if !existing.contains(&key) {
-                    let text = if doc == ".zgroup" {
-                        zarr_v2::ZGROUP
-                    } else {
-                        zarr_v2::ZATTRS
-                    };
-                    files.push((
-                        key,
-                        crate::stores::Bytes::from_vec(text.as_bytes().to_vec()),
-                    ));
-                }
-            }
-        }
-    }
-    for entry in entries {
-        if let ViewNode::File(blob) = entry.node {
-            files.push((format!("{prefix}{}", entry.path), blob.bytes()?));
-        }
-    }
-    let appended = zip_append::append(archive, &files)?;
-    let written = appended
-        .into_iter()
-        .filter_map(|(name, entry)| Some((name.strip_prefix(prefix)?.to_string(), entry)))
-        .collect();
-    Ok(StoreIndex::new(written, None))
 }
 
 /// Rewrites a Zarr directory's `.zmetadata` from its metadata documents (sorted keys).

@@ -8,6 +8,7 @@
 
 pub mod commit;
 pub mod item;
+pub mod zip_commit;
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -307,7 +307,7 @@ pub fn append(
     if at > cd_offset {
         // Not enough room before the directory: move it out of the way first (with slack for the
         // next appends), as one tail write.
-        let slack = (at - entries_end).max(1 << 20);
+        let slack = ((at - entries_end) / 8).clamp(1 << 20, 64 << 20);
         let new_offset = (at + slack).max(archive.bytes.len());
         let mut tail = old_cd.clone();
         tail.extend(trailer(

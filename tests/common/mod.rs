@@ -146,6 +146,9 @@ impl TestMount {
         let notifier = adapter.notifier_slot();
         let session = fuser::spawn_mount(adapter, &path, &mount_config(&settings)).unwrap();
         *notifier.lock().unwrap() = Some(session.notifier());
+        if writable {
+            core.recover();
+        }
         TestMount {
             session: Some(session),
             dir: Some(dir),

@@ -1,0 +1,113 @@
+//! The second half of a commit into a ZIP source: appending the item's entries to the archive.
+//!
+//! Appending copies every payload into the archive, checksums it and `fsync`s it: seconds for a
+//! large property. So [`super::commit::commit`] only validates the item and puts it into the
+//! data set (served from its staged files), and returns a [`PendingAppend`]; the caller runs
+//! [`PendingAppend::write`] later, off the request path, then [`PendingAppend::serve_from`]
+//! swaps the item over to the archive's bytes (the same bytes: nothing the kernel cached goes
+//! stale), and only then may the staged files go. A daemon killed before the append leaves the
+//! staged files in place, so the item is still there at the next mount.
+
+use std::path::PathBuf;
+
+use crate::formats::model::PropertyId;
+use crate::formats::source::{Layout, NamedDataset, Target};
+use crate::formats::zarr_v2;
+use crate::stores::{zip_append, Bytes, Entry, StoreIndex};
+use crate::views::{files, zarr, ViewNode};
+
+use super::commit::{parent_groups, read_item, CommitError};
+
+/// An item committed into the model of a ZIP source whose entries are still to be appended.
+#[derive(Debug)]
+pub struct PendingAppend {
+    /// The archive.
+    pub archive: PathBuf,
+    /// The item.
+    pub id: PropertyId,
+    prefix: String,
+    layout: Layout,
+    /// The item's files in the archive's layout (keys without the prefix).
+    files: Vec<(String, Bytes)>,
+}
+
+impl PartialEq for PendingAppend {
+    fn eq(&self, other: &PendingAppend) -> bool {
+        (&self.archive, &self.id, &self.prefix) == (&other.archive, &other.id, &other.prefix)
+    }
+}
+
+impl Eq for PendingAppend {}
+
+impl PendingAppend {
+    /// The entries that item `id` (already in `ds`'s model) adds to its ZIP source.
+    pub(super) fn new(ds: &NamedDataset, id: &PropertyId) -> Result<PendingAppend, CommitError> {
+        let Target::Zip {
+            archive,
+            prefix,
+            layout,
+            version,
+        } = &ds.target
+        else {
+            return Err(CommitError::Refused("not a ZIP source".into()));
+        };
+        let entries = match layout {
+            Layout::Files => files::item_entries(&ds.dataset, id, *version),
+            Layout::Zarr => zarr::item_entries(&ds.dataset, id),
+        };
+        let mut files = Vec::new();
+        for entry in entries {
+            if let ViewNode::File(blob) = entry.node {
+                files.push((entry.path, blob.bytes()?));
+            }
+        }
+        Ok(PendingAppend {
+            archive: archive.clone(),
+            id: id.clone(),
+            prefix: prefix.clone(),
+            layout: *layout,
+            files,
+        })
+    }
+
+    /// Appends the entries (and, for Zarr, Julia's groups of the item's parents where the archive
+    /// lacks them); returns what was written, keyed relative to the data set root. Appends to one
+    /// archive must not run concurrently.
+    pub fn write(&self) -> Result<StoreIndex, CommitError> {
+        let mut files = Vec::new();
+        if self.layout == Layout::Zarr {
+            let existing = crate::stores::zip::open_zip(&self.archive)?;
+            for group in parent_groups(&self.id) {
+                for (doc, text) in [(".zgroup", zarr_v2::ZGROUP), (".zattrs", zarr_v2::ZATTRS)] {
+                    let key = format!("{}{group}/{doc}", self.prefix);
+                    if !existing.contains(&key) {
+                        files.push((key, Bytes::from_vec(text.as_bytes().to_vec())));
+                    }
+                }
+            }
+        }
+        for (path, bytes) in &self.files {
+            files.push((format!("{}{path}", self.prefix), bytes.clone()));
+        }
+        let appended = zip_append::append(&self.archive, &files)?;
+        let written: std::collections::BTreeMap<String, Entry> = appended
+            .into_iter()
+            .filter_map(|(name, entry)| Some((name.strip_prefix(&self.prefix)?.to_string(), entry)))
+            .collect();
+        Ok(StoreIndex::new(written, None))
+    }
+
+    /// Serves the item from the archive's entries `written` from now on.
+    pub fn serve_from(
+        &self,
+        ds: &mut NamedDataset,
+        written: &StoreIndex,
+    ) -> Result<(), CommitError> {
+        let stored = read_item(self.layout, &ds.dataset, &self.id, written)
+            .map_err(|e| CommitError::Invalid(format!("reading back {}: {e}", self.id.path())))?;
+        ds.dataset.take(&self.id);
+        ds.dataset
+            .insert(&self.id, stored)
+            .map_err(CommitError::Invalid)
+    }
+}

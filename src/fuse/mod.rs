@@ -55,12 +55,12 @@ pub struct FuseAdapter {
     uid: u32,
     gid: u32,
     notifier: NotifierSlot,
-    /// Whether the kernel reads whole source files itself (FUSE passthrough).
+    /// Whether the kernel reads whole source files and writes staged files itself (passthrough).
     passthrough: AtomicBool,
     /// Registered backing files: shared per inode while some handle uses them.
     backing_by_ino: Mutex<HashMap<u64, Weak<BackingId>>>,
     backing_by_fh: Mutex<HashMap<u64, Arc<BackingId>>>,
-    /// Direct I/O for first reads of large members, and filling the page cache behind them.
+    /// Fills the page cache with large non-passthrough files while they are open.
     page_fill: PageFill,
 }
 

@@ -253,15 +253,8 @@ pub(super) fn item_mount_paths(
         .iter()
         .filter(|root| root.dataset == dataset)
         .flat_map(|root| {
-            let entries = match root.kind {
-                crate::views::ViewKind::Files => crate::views::files::item_entries(
-                    ds,
-                    id,
-                    crate::formats::json::FilesVersion::V1_0,
-                ),
-                crate::views::ViewKind::Zarr => crate::views::zarr::item_entries(ds, id),
-            };
-            entries
+            let version = crate::formats::json::FilesVersion::V1_0;
+            crate::views::item_entries(ds, id, root.kind, version)
                 .into_iter()
                 .map(|e| root.mount_path(&e.path))
                 .collect::<Vec<_>>()

@@ -153,10 +153,10 @@ impl Namespace {
         }
         // Deepest first: propagate mtimes upward.
         for ino in depth.iter().skip(1).rev().flatten() {
-            let Some((mtime, parent)) = nodes.get(ino).map(|n| (n.mtime, n.parent)) else {
+            let Some((mtime, parent)) = nodes.get(*ino).map(|n| (n.mtime, n.parent)) else {
                 continue;
             };
-            if let Some(parent) = nodes.get_mut(&parent) {
+            if let Some(parent) = nodes.get_mut(parent) {
                 parent.mtime = parent.mtime.max(mtime);
             }
         }
@@ -165,7 +165,7 @@ impl Namespace {
 
     /// The inode `ino`.
     pub fn node(&self, ino: u64) -> Option<&Node> {
-        self.nodes.get(&ino)
+        self.nodes.get(ino)
     }
 
     /// The child `name` of directory `parent`: `None` if absent, `Err(())` if `parent` is a file.
@@ -216,12 +216,12 @@ struct NodeTable {
 }
 
 impl NodeTable {
-    fn get(&self, ino: &u64) -> Option<&Node> {
-        self.slots.get(usize::try_from(*ino).ok()?)?.as_ref()
+    fn get(&self, ino: u64) -> Option<&Node> {
+        self.slots.get(usize::try_from(ino).ok()?)?.as_ref()
     }
 
-    fn get_mut(&mut self, ino: &u64) -> Option<&mut Node> {
-        self.slots.get_mut(usize::try_from(*ino).ok()?)?.as_mut()
+    fn get_mut(&mut self, ino: u64) -> Option<&mut Node> {
+        self.slots.get_mut(usize::try_from(ino).ok()?)?.as_mut()
     }
 
     fn insert(&mut self, ino: u64, node: Node) {
@@ -261,7 +261,7 @@ impl Builder<'_> {
             entry.path
         };
         if path.is_empty() {
-            if let Some(root) = self.nodes.get_mut(&ROOT) {
+            if let Some(root) = self.nodes.get_mut(ROOT) {
                 root.mtime = root.mtime.max(entry.mtime);
             }
             return;
@@ -282,7 +282,7 @@ impl Builder<'_> {
             EntryKind::Staged(path) => NodeKind::Staged(path),
         };
         let ino = self.inodes.ino(&path);
-        let existing = self.nodes.get(&ino).map(Node::is_dir);
+        let existing = self.nodes.get(ino).map(Node::is_dir);
         match (parent, existing, &kind) {
             (None, ..)
             | (_, Some(true), NodeKind::File(_) | NodeKind::Staged(_))
@@ -292,7 +292,7 @@ impl Builder<'_> {
             (_, Some(true), NodeKind::Dir { .. }) => {}
             (_, Some(false), _) => {
                 // A file replacing a file: keep its place among the parent's children.
-                if let Some(node) = self.nodes.get_mut(&ino) {
+                if let Some(node) = self.nodes.get_mut(ino) {
                     node.kind = kind;
                     node.mtime = entry.mtime;
                 }
@@ -317,7 +317,7 @@ impl Builder<'_> {
             };
             let walked = &dir[..end];
             let ino = self.inodes.ino(walked);
-            match self.nodes.get(&ino) {
+            match self.nodes.get(ino) {
                 Some(node) if node.is_dir() => {}
                 Some(_) => return None,
                 None => {
@@ -362,7 +362,7 @@ impl Builder<'_> {
                 kind,
             },
         );
-        if let Some(NodeKind::Dir { children }) = self.nodes.get_mut(&parent).map(|p| &mut p.kind) {
+        if let Some(NodeKind::Dir { children }) = self.nodes.get_mut(parent).map(|p| &mut p.kind) {
             children.push((name, ino));
         }
     }

@@ -26,12 +26,12 @@ use crate::formats::FormatError;
 use crate::formats::{zarr_daf, zarr_v2};
 use crate::stores::dir::{ensure_dir, mapped_file, open_directory, write_atomic};
 use crate::stores::{Entry, StoreError, StoreIndex};
-use crate::views::{files, zarr, ViewEntry, ViewKind, ViewNode};
+use crate::views::{files, item_entries, zarr, ViewEntry, ViewKind, ViewNode};
 
 pub use super::zip_commit::PendingAppend;
 
 /// What a commit attempt did.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum Outcome {
     /// Some file is still missing: nothing was done.
     Incomplete,
@@ -206,11 +206,7 @@ pub fn commit(
                 id.path()
             )));
         }
-        let committed = match kind {
-            ViewKind::Files => files::item_entries(&ds.dataset, id, FilesVersion::V1_0),
-            ViewKind::Zarr => zarr::item_entries(&ds.dataset, id),
-        };
-        for entry in committed {
+        for entry in item_entries(&ds.dataset, id, kind, FilesVersion::V1_0) {
             if let (ViewNode::File(blob), false) = (entry.node, files.contains_key(&entry.path)) {
                 files.insert(
                     entry.path,
@@ -264,21 +260,17 @@ pub fn commit(
     };
     let previous = ds.dataset.take(id);
     ds.dataset.insert(id, item).map_err(CommitError::Invalid)?;
-    if matches!(ds.target, Target::Zip { .. }) {
-        return match PendingAppend::new(ds, id) {
-            Ok(pending) => Ok(Outcome::Appending(pending)),
-            Err(e) => {
-                ds.dataset.take(id);
-                if let Some(previous) = previous {
-                    let _ = ds.dataset.insert(id, previous);
-                }
-                Err(e)
-            }
-        };
-    }
-    let written = match persist(ds, id) {
-        Ok(written) => written,
+    // A ZIP source gets the item's entries after the commit returns (see `zip_commit`).
+    let written = if matches!(ds.target, Target::Zip { .. }) {
+        PendingAppend::new(ds, id).map(Err)
+    } else {
+        persist(ds, id).map(Ok)
+    };
+    let written = match written {
+        Ok(Ok(written)) => written,
+        Ok(Err(pending)) => return Ok(Outcome::Appending(pending)),
         Err(e) => {
+            // Put back what the item was before.
             ds.dataset.take(id);
             if let Some(previous) = previous {
                 let _ = ds.dataset.insert(id, previous);
@@ -411,15 +403,14 @@ pub fn touch_item(
 /// Writes item `id` (already in the model) into the source; returns what was written, keyed
 /// relative to the data set root.
 fn persist(ds: &NamedDataset, id: &PropertyId) -> Result<StoreIndex, CommitError> {
-    let (root, mut entries, zarr_dir) = match &ds.target {
-        Target::FilesDir { root, version } => (
-            root.clone(),
-            files::item_entries(&ds.dataset, id, *version),
-            false,
-        ),
-        Target::ZarrDir { root } => (root.clone(), zarr::item_entries(&ds.dataset, id), true),
-        Target::Zip { .. } => return Ok(StoreIndex::new(BTreeMap::new(), None)),
+    // ZIP sources are appended to instead (`zip_commit`): this refuses them.
+    let root = directory_root(ds, id)?;
+    let zarr_dir = matches!(ds.target, Target::ZarrDir { .. });
+    let (kind, version) = match ds.target {
+        Target::FilesDir { version, .. } => (ViewKind::Files, version),
+        _ => (ViewKind::Zarr, FilesVersion::V1_0),
     };
+    let mut entries = item_entries(&ds.dataset, id, kind, version);
     // Payloads first, then the metadata that makes readers see them.
     let rank = |e: &ViewEntry| match e.path.rsplit('/').next().unwrap_or("") {
         ".zgroup" => 3,

@@ -14,7 +14,7 @@ use crate::formats::model::PropertyId;
 use crate::formats::source::{Layout, NamedDataset, Target};
 use crate::formats::zarr_v2;
 use crate::stores::{zip_append, Bytes, Entry, StoreIndex};
-use crate::views::{files, zarr, ViewNode};
+use crate::views::{item_entries, ViewNode};
 
 use super::commit::{parent_groups, read_item, CommitError};
 
@@ -31,14 +31,6 @@ pub struct PendingAppend {
     files: Vec<(String, Bytes)>,
 }
 
-impl PartialEq for PendingAppend {
-    fn eq(&self, other: &PendingAppend) -> bool {
-        (&self.archive, &self.id, &self.prefix) == (&other.archive, &other.id, &other.prefix)
-    }
-}
-
-impl Eq for PendingAppend {}
-
 impl PendingAppend {
     /// The entries that item `id` (already in `ds`'s model) adds to its ZIP source.
     pub(super) fn new(ds: &NamedDataset, id: &PropertyId) -> Result<PendingAppend, CommitError> {
@@ -51,12 +43,8 @@ impl PendingAppend {
         else {
             return Err(CommitError::Refused("not a ZIP source".into()));
         };
-        let entries = match layout {
-            Layout::Files => files::item_entries(&ds.dataset, id, *version),
-            Layout::Zarr => zarr::item_entries(&ds.dataset, id),
-        };
         let mut files = Vec::new();
-        for entry in entries {
+        for entry in item_entries(&ds.dataset, id, (*layout).into(), *version) {
             if let ViewNode::File(blob) = entry.node {
                 files.push((entry.path, blob.bytes()?));
             }

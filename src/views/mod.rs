@@ -116,6 +116,29 @@ pub enum ViewKind {
     Zarr,
 }
 
+impl From<crate::formats::source::Layout> for ViewKind {
+    fn from(layout: crate::formats::source::Layout) -> ViewKind {
+        match layout {
+            crate::formats::source::Layout::Files => ViewKind::Files,
+            crate::formats::source::Layout::Zarr => ViewKind::Zarr,
+        }
+    }
+}
+
+/// The files and directories of item `id` in a view of `kind` (FilesDaf descriptors in the form
+/// of `version`), relative to the data set's root in that view.
+pub fn item_entries(
+    dataset: &Dataset,
+    id: &crate::formats::model::PropertyId,
+    kind: ViewKind,
+    version: crate::formats::json::FilesVersion,
+) -> Vec<ViewEntry> {
+    match kind {
+        ViewKind::Files => files::item_entries(dataset, id, version),
+        ViewKind::Zarr => zarr::item_entries(dataset, id),
+    }
+}
+
 /// Where one view of one data set sits in the mount.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ViewRoot {

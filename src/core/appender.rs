@@ -129,13 +129,10 @@ fn run(job: &Job, state: &RwLock<State>, staging: &StagingArea) -> Result<(), Fs
         job.append.id.path(),
         job.append.archive.display()
     );
-    for (path, disk) in &job.staged {
-        let _ = std::fs::remove_file(disk);
-        if let Some((parent, _)) = path.rsplit_once('/') {
-            if !state.staged.contains_key(parent) {
-                staging.prune(parent);
-            }
-        }
-    }
+    let files = job
+        .staged
+        .iter()
+        .map(|(p, disk)| (p.as_str(), disk.as_path()));
+    super::commit::discard_staged(&state, staging, files);
     Ok(())
 }

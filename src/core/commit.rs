@@ -3,10 +3,12 @@
 //! finalisation too). The commit itself is the staging layer's.
 
 use std::fs;
+use std::path::Path;
 use std::time::SystemTime;
 
 use crate::staging::commit::{commit, touch_item, CommitError, Outcome, StagedFile};
 use crate::staging::item::item_of;
+use crate::staging::StagingArea;
 
 use super::appender::Job;
 use super::namespace::NodeKind;
@@ -96,18 +98,16 @@ impl DafFs {
                 })
             })
             .collect();
-        let writing: Vec<u64> = self
-            .handles
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .filter(|(fh, h)| h.writable && (h.dirty || h.passthrough) && Some(**fh) != closing)
-            .map(|(_, h)| h.ino)
-            .collect();
         if members.is_empty() {
             // Already committed (finalize walks every staged file of an item).
             return Ok(());
         }
+        let writing: Vec<u64> = self
+            .handles()
+            .iter()
+            .filter(|(fh, h)| h.writable && (h.dirty || h.passthrough) && Some(**fh) != closing)
+            .map(|(_, h)| h.ino)
+            .collect();
         let busy = members
             .iter()
             .any(|(_, f)| writing.contains(&state.inodes.ino(&root.mount_path(&f.rel))));
@@ -141,15 +141,10 @@ impl DafFs {
         }
         // A ZIP source gets the item's entries later: its staged files stay until then.
         if appending.is_none() {
-            for (path, file) in &members {
-                let _ = fs::remove_file(&file.disk);
-                // Remove the on-disk directories made just to hold it.
-                if let Some((parent, _)) = path.rsplit_once('/') {
-                    if !state.staged.contains_key(parent) {
-                        staging.prune(parent);
-                    }
-                }
-            }
+            let files = members
+                .iter()
+                .map(|(path, f)| (path.as_str(), f.disk.as_path()));
+            discard_staged(&state, staging, files);
         }
         // Directories made for the item (zarr's mkdir of an array) now hold committed
         // files: stop staging those that hold no staged file.
@@ -157,15 +152,15 @@ impl DafFs {
             .staged
             .iter()
             .filter(|(path, s)| {
-                s.is_dir
-                    && !state
-                        .staged
-                        .keys()
-                        .any(|k| k.starts_with(&format!("{path}/")))
+                let inside = format!("{path}/");
+                s.is_dir && !state.staged.keys().any(|k| k.starts_with(&inside))
             })
             .filter(|(path, _)| {
                 let shown = split_canonical(&state.roots, path).map(|(r, rel)| r.mount_path(rel));
-                shown.is_some_and(|dir| changed.iter().any(|p| p.starts_with(&format!("{dir}/"))))
+                shown.is_some_and(|dir| {
+                    let inside = format!("{dir}/");
+                    changed.iter().any(|p| p.starts_with(&inside))
+                })
             })
             .map(|(path, _)| path.clone())
             .collect();
@@ -238,6 +233,23 @@ impl DafFs {
     /// The mount path of inode `ino`.
     pub fn path_of(&self, ino: u64) -> Option<String> {
         self.namespace().node(ino).map(|n| n.path.clone())
+    }
+}
+
+/// Deletes staged files (`--view both` path, disk path) whose item is in its source now, and the
+/// on-disk directories made just to hold them.
+pub(super) fn discard_staged<'a>(
+    state: &State,
+    staging: &StagingArea,
+    files: impl Iterator<Item = (&'a str, &'a Path)>,
+) {
+    for (path, disk) in files {
+        let _ = fs::remove_file(disk);
+        if let Some((parent, _)) = path.rsplit_once('/') {
+            if !state.staged.contains_key(parent) {
+                staging.prune(parent);
+            }
+        }
     }
 }
 

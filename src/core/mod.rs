@@ -443,12 +443,7 @@ impl DafFs {
     /// Up to `size` bytes of file `ino` from `offset`: for committed files a range of the shared
     /// content (no copy); staged files are read from disk through the handle `fh`.
     pub fn read(&self, ino: u64, fh: u64, offset: u64, size: u32) -> Result<Bytes, FsError> {
-        let staged_file = self
-            .handles
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&fh)
-            .and_then(|h| h.file.clone());
+        let staged_file = self.handles().get(&fh).and_then(|h| h.file.clone());
         if let Some(file) = staged_file {
             let mut buf = vec![0u8; size as usize];
             let mut filled = 0;

@@ -3,12 +3,13 @@
 //! A staged path lives in the staging area on disk and shows in the tree at its place in a view,
 //! hiding any committed file of the same name. Committed content is never changed here.
 
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, RwLockWriteGuard};
+use std::sync::{Arc, MutexGuard, RwLockWriteGuard};
 use std::time::SystemTime;
 
 use crate::formats::source::Target;
@@ -30,6 +31,10 @@ impl DafFs {
         self.state.write().unwrap_or_else(|p| p.into_inner())
     }
 
+    pub(super) fn handles(&self) -> MutexGuard<'_, HashMap<u64, Handle>> {
+        self.handles.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     pub(super) fn new_handle(&self, ino: u64, file: Option<File>, writable: bool) -> u64 {
         let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
         let handle = Handle {
@@ -39,15 +44,12 @@ impl DafFs {
             dirty: false,
             passthrough: false,
         };
-        self.handles
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(fh, handle);
+        self.handles().insert(fh, handle);
         fh
     }
 
     pub(super) fn handle_file(&self, fh: u64) -> Result<(u64, Arc<File>, bool), FsError> {
-        let handles = self.handles.lock().unwrap_or_else(|p| p.into_inner());
+        let handles = self.handles();
         let handle = handles
             .get(&fh)
             .ok_or_else(|| FsError::NotPermitted("unknown file handle".into()))?;
@@ -234,12 +236,7 @@ impl DafFs {
             return Err(FsError::NotPermitted("file not opened for writing".into()));
         }
         file.write_all_at(data, offset)?;
-        if let Some(handle) = self
-            .handles
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_mut(&fh)
-        {
+        if let Some(handle) = self.handles().get_mut(&fh) {
             handle.dirty = true;
         }
         Ok(data.len() as u32)
@@ -257,12 +254,7 @@ impl DafFs {
     /// then committed (or refused, failing the `close`). A close with nothing written since the
     /// last one (a shell's redirection dance) does nothing.
     pub fn flush(&self, fh: u64) -> Result<(), FsError> {
-        let ino = match self
-            .handles
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_mut(&fh)
-        {
+        let ino = match self.handles().get_mut(&fh) {
             Some(handle) if handle.dirty || handle.passthrough => {
                 handle.dirty = false;
                 handle.ino
@@ -274,22 +266,14 @@ impl DafFs {
 
     /// The kernel writes handle `fh`'s file directly (passthrough), without telling us.
     pub fn written_by_kernel(&self, fh: u64) {
-        if let Some(handle) = self
-            .handles
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_mut(&fh)
-        {
+        if let Some(handle) = self.handles().get_mut(&fh) {
             handle.passthrough = handle.writable;
         }
     }
 
     /// Forgets a handle.
     pub fn release(&self, fh: u64) {
-        self.handles
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&fh);
+        self.handles().remove(&fh);
     }
 
     /// Truncates a staged file or sets its time; for committed files and directories only the
@@ -394,11 +378,7 @@ impl DafFs {
                     // Rewriting a document with the same content (zarr re-saving a group's
                     // .zgroup) changes nothing: accept it and drop the staged copy.
                     if same_document(&fs::read(&disk)?, blob.bytes()?.as_slice()) {
-                        fs::remove_file(&disk)?;
-                        let old_canonical = Self::canonical(&state, &old_path)?;
-                        state.staged.remove(&old_canonical);
-                        state.rebuild();
-                        return Ok(());
+                        return Self::drop_staged(&mut state, &disk, &old_path);
                     }
                     Self::replaceable(&state, &new_mount)?;
                 }
@@ -411,11 +391,7 @@ impl DafFs {
             // Consolidated metadata is derived from the data set and kept up to date here;
             // a writer's copy (zarr after a change) is accepted and dropped.
             log::info!("{new_mount}: a writer's consolidated metadata dropped (it is derived from the data set)");
-            fs::remove_file(&disk)?;
-            let old_canonical = Self::canonical(&state, &old_path)?;
-            state.staged.remove(&old_canonical);
-            state.rebuild();
-            return Ok(());
+            return Self::drop_staged(&mut state, &disk, &old_path);
         }
         let new_disk = staging.prepare_parent(&new_canonical)?;
         fs::rename(&disk, &new_disk)?;
@@ -446,6 +422,15 @@ impl DafFs {
             }
         }
         committed
+    }
+
+    /// Accepts a rename of the staged file `disk` (at mount path `mount`) by dropping it.
+    fn drop_staged(state: &mut State, disk: &Path, mount: &str) -> Result<(), FsError> {
+        fs::remove_file(disk)?;
+        let canonical = Self::canonical(state, mount)?;
+        state.staged.remove(&canonical);
+        state.rebuild();
+        Ok(())
     }
 
     /// Adds a second name for a staged file.

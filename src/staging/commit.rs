@@ -219,10 +219,7 @@ pub fn commit(
         }
     }
     let index = StoreIndex::new(files, None);
-    let layout = match kind {
-        ViewKind::Files => Layout::Files,
-        ViewKind::Zarr => Layout::Zarr,
-    };
+    let layout = Layout::from(kind);
     if kind == ViewKind::Zarr {
         if let Some(why) = zarr_attributes_refusal(&index)? {
             return Err(CommitError::Refused(why));
@@ -441,11 +438,9 @@ fn persist(ds: &NamedDataset, id: &PropertyId) -> Result<StoreIndex, CommitError
         }
     }
     if zarr_dir {
-        for group in parent_groups(id) {
-            for (doc, text) in [(".zgroup", zarr_v2::ZGROUP), (".zattrs", zarr_v2::ZATTRS)] {
-                if !root.join(&group).join(doc).exists() {
-                    write_atomic(&root, &format!("{group}/{doc}"), text.as_bytes())?;
-                }
+        for (key, text) in parent_group_documents(id) {
+            if !root.join(&key).exists() {
+                write_atomic(&root, &key, text.as_bytes())?;
             }
         }
         refresh_zmetadata(&root)?;
@@ -453,17 +448,24 @@ fn persist(ds: &NamedDataset, id: &PropertyId) -> Result<StoreIndex, CommitError
     Ok(StoreIndex::new(written, None))
 }
 
-/// The groups a Zarr item lives in below the four top-level ones (`vectors/A`, `matrices/R`,
-/// `matrices/R/C`).
-pub(super) fn parent_groups(id: &PropertyId) -> Vec<String> {
-    match id {
+/// The documents (key, text) of the groups a Zarr item lives in below the four top-level ones
+/// (`vectors/A`, `matrices/R`, `matrices/R/C`), as Julia writes them; a source lacking one gets it.
+pub(super) fn parent_group_documents(id: &PropertyId) -> Vec<(String, &'static str)> {
+    let groups = match id {
         PropertyId::Vector { axis, .. } => vec![format!("vectors/{axis}")],
         PropertyId::Matrix { rows, cols, .. } => vec![
             format!("matrices/{rows}"),
             format!("matrices/{rows}/{cols}"),
         ],
         _ => Vec::new(),
-    }
+    };
+    groups
+        .iter()
+        .flat_map(|group| {
+            [(".zgroup", zarr_v2::ZGROUP), (".zattrs", zarr_v2::ZATTRS)]
+                .map(|(doc, text)| (format!("{group}/{doc}"), text))
+        })
+        .collect()
 }
 
 /// Rewrites a Zarr directory's `.zmetadata` from its metadata documents (sorted keys).
@@ -482,6 +484,3 @@ fn refresh_zmetadata(root: &std::path::Path) -> Result<(), CommitError> {
     write_atomic(root, ".zmetadata", text.as_slice())?;
     Ok(())
 }
-
-#[cfg(test)]
-mod tests {}

@@ -12,11 +12,10 @@ use std::path::PathBuf;
 
 use crate::formats::model::PropertyId;
 use crate::formats::source::{Layout, NamedDataset, Target};
-use crate::formats::zarr_v2;
 use crate::stores::{zip_append, Bytes, Entry, StoreIndex};
 use crate::views::{item_entries, ViewNode};
 
-use super::commit::{parent_groups, read_item, CommitError};
+use super::commit::{parent_group_documents, read_item, CommitError};
 
 /// An item committed into the model of a ZIP source whose entries are still to be appended.
 #[derive(Debug)]
@@ -62,22 +61,21 @@ impl PendingAppend {
     /// lacks them); returns what was written, keyed relative to the data set root. Appends to one
     /// archive must not run concurrently.
     pub fn write(&self) -> Result<StoreIndex, CommitError> {
-        let mut files = Vec::new();
-        if self.layout == Layout::Zarr {
-            let existing = crate::stores::zip::open_zip(&self.archive)?;
-            for group in parent_groups(&self.id) {
-                for (doc, text) in [(".zgroup", zarr_v2::ZGROUP), (".zattrs", zarr_v2::ZATTRS)] {
-                    let key = format!("{}{group}/{doc}", self.prefix);
-                    if !existing.contains(&key) {
+        let appended = zip_append::append_with(&self.archive, |archive| {
+            let mut files = Vec::new();
+            if self.layout == Layout::Zarr {
+                for (key, text) in parent_group_documents(&self.id) {
+                    let key = format!("{}{key}", self.prefix);
+                    if !archive.records.iter().any(|r| r.name == key) {
                         files.push((key, Bytes::from_vec(text.as_bytes().to_vec())));
                     }
                 }
             }
-        }
-        for (path, bytes) in &self.files {
-            files.push((format!("{}{path}", self.prefix), bytes.clone()));
-        }
-        let appended = zip_append::append(&self.archive, &files)?;
+            for (path, bytes) in &self.files {
+                files.push((format!("{}{path}", self.prefix), bytes.clone()));
+            }
+            files
+        })?;
         let written: std::collections::BTreeMap<String, Entry> = appended
             .into_iter()
             .filter_map(|(name, entry)| Some((name.strip_prefix(&self.prefix)?.to_string(), entry)))

@@ -24,8 +24,8 @@ use crate::sys::map_readonly;
 const EOCD_SIG: u32 = 0x0605_4b50;
 const ZIP64_LOCATOR_SIG: u32 = 0x0706_4b50;
 const ZIP64_EOCD_SIG: u32 = 0x0606_4b50;
-const CENTRAL_SIG: u32 = 0x0201_4b50;
-const LOCAL_SIG: u32 = 0x0403_4b50;
+pub(super) const CENTRAL_SIG: u32 = 0x0201_4b50;
+pub(super) const LOCAL_SIG: u32 = 0x0403_4b50;
 
 /// Compression methods we can serve.
 pub const METHOD_STORED: u16 = 0;

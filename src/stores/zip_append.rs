@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::zip::open_archive;
+use super::zip::{open_archive, ZipArchive, CENTRAL_SIG, LOCAL_SIG};
 use super::{Blob, Bytes, Entry, StoreError};
 use crate::sys::{fork, Forked};
 
@@ -135,9 +135,6 @@ fn tail_write(path: &Path, offset: u64, data: &[u8]) -> std::io::Result<()> {
         }
     }
 }
-
-const LOCAL_SIG: u32 = 0x0403_4b50;
-const CENTRAL_SIG: u32 = 0x0201_4b50;
 
 /// Bytes of the fixed trailer: ZIP64 end record (56) + locator (20) + end record (22).
 const TRAILER: u64 = 98;
@@ -270,8 +267,17 @@ pub fn append(
     path: &Path,
     entries: &[(String, Bytes)],
 ) -> Result<Vec<(String, Entry)>, StoreError> {
+    append_with(path, |_| entries.to_vec())
+}
+
+/// [`append`] of the entries that `plan` chooses, given the archive as it is (parsed once).
+pub fn append_with(
+    path: &Path,
+    plan: impl FnOnce(&ZipArchive) -> Vec<(String, Bytes)>,
+) -> Result<Vec<(String, Entry)>, StoreError> {
     let io = |e: std::io::Error| StoreError::io(path, e);
     let archive = open_archive(path)?;
+    let entries = &plan(&archive);
     let data = archive.bytes.as_slice();
     let entries_end = archive
         .records

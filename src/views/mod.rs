@@ -116,6 +116,15 @@ pub enum ViewKind {
     Zarr,
 }
 
+impl From<ViewKind> for crate::formats::source::Layout {
+    fn from(kind: ViewKind) -> crate::formats::source::Layout {
+        match kind {
+            ViewKind::Files => crate::formats::source::Layout::Files,
+            ViewKind::Zarr => crate::formats::source::Layout::Zarr,
+        }
+    }
+}
+
 impl From<crate::formats::source::Layout> for ViewKind {
     fn from(layout: crate::formats::source::Layout) -> ViewKind {
         match layout {

@@ -6,6 +6,13 @@
 //! readers of each on-disk layout) → `stores` (directories, ZIP archives, shared byte blobs) →
 //! `sys` (the only `unsafe`: memory maps, `fork`, closing inherited descriptors, C-Blosc).
 
+#![deny(unsafe_code)]
+#![deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::undocumented_unsafe_blocks
+)]
+
 pub mod cli;
 pub mod core;
 pub mod formats;

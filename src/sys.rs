@@ -3,6 +3,8 @@
 //!
 //! Everything above this module works with safe `&[u8]` views and `Vec<u8>` results.
 
+#![allow(unsafe_code)]
+
 use std::fs::File;
 use std::io;
 

@@ -1,12 +1,10 @@
-//! Running the mount: checks, mount, detach, signals, serve.
+//! Running the mount: checks, writer lock, mount, detach, signals, serve.
 
 use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use fuser::Session;
-use nix::mount::{umount2, MntFlags};
 use nix::sys::signal::{SigSet, Signal};
 
 use crate::core::DafFs;
@@ -17,6 +15,11 @@ use crate::staging::StagingArea;
 use crate::stores::zip_append::start_tail_writer;
 use crate::sys::{fork, Forked};
 
+use super::lock::{lock_source, WriterLock};
+use super::mount::{
+    check_not_fuse, kernel_options, mount, parse_mountinfo, top_mount, unmount_own, Mounted,
+    Unmounted,
+};
 use super::{Args, CliError, MountOptions};
 
 fn system(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> CliError {
@@ -44,6 +47,17 @@ fn check_mountpoint(path: &Path) -> Result<(), CliError> {
 pub fn run(args: Args) -> Result<(), CliError> {
     let options = MountOptions::parse(&args.options)?;
     check_mountpoint(&args.mountpoint)?;
+    let mountpoint = std::fs::canonicalize(&args.mountpoint).map_err(|e| CliError::MountPoint {
+        why: format!("mount point is not usable ({e})"),
+        path: args.mountpoint.clone(),
+    })?;
+    check_not_fuse(&mountpoint)?;
+    // Before reading the source, so that what is read is what no other writer is changing.
+    let lock = if options.read_only {
+        None
+    } else {
+        lock_source(&args.source)?
+    };
     let started = std::time::Instant::now();
     let source = open_source(&args.source)?;
     log::info!("opened {} in {:?}", args.source, started.elapsed());
@@ -75,24 +89,31 @@ pub fn run(args: Args) -> Result<(), CliError> {
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .max(1);
+    let fsname = options
+        .fsname
+        .clone()
+        .unwrap_or_else(|| source_path.display().to_string());
     let config = mount_config(&MountSettings {
-        fsname: options
-            .fsname
-            .clone()
-            .unwrap_or_else(|| source_path.display().to_string()),
+        fsname: fsname.clone(),
         allow_other: options.allow_other,
         allow_root: options.allow_root,
         auto_unmount: options.auto_unmount,
         threads,
         read_only: options.read_only,
     });
+    let (flags, data) = kernel_options(options.read_only, config.acl);
 
     // Returns once the kernel has answered FUSE_INIT: the mount is usable, no thread started yet.
-    let mut session = Session::new(adapter, &args.mountpoint, &config).map_err(system(format!(
-        "cannot mount on {}",
-        args.mountpoint.display()
-    )))?;
-    raise_readahead(&args.mountpoint);
+    let (session, mounted) = mount(
+        adapter,
+        &mountpoint,
+        &config,
+        &data,
+        flags,
+        &fsname,
+        options.auto_unmount,
+    )?;
+    raise_readahead(&mountpoint, &mounted);
     if let Ok(mut slot) = notifier.lock() {
         *slot = Some(session.notifier());
     }
@@ -101,7 +122,8 @@ pub fn run(args: Args) -> Result<(), CliError> {
     }
     if appends_to_zip {
         // Still single-threaded: fork the helper that finishes ZIP commits even if we are killed.
-        start_tail_writer().map_err(system("starting the ZIP tail writer"))?;
+        let keep: Vec<_> = lock.iter().map(WriterLock::raw_fd).collect();
+        start_tail_writer(&keep).map_err(system("starting the ZIP tail writer"))?;
     }
     // Block the signals before any thread exists, so every FUSE worker inherits the mask and only
     // the waiting thread below receives them.
@@ -116,19 +138,10 @@ pub fn run(args: Args) -> Result<(), CliError> {
         // Items a killed daemon accepted but had not appended to a ZIP source yet.
         std::thread::spawn(move || core.recover());
     }
-    let mut unmounter = session.unmount_callable();
-    let mountpoint = args.mountpoint.clone();
     std::thread::spawn(move || {
         if let Ok(signal) = signals.wait() {
             log::info!("{signal:?}: unmounting {}", mountpoint.display());
-            if let Err(e) = unmounter.unmount() {
-                // Busy (files open): detach now; the session ends when the last user closes.
-                log::warn!(
-                    "unmount of {} failed ({e}); detaching lazily",
-                    mountpoint.display()
-                );
-                let _ = umount2(&mountpoint, MntFlags::MNT_DETACH);
-            }
+            unmount_on_signal(mounted);
         }
     });
     if let Some(fd) = args.ready_fd {
@@ -139,27 +152,49 @@ pub fn run(args: Args) -> Result<(), CliError> {
         ready.write_all(b"READY\n").map_err(system("--ready-fd"))?;
     }
     log::info!("mounted {} on {}", args.source, args.mountpoint.display());
+    // A session of our own mount never unmounts when it ends (an external unmount ended it).
     session.run().map_err(system("serving the mount"))?;
     log::info!("unmounted {}", args.mountpoint.display());
+    drop(lock);
     Ok(())
+}
+
+/// Unmounts after SIGINT/SIGTERM/SIGHUP: our own mount only if it is still the one visible at
+/// the mount point; a fuser mount through fuser (lazily if busy).
+fn unmount_on_signal(mounted: Mounted) {
+    match mounted {
+        Mounted::Own { path, mount } => match unmount_own(&path, &mount) {
+            Ok(Unmounted::Done) => {}
+            Ok(Unmounted::AlreadyGone) => {
+                log::info!("{} is no longer mounted here", path.display())
+            }
+            Ok(Unmounted::Covered) => log::warn!(
+                "another mount covers {}: not unmounting it, ending the session",
+                path.display()
+            ),
+            Err(e) => log::warn!("unmount of {} failed: {e}", path.display()),
+        },
+        Mounted::Fuser(mut unmounter) => {
+            if let Err(e) = unmounter.unmount() {
+                log::warn!("unmount failed ({e}); the mount stays until unmounted");
+            }
+        }
+    }
 }
 
 /// Lets the kernel read ahead 1 MiB on the mount (FUSE starts at 128 KiB), which speeds up the
 /// first and later reads of ZIP members. Best effort (needs root). The device comes from
 /// /proc/self/mountinfo: a `stat` of the mount point would wait for the session, not running yet.
-fn raise_readahead(mountpoint: &Path) {
-    let Ok(canonical) = std::fs::canonicalize(mountpoint) else {
-        return;
+fn raise_readahead(mountpoint: &Path, mounted: &Mounted) {
+    let device = match mounted {
+        Mounted::Own { mount, .. } => Some(mount.device.clone()),
+        Mounted::Fuser(_) => {
+            let mounts = std::fs::read_to_string("/proc/self/mountinfo")
+                .map(|t| parse_mountinfo(&t))
+                .unwrap_or_default();
+            top_mount(&mounts, mountpoint).map(|m| m.device)
+        }
     };
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return;
-    };
-    let wanted = canonical.to_string_lossy().replace(' ', "\\040");
-    let device = info
-        .lines()
-        .rev()
-        .find(|l| l.split(' ').nth(4) == Some(wanted.as_str()))
-        .and_then(|l| l.split(' ').nth(2));
     if let Some(device) = device {
         let knob = format!("/sys/class/bdi/{device}/read_ahead_kb");
         if let Err(e) = std::fs::write(&knob, "1024") {

@@ -6,6 +6,8 @@
 
 mod args;
 mod daemon;
+pub mod lock;
+pub mod mount;
 
 pub use args::{Args, MountOptions};
 pub use daemon::run;
@@ -21,6 +23,17 @@ pub enum CliError {
         /// The mount point.
         path: std::path::PathBuf,
     },
+    /// Another daf-mount holds the source read-write.
+    #[error(
+        "{data_set} is already mounted read-write by another daf-mount{}; unmount it first or mount read-only (-o ro)",
+        holder_list(holders)
+    )]
+    Locked {
+        /// The source argument.
+        data_set: String,
+        /// Pids holding its lock, when they can be found.
+        holders: Vec<i32>,
+    },
     /// A bad `-o` option.
     #[error("{0}")]
     Option(String),
@@ -35,4 +48,18 @@ pub enum CliError {
         /// The error.
         source: std::io::Error,
     },
+}
+
+fn holder_list(holders: &[i32]) -> String {
+    match holders {
+        [] => String::new(),
+        [pid] => format!(" (pid {pid})"),
+        pids => format!(
+            " (pids {})",
+            pids.iter()
+                .map(i32::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
 }

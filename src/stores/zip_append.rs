@@ -38,15 +38,19 @@ enum TailWriter {
 
 static TAIL_WRITER: OnceLock<TailWriter> = OnceLock::new();
 
-/// Forks the tail-writing helper. Call once, while the process is still single-threaded.
-pub fn start_tail_writer() -> std::io::Result<()> {
+/// Forks the tail-writing helper. Call once, while the process is still single-threaded. The
+/// helper closes every inherited descriptor but `keep` (the daemon's writer lock, so that the
+/// archive stays locked until the helper has finished its last job).
+pub fn start_tail_writer(keep: &[std::os::fd::RawFd]) -> std::io::Result<()> {
     let (job_read, job_write) = nix::unistd::pipe()?;
     let (ack_read, ack_write) = nix::unistd::pipe()?;
     match fork()? {
         Forked::Child => {
             drop(job_write);
             drop(ack_read);
-            crate::sys::close_other_fds(&[job_read.as_raw_fd(), ack_write.as_raw_fd()]);
+            let mut kept = vec![job_read.as_raw_fd(), ack_write.as_raw_fd()];
+            kept.extend_from_slice(keep);
+            crate::sys::close_other_fds(&kept);
             serve_tail_jobs(File::from(job_read), File::from(ack_write));
             std::process::exit(0);
         }

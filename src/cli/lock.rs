@@ -1,0 +1,153 @@
+//! The writer lock: at most one read-write daf-mount per data set.
+//!
+//! A read-write mount takes an exclusive `flock(2)` on the source itself (the directory, or the
+//! ZIP archive whatever group of it is mounted) before it reads it. The lock belongs to the
+//! inode, so every path that names the same source (a symlink, a relative path, a bind mount, a
+//! `#/GROUP` of the archive mounted whole elsewhere) meets the same lock. It belongs to the open
+//! file description, which the background daemon inherits across the detach fork and which the
+//! ZIP tail-writer helper keeps (so a helper still finishing a central-directory write after the
+//! daemon was killed keeps the archive locked until it is done). The kernel drops it when the
+//! last of those processes ends, so a killed daemon never blocks the next mount. Read-only
+//! mounts take no lock. Upstream DataAxesFormats.jl has no cross-process convention to respect
+//! (it serialises writers with an in-process lock per archive path).
+
+use std::fs::File;
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
+
+use crate::formats::source::{parse_source, SourceSpec};
+
+use super::CliError;
+
+/// How long a mount waits for a lock held by another process before refusing: long enough for
+/// the helper of a just-ended daemon to finish its last central-directory write.
+const WAIT: Duration = Duration::from_secs(2);
+
+/// An exclusive lock on a source, held while it lives (and by the processes that inherit it).
+#[derive(Debug)]
+pub struct WriterLock {
+    lock: Flock<File>,
+}
+
+impl WriterLock {
+    /// The locked descriptor, for a forked helper that must keep the lock.
+    pub fn raw_fd(&self) -> RawFd {
+        self.lock.as_raw_fd()
+    }
+}
+
+/// The file or directory a source argument names, as the lock sees it (`None` when the argument
+/// is not a valid source path: opening it reports that).
+pub fn lock_target(arg: &str) -> Option<PathBuf> {
+    match parse_source(arg).ok()? {
+        SourceSpec::Directory(path) => Some(path),
+        SourceSpec::Zip { path, .. } => Some(path),
+    }
+}
+
+/// Locks the source `arg` names for writing, waiting up to [`WAIT`] for another holder to end.
+/// `Ok(None)` when the source cannot be opened: opening it for real reports why.
+pub fn lock_source(arg: &str) -> Result<Option<WriterLock>, CliError> {
+    let Some(path) = lock_target(arg) else {
+        return Ok(None);
+    };
+    let Ok(mut file) = File::open(&path) else {
+        return Ok(None);
+    };
+    let started = Instant::now();
+    loop {
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => return Ok(Some(WriterLock { lock })),
+            Err((back, Errno::EWOULDBLOCK)) if started.elapsed() < WAIT => {
+                file = back;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err((back, Errno::EWOULDBLOCK)) => {
+                return Err(CliError::Locked {
+                    data_set: arg.to_string(),
+                    holders: holders(&back),
+                })
+            }
+            Err((_, errno)) => {
+                return Err(CliError::System {
+                    what: format!("cannot lock {}", path.display()),
+                    source: errno.into(),
+                })
+            }
+        }
+    }
+}
+
+/// The processes (other than this one) with a descriptor of `file`'s inode that holds a flock,
+/// lowest pid first. Best effort: processes we may not inspect are not listed.
+pub fn holders(file: &File) -> Vec<i32> {
+    let Ok(meta) = file.metadata() else {
+        return Vec::new();
+    };
+    let me = std::process::id().to_string();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut pids: Vec<i32> = procs
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| pid.to_string() != me)
+        .filter(|pid| holds_lock_on(*pid, meta.dev(), meta.ino()))
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+fn holds_lock_on(pid: i32, dev: u64, ino: u64) -> bool {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.filter_map(Result::ok).any(|fd| {
+        let same = std::fs::metadata(fd.path()).is_ok_and(|m| m.dev() == dev && m.ino() == ino);
+        same && std::fs::read_to_string(
+            Path::new(&format!("/proc/{pid}/fdinfo")).join(fd.file_name()),
+        )
+        .is_ok_and(|info| {
+            info.lines()
+                .any(|l| l.starts_with("lock:") && l.contains("FLOCK"))
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_lock_of_the_same_inode_is_refused_naming_the_holder() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("x.daf");
+        std::fs::create_dir(&dir).unwrap();
+        let link = tmp.path().join("link.daf");
+        std::os::unix::fs::symlink(&dir, &link).unwrap();
+        let held = lock_source(dir.to_str().unwrap()).unwrap().unwrap();
+        // Another open file description of the same directory, reached through a symlink.
+        let other = File::open(&link).unwrap();
+        let Err((other, errno)) = Flock::lock(other, FlockArg::LockExclusiveNonblock) else {
+            panic!("the second lock must fail");
+        };
+        assert_eq!(errno, Errno::EWOULDBLOCK);
+        // The holder is this process, which `holders` leaves out; nothing else holds it.
+        assert!(holders(&other).is_empty());
+        drop(held);
+        assert!(lock_source(link.to_str().unwrap()).unwrap().is_some());
+    }
+
+    #[test]
+    fn groups_lock_their_archive_and_missing_sources_lock_nothing() {
+        assert_eq!(
+            lock_target("/a/all.dafs.zarr.zip#/g/h"),
+            Some(PathBuf::from("/a/all.dafs.zarr.zip"))
+        );
+        assert!(lock_source("/nonexistent/x.daf").unwrap().is_none());
+    }
+}

@@ -74,17 +74,20 @@ pub fn lock_source(arg: &str) -> Result<Option<WriterLock>, CliError> {
                 })
             }
             Err((_, errno)) => {
-                return Err(CliError::System {
-                    what: format!("cannot lock {}", path.display()),
-                    source: errno.into(),
-                })
+                // A file system without flock (some network file systems): no lock to respect.
+                log::warn!(
+                    "cannot lock {} ({errno}); mounting without the writer lock",
+                    path.display()
+                );
+                return Ok(None);
             }
         }
     }
 }
 
 /// The processes (other than this one) with a descriptor of `file`'s inode that holds a flock,
-/// lowest pid first. Best effort: processes we may not inspect are not listed.
+/// lowest pid first, leaving out those whose parent is listed (a daemon's tail-writer helper).
+/// Best effort: processes we may not inspect are not listed.
 pub fn holders(file: &File) -> Vec<i32> {
     let Ok(meta) = file.metadata() else {
         return Vec::new();
@@ -99,7 +102,19 @@ pub fn holders(file: &File) -> Vec<i32> {
         .filter(|pid| holds_lock_on(*pid, meta.dev(), meta.ino()))
         .collect();
     pids.sort_unstable();
-    pids
+    let parents: Vec<Option<i32>> = pids.iter().map(|pid| parent(*pid)).collect();
+    pids.iter()
+        .zip(parents)
+        .filter(|(_, parent)| !parent.is_some_and(|p| pids.contains(&p)))
+        .map(|(pid, _)| *pid)
+        .collect()
+}
+
+/// The parent pid, from `/proc/PID/stat` (the field after the parenthesised command name).
+fn parent(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(1)?.parse().ok()
 }
 
 fn holds_lock_on(pid: i32, dev: u64, ino: u64) -> bool {

@@ -158,8 +158,9 @@ type Stopper = fn(&mut Child, &Path);
 #[test]
 fn signals_and_external_unmounts_end_the_daemon_with_status_0() {
     require_fuse!();
-    let tmp = tempfile::tempdir().unwrap();
-    let source = format!("{VECTORS}/files_v1_0.daf");
+    // A copy: a read-write mount locks its source, and the shared fixtures are not ours to lock.
+    let (tmp, source) = common::copy_fixture("files_v1_0.daf");
+    let source = source.to_str().unwrap().to_string();
     let ways: [(&str, Stopper); 4] = [
         ("SIGTERM", |child, _| {
             nix::sys::signal::kill(
@@ -203,10 +204,10 @@ fn background_mode_returns_once_the_mount_is_usable() {
     require_fuse!();
     let tmp = tempfile::tempdir().unwrap();
     let mnt = mountpoint(&tmp, "bg");
-    let (code, stderr) = run(&[
-        &format!("{VECTORS}/zarr_v2.daf.zarr.zip"),
-        mnt.to_str().unwrap(),
-    ]);
+    // A copy: a read-write mount locks its source, and the shared fixtures are not ours to lock.
+    let archive = tmp.path().join("zarr_v2.daf.zarr.zip");
+    std::fs::copy(format!("{VECTORS}/zarr_v2.daf.zarr.zip"), &archive).unwrap();
+    let (code, stderr) = run(&[archive.to_str().unwrap(), mnt.to_str().unwrap()]);
     assert_eq!(code, 0, "{stderr}");
     // Usable at once, no polling.
     let cells = std::fs::read_to_string(mnt.join("zarr_v2.daf/axes/cell.txt"));

@@ -105,7 +105,25 @@ fn mountpoint(root: &Path, name: &str) -> PathBuf {
     mnt
 }
 
-/// Runs daf-mount to completion (at most 30 s) from `cwd`: (exit code, stderr).
+/// Detached daemons (by pid) of a background mount: killed and the mount aborted when dropped.
+struct Detached(Vec<i32>, PathBuf);
+
+impl Drop for Detached {
+    fn drop(&mut self) {
+        for pid in &self.0 {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(*pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        if is_mounted(&self.1) {
+            force_abort(&self.1);
+        }
+    }
+}
+
+/// Runs daf-mount to completion (at most 30 s) from `cwd`: (exit code, stderr). On a timeout
+/// (a mount that should have been refused is serving), kills it and aborts its mount.
 fn run_in(cwd: &Path, args: &[&str]) -> (Option<i32>, String) {
     let mut child = Command::new(BIN)
         .args(args)
@@ -118,6 +136,10 @@ fn run_in(cwd: &Path, args: &[&str]) -> (Option<i32>, String) {
     while child.try_wait().unwrap().is_none() {
         if Instant::now() > deadline {
             let _ = child.kill();
+            let _ = child.wait();
+            if let Some(mnt) = args.get(1).map(Path::new).filter(|m| is_mounted(m)) {
+                force_abort(mnt);
+            }
             panic!("daf-mount {args:?} did not exit in time");
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -260,6 +282,7 @@ fn a_killed_writer_never_blocks_the_next_and_a_detached_one_is_named() {
     let (code, stderr) = run_in(tmp.path(), &[source, bg.to_str().unwrap()]);
     assert_eq!(code, Some(0), "{stderr}");
     let daemons = processes_mentioning(bg.to_str().unwrap());
+    let detached = Detached(daemons.clone(), bg.clone());
     assert_eq!(daemons.len(), 2, "the daemon and its ZIP tail writer");
     let (code, stderr) = run_in(tmp.path(), &[source, other.to_str().unwrap(), "-f"]);
     assert_eq!(code, Some(1), "{stderr}");
@@ -283,13 +306,7 @@ fn a_killed_writer_never_blocks_the_next_and_a_detached_one_is_named() {
         stderr.contains(&format!("(pid {daemon})")),
         "{stderr} should name {daemon}"
     );
-    for pid in daemons {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-    }
-    force_abort(&bg);
+    drop(detached);
     let next = Daemon::start(source, &other, &[]);
     assert!(read(&other, "x.daf/axes/cell.txt").is_ok());
     assert_eq!(next.stop(), Some(0));

@@ -1,5 +1,6 @@
 //! The only module of daf-mount that contains `unsafe` code: read-only memory maps of source
-//! files, and the two C-Blosc calls that decode blosc-compressed foreign Zarr chunks.
+//! files, the two C-Blosc calls that decode blosc-compressed foreign Zarr chunks, `fork`,
+//! closing inherited descriptors, and adopting descriptors received over a socket.
 //!
 //! Everything above this module works with safe `&[u8]` views and `Vec<u8>` results.
 
@@ -70,6 +71,19 @@ pub fn fork() -> nix::Result<Forked> {
         nix::unistd::ForkResult::Parent { child } => Ok(Forked::Parent(child)),
         nix::unistd::ForkResult::Child => Ok(Forked::Child),
     }
+}
+
+/// Takes ownership of descriptors just received in an `SCM_RIGHTS` control message (the
+/// `/dev/fuse` descriptor `fusermount3` sends back), so that they are closed when dropped.
+pub fn adopt_received_fds(fds: &[std::os::fd::RawFd]) -> Vec<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    fds.iter()
+        .filter(|fd| **fd >= 0)
+        // SAFETY: the kernel installed each of these descriptors in this process when it
+        // delivered the SCM_RIGHTS message, and nothing else refers to them: the caller passes
+        // them here once, straight from `recvmsg`, so each gets exactly one owner.
+        .map(|fd| unsafe { std::os::fd::OwnedFd::from_raw_fd(*fd) })
+        .collect()
 }
 
 /// Closes every file descriptor of this process except `keep` (in a freshly forked helper, so

@@ -317,6 +317,7 @@ fn end(how: &str, daemon: &Daemon, mnt: &Path) {
     match how {
         "SIGTERM" => daemon.signal(nix::sys::signal::Signal::SIGTERM),
         "SIGHUP" => daemon.signal(nix::sys::signal::Signal::SIGHUP),
+        "SIGKILL" => daemon.signal(nix::sys::signal::Signal::SIGKILL),
         external => {
             let mut words = external.split(' ');
             let program = words.next().unwrap();
@@ -331,23 +332,45 @@ fn ending_a_mount_never_unmounts_what_is_mounted_below_it() {
     require_fuse!();
     let tmp = tempfile::tempdir().unwrap();
     let source = format!("{VECTORS}/files_v1_0.daf");
-    for how in ["fusermount3 -u", "umount", "SIGTERM", "SIGHUP"] {
-        let mnt = mountpoint(tmp.path(), &how.replace([' ', '-'], "_"));
+    // With auto_unmount the mount goes through fusermount3, which unmounts once the daemon ends.
+    let auto = ["-o", "ro,allow_other,auto_unmount"];
+    let cases: [(&str, &[&str], Option<i32>); 7] = [
+        ("fusermount3 -u", &["-o", "ro"], Some(0)),
+        ("umount", &["-o", "ro"], Some(0)),
+        ("SIGTERM", &["-o", "ro"], Some(0)),
+        ("SIGHUP", &["-o", "ro"], Some(0)),
+        ("fusermount3 -u", &auto, Some(0)),
+        ("SIGTERM", &auto, Some(0)),
+        ("SIGKILL", &auto, None),
+    ];
+    for (round, (how, options, code)) in cases.into_iter().enumerate() {
+        let what = format!("{how} {options:?}");
+        let mnt = mountpoint(tmp.path(), &format!("m{round}"));
         let below = Tmpfs::mount(&mnt);
         std::fs::write(mnt.join("user-file"), "mine").unwrap();
-        let daemon = Daemon::start(&source, &mnt, &["-o", "ro"]);
+        let daemon = Daemon::start(&source, &mnt, options);
         assert!(read(&mnt, "files_v1_0.daf/daf.json").is_ok());
         end(how, &daemon, &mnt);
-        assert_eq!(daemon.wait(), Some(0), "{how}");
-        // The tmpfs is still mounted there, with the user's file.
-        assert!(is_mounted(&mnt), "{how}: the tmpfs below was unmounted");
+        assert_eq!(daemon.wait(), code, "{what}");
+        // Ours goes (auto_unmount: once fusermount3 sees the daemon gone); the tmpfs below
+        // stays mounted there, with the user's file.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::fs::read_dir(&mnt).map_or(true, |d| d.count() != 1) {
+            assert!(
+                Instant::now() < deadline,
+                "{what}: our mount is still there"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(is_mounted(&mnt), "{what}: the tmpfs below was unmounted");
         assert_eq!(
             std::fs::read_to_string(mnt.join("user-file")).unwrap(),
             "mine",
-            "{how}"
+            "{what}"
         );
         drop(below);
-        assert!(!is_mounted(&mnt));
+        assert!(!is_mounted(&mnt), "{what}: a mount is left");
     }
 }
 

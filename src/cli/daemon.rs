@@ -17,14 +17,13 @@ use crate::sys::{fork, Forked};
 
 use super::lock::{lock_source, WriterLock};
 use super::mount::{
-    check_not_fuse, kernel_options, mount, parse_mountinfo, top_mount, unmount_own, Mounted,
-    Unmounted,
+    check_not_fuse, mount, unmount_own, MountInfo, MountRequest, Mounted, Unmounted,
 };
 use super::{Args, CliError, MountOptions};
 
 fn system(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> CliError {
     let what = what.into();
-    move |source| CliError::System { what, source }
+    move |error| CliError::System { what, error }
 }
 
 fn check_mountpoint(path: &Path) -> Result<(), CliError> {
@@ -101,105 +100,103 @@ pub fn run(args: Args) -> Result<(), CliError> {
         threads,
         read_only: options.read_only,
     });
-    let (flags, data) = kernel_options(options.read_only, config.acl);
+    let request = MountRequest {
+        fsname,
+        read_only: options.read_only,
+        acl: config.acl,
+        auto_unmount: options.auto_unmount,
+    };
+
+    // Checked before mounting, like everything that can fail.
+    let ready = match args.ready_fd {
+        Some(fd) => Some(
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(format!("/proc/self/fd/{fd}"))
+                .map_err(system("--ready-fd"))?,
+        ),
+        None => None,
+    };
 
     // Returns once the kernel has answered FUSE_INIT: the mount is usable, no thread started yet.
-    let (session, mounted) = mount(
-        adapter,
-        &mountpoint,
-        &config,
-        &data,
-        flags,
-        &fsname,
-        options.auto_unmount,
-    )?;
-    raise_readahead(&mountpoint, &mounted);
+    let (session, mounted) = mount(adapter, &mountpoint, &config, &request)?;
+    let Mounted {
+        path: mounted_on,
+        mount: ours,
+        watch,
+    } = mounted;
+    raise_readahead(&ours.device);
     if let Ok(mut slot) = notifier.lock() {
         *slot = Some(session.notifier());
     }
-    if !args.foreground {
-        detach()?;
-    }
-    if appends_to_zip {
-        // Still single-threaded: fork the helper that finishes ZIP commits even if we are killed.
-        let keep: Vec<_> = lock.iter().map(WriterLock::raw_fd).collect();
-        start_tail_writer(&keep).map_err(system("starting the ZIP tail writer"))?;
-    }
-    // Block the signals before any thread exists, so every FUSE worker inherits the mask and only
-    // the waiting thread below receives them.
-    let mut signals = SigSet::empty();
-    for signal in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
-        signals.add(signal);
-    }
-    signals
-        .thread_block()
-        .map_err(|e| system("blocking signals")(e.into()))?;
-    if !options.read_only {
-        // Items a killed daemon accepted but had not appended to a ZIP source yet.
-        std::thread::spawn(move || core.recover());
-    }
-    std::thread::spawn(move || {
-        if let Ok(signal) = signals.wait() {
-            log::info!("{signal:?}: unmounting {}", mountpoint.display());
-            unmount_on_signal(mounted);
+    let signal_target = (mounted_on.clone(), ours.clone());
+    let serve = move || -> Result<(), CliError> {
+        if !args.foreground {
+            detach()?;
         }
-    });
-    if let Some(fd) = args.ready_fd {
-        let mut ready = std::fs::OpenOptions::new()
-            .write(true)
-            .open(format!("/proc/self/fd/{fd}"))
-            .map_err(system("--ready-fd"))?;
-        ready.write_all(b"READY\n").map_err(system("--ready-fd"))?;
-    }
-    log::info!("mounted {} on {}", args.source, args.mountpoint.display());
-    // A session of our own mount never unmounts when it ends (an external unmount ended it).
-    session.run().map_err(system("serving the mount"))?;
-    log::info!("unmounted {}", args.mountpoint.display());
-    drop(lock);
-    Ok(())
+        if appends_to_zip {
+            // Still single-threaded: fork the helper that finishes ZIP commits even if we are
+            // killed.
+            let keep: Vec<_> = lock.iter().map(WriterLock::raw_fd).collect();
+            start_tail_writer(&keep).map_err(system("starting the ZIP tail writer"))?;
+        }
+        // Block the signals before any thread exists, so every FUSE worker inherits the mask
+        // and only the waiting thread below receives them.
+        let mut signals = SigSet::empty();
+        for signal in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+            signals.add(signal);
+        }
+        signals
+            .thread_block()
+            .map_err(|e| system("blocking signals")(e.into()))?;
+        if !options.read_only {
+            // Items a killed daemon accepted but had not appended to a ZIP source yet.
+            std::thread::spawn(move || core.recover());
+        }
+        std::thread::spawn(move || {
+            if let Ok(signal) = signals.wait() {
+                log::info!("{signal:?}: unmounting {}", mountpoint.display());
+                unmount_on_signal(&signal_target.0, &signal_target.1);
+            }
+        });
+        if let Some(mut ready) = ready {
+            ready.write_all(b"READY\n").map_err(system("--ready-fd"))?;
+        }
+        log::info!("mounted {} on {}", args.source, args.mountpoint.display());
+        // The session owns no mount, so it never unmounts when it ends (after an external
+        // unmount, or ours on a signal).
+        session.run().map_err(system("serving the mount"))?;
+        log::info!("unmounted {}", args.mountpoint.display());
+        drop(watch);
+        drop(lock);
+        Ok(())
+    };
+    serve().inspect_err(|_| {
+        // Nothing must stay mounted after a failure (checked: only our own mount).
+        let _ = unmount_own(&mounted_on, &ours);
+    })
 }
 
-/// Unmounts after SIGINT/SIGTERM/SIGHUP: our own mount only if it is still the one visible at
-/// the mount point; a fuser mount through fuser (lazily if busy).
-fn unmount_on_signal(mounted: Mounted) {
-    match mounted {
-        Mounted::Own { path, mount } => match unmount_own(&path, &mount) {
-            Ok(Unmounted::Done) => {}
-            Ok(Unmounted::AlreadyGone) => {
-                log::info!("{} is no longer mounted here", path.display())
-            }
-            Ok(Unmounted::Covered) => log::warn!(
-                "another mount covers {}: not unmounting it, ending the session",
-                path.display()
-            ),
-            Err(e) => log::warn!("unmount of {} failed: {e}", path.display()),
-        },
-        Mounted::Fuser(mut unmounter) => {
-            if let Err(e) = unmounter.unmount() {
-                log::warn!("unmount failed ({e}); the mount stays until unmounted");
-            }
-        }
+/// Unmounts after SIGINT/SIGTERM/SIGHUP, only if our mount is still the one visible there.
+fn unmount_on_signal(path: &Path, mount: &MountInfo) {
+    match unmount_own(path, mount) {
+        Ok(Unmounted::Done) => {}
+        Ok(Unmounted::AlreadyGone) => log::info!("{} is no longer mounted here", path.display()),
+        Ok(Unmounted::Covered) => log::warn!(
+            "another mount covers {}: not unmounting it, ending the session",
+            path.display()
+        ),
+        Err(e) => log::warn!("unmount of {} failed: {e}", path.display()),
     }
 }
 
 /// Lets the kernel read ahead 1 MiB on the mount (FUSE starts at 128 KiB), which speeds up the
 /// first and later reads of ZIP members. Best effort (needs root). The device comes from
 /// /proc/self/mountinfo: a `stat` of the mount point would wait for the session, not running yet.
-fn raise_readahead(mountpoint: &Path, mounted: &Mounted) {
-    let device = match mounted {
-        Mounted::Own { mount, .. } => Some(mount.device.clone()),
-        Mounted::Fuser(_) => {
-            let mounts = std::fs::read_to_string("/proc/self/mountinfo")
-                .map(|t| parse_mountinfo(&t))
-                .unwrap_or_default();
-            top_mount(&mounts, mountpoint).map(|m| m.device)
-        }
-    };
-    if let Some(device) = device {
-        let knob = format!("/sys/class/bdi/{device}/read_ahead_kb");
-        if let Err(e) = std::fs::write(&knob, "1024") {
-            log::debug!("{knob}: {e}");
-        }
+fn raise_readahead(device: &str) {
+    let knob = format!("/sys/class/bdi/{device}/read_ahead_kb");
+    if let Err(e) = std::fs::write(&knob, "1024") {
+        log::debug!("{knob}: {e}");
     }
 }
 

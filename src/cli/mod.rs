@@ -6,6 +6,7 @@
 
 mod args;
 mod daemon;
+pub mod fusermount;
 pub mod lock;
 pub mod mount;
 
@@ -41,12 +42,12 @@ pub enum CliError {
     #[error(transparent)]
     Source(#[from] crate::formats::FormatError),
     /// Mounting or serving failed.
-    #[error("{what}: {source}")]
+    #[error("{what}: {error}")]
     System {
         /// What was being done.
         what: String,
-        /// The error.
-        source: std::io::Error,
+        /// The error (shown in the message, so not a `source` the error chain repeats).
+        error: std::io::Error,
     },
 }
 

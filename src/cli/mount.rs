@@ -2,13 +2,12 @@
 //!
 //! fuser 0.18 unmounts by path when a session ends (`UmountOnDrop`), and its "still mounted?"
 //! test is inverted (a dead connection reads as mounted), so after an external `fusermount3 -u`
-//! it unmounted whatever was mounted *below* the mount point. Running as root (and without
-//! `auto_unmount`), daf-mount therefore mounts by itself: it opens `/dev/fuse`, calls `mount(2)`
-//! as fuser would, and hands the descriptor to `Session::from_fd`, a session that holds no
-//! mount and never unmounts. It records its mount's id from `/proc/self/mountinfo`, and a
-//! signal unmounts the mount point only while that id is still mounted there and not covered by
-//! another mount. Without `CAP_SYS_ADMIN`, or with `auto_unmount`, mounting goes through fuser
-//! and `fusermount3`, whose unmount refuses anything but a FUSE mount of the same user.
+//! it unmounted whatever was mounted *below* the mount point. daf-mount therefore mounts by
+//! itself: as root it opens `/dev/fuse` and calls `mount(2)` as fuser would; otherwise (or with
+//! `auto_unmount`) it runs `fusermount3` as libfuse does ([`super::fusermount`]). It hands the
+//! descriptor to `Session::from_fd`, a session that holds no mount and never unmounts. It
+//! records its mount's id from `/proc/self/mountinfo`, and a signal unmounts the mount point
+//! only while that id is still mounted there and not covered by another mount.
 //!
 //! Before mounting, a mount point whose top mount is already a FUSE file system is refused.
 
@@ -20,6 +19,7 @@ use std::path::{Path, PathBuf};
 use fuser::{Config, Filesystem, Session, SessionACL};
 use nix::mount::{umount2, MntFlags, MsFlags};
 
+use super::fusermount;
 use super::CliError;
 
 /// One line of `/proc/self/mountinfo`.
@@ -113,58 +113,102 @@ pub fn check_not_fuse(mountpoint: &Path) -> Result<(), CliError> {
     }
 }
 
-/// How a session was mounted, which decides how it may be unmounted.
+/// Our mount: where, its mountinfo line (id and `major:minor` of its connection), and with
+/// `auto_unmount` the socket `fusermount3` watches (closed when the daemon ends).
 #[derive(Debug)]
-pub enum Mounted {
-    /// Mounted by daf-mount itself: this mount id at this (canonical) mount point.
-    Own {
-        /// The mount point.
-        path: PathBuf,
-        /// Its mount id, and `major:minor` of its connection.
-        mount: MountInfo,
-    },
-    /// Mounted by fuser (through `fusermount3`), which also unmounts.
-    Fuser(fuser::SessionUnmounter),
+pub struct Mounted {
+    /// The mount point (canonical).
+    pub path: PathBuf,
+    /// Its line in `/proc/self/mountinfo` when it was made.
+    pub mount: MountInfo,
+    /// Kept open while the daemon lives (`auto_unmount`).
+    pub watch: Option<OwnedFd>,
 }
 
-/// Mounts `fs` on `mountpoint` (canonical). Returns once the kernel has answered `FUSE_INIT`.
+/// How to mount: kernel flags and options, and the settings `fusermount3` needs as well.
+#[derive(Clone, Debug)]
+pub struct MountRequest {
+    /// What `df`/`findmnt` show as the source.
+    pub fsname: String,
+    /// Read-only mount.
+    pub read_only: bool,
+    /// Who may use it (`allow_other` for anything but the owner; fuser filters root-only).
+    pub acl: SessionACL,
+    /// Let `fusermount3` unmount once the daemon ends.
+    pub auto_unmount: bool,
+}
+
+/// Mounts `fs` on `mountpoint` (canonical), with `mount(2)` when permitted and `auto_unmount`
+/// is not asked for, else through `fusermount3`. Either way the session owns no fuser `Mount`,
+/// so it never unmounts. Returns once the kernel has answered `FUSE_INIT`.
 pub fn mount<FS: Filesystem>(
     fs: FS,
     mountpoint: &Path,
     config: &Config,
-    data: &str,
-    flags: MsFlags,
-    fsname: &str,
-    fallback: bool,
+    request: &MountRequest,
 ) -> Result<(Session<FS>, Mounted), CliError> {
-    let failed = |source: std::io::Error| CliError::System {
+    let failed = |error: std::io::Error| CliError::System {
         what: format!("cannot mount on {}", mountpoint.display()),
-        source,
+        error,
     };
-    if !fallback {
-        match mount_direct(mountpoint, data, flags, fsname).map_err(failed)? {
-            Some((fd, mount)) => {
-                let session = Session::from_fd(fs, fd, config.acl, config.clone());
-                return match session {
-                    Ok(session) => Ok((
-                        session,
-                        Mounted::Own {
-                            path: mountpoint.to_path_buf(),
-                            mount,
-                        },
-                    )),
-                    Err(e) => {
-                        let _ = umount2(mountpoint, MntFlags::MNT_DETACH);
-                        Err(failed(e))
-                    }
-                };
-            }
-            None => log::info!("mount(2) not permitted; mounting through fusermount3"),
+    let before: Vec<u64> = mountinfo().iter().map(|m| m.id).collect();
+    let direct = if request.auto_unmount {
+        None
+    } else {
+        let (flags, data) = kernel_options(request.read_only, request.acl);
+        mount_direct(mountpoint, &data, flags, &request.fsname).map_err(failed)?
+    };
+    let (device, watch) = match direct {
+        Some(device) => (device, None),
+        None => {
+            log::info!("mounting through {}", fusermount::FUSERMOUNT);
+            let made = fusermount::mount(
+                mountpoint,
+                &fusermount_options(request),
+                request.auto_unmount,
+            )
+            .map_err(failed)?;
+            (made.device, made.watch)
         }
+    };
+    let Some(mount) = top_mount(&mountinfo(), mountpoint).filter(|m| !before.contains(&m.id))
+    else {
+        // Never seen: our mount is not the one visible there. Drop the connection (the mount,
+        // if any, then answers ENOTCONN) rather than unmount something by path.
+        drop(device);
+        return Err(failed(std::io::Error::other(
+            "mounted, but the mount is not in /proc/self/mountinfo",
+        )));
+    };
+    let session = Session::from_fd(fs, device, config.acl, config.clone()).map_err(failed)?;
+    Ok((
+        session,
+        Mounted {
+            path: mountpoint.to_path_buf(),
+            mount,
+            watch,
+        },
+    ))
+}
+
+/// The `-o` options for `fusermount3`.
+fn fusermount_options(request: &MountRequest) -> String {
+    let mut options = vec![
+        format!("fsname={}", fusermount::escape_option(&request.fsname)),
+        "subtype=daf-mount".to_string(),
+        "default_permissions".to_string(),
+        "nosuid".to_string(),
+        "nodev".to_string(),
+        "noatime".to_string(),
+        if request.read_only { "ro" } else { "rw" }.to_string(),
+    ];
+    if request.acl != SessionACL::Owner {
+        options.push("allow_other".into());
     }
-    let mut session = Session::new(fs, mountpoint, config).map_err(failed)?;
-    let unmounter = session.unmount_callable();
-    Ok((session, Mounted::Fuser(unmounter)))
+    if request.auto_unmount {
+        options.push("auto_unmount".into());
+    }
+    options.join(",")
 }
 
 /// `mount(2)` of a FUSE file system as fuser does it; `None` when not permitted (not root).
@@ -173,19 +217,24 @@ fn mount_direct(
     data: &str,
     flags: MsFlags,
     fsname: &str,
-) -> std::io::Result<Option<(OwnedFd, MountInfo)>> {
+) -> std::io::Result<Option<OwnedFd>> {
     let rootmode = File::open(mountpoint)?.metadata()?.permissions().mode();
-    let device = std::fs::OpenOptions::new()
+    let device = match std::fs::OpenOptions::new()
         .read(true)
         .write(true)
-        .open("/dev/fuse")?;
+        .open("/dev/fuse")
+    {
+        Ok(device) => device,
+        // Not ours to open (mode 0600 for root): fusermount3 opens it.
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => return Ok(None),
+        Err(e) => return Err(e),
+    };
     let data = format!(
         "fd={},rootmode={rootmode:o},user_id={},group_id={},{data}",
         device.as_raw_fd(),
         nix::unistd::getuid(),
         nix::unistd::getgid(),
     );
-    let before: Vec<u64> = mountinfo().iter().map(|m| m.id).collect();
     match nix::mount::mount(
         Some(fsname),
         mountpoint,
@@ -193,21 +242,9 @@ fn mount_direct(
         flags,
         Some(data.as_str()),
     ) {
-        Ok(()) => {}
-        Err(nix::errno::Errno::EPERM) => return Ok(None),
-        Err(e) => return Err(e.into()),
-    }
-    let ours = top_mount(&mountinfo(), mountpoint).filter(|m| !before.contains(&m.id));
-    match ours {
-        Some(mount) => Ok(Some((OwnedFd::from(device), mount))),
-        None => {
-            // Never seen: our mount is not the one visible there. Drop the connection (the
-            // mount, if any, then answers ENOTCONN) rather than unmount something by path.
-            drop(device);
-            Err(std::io::Error::other(
-                "mounted, but the mount is not in /proc/self/mountinfo",
-            ))
-        }
+        Ok(()) => Ok(Some(OwnedFd::from(device))),
+        Err(nix::errno::Errno::EPERM) => Ok(None),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -234,18 +271,29 @@ pub fn unmount_own(path: &Path, mount: &MountInfo) -> std::io::Result<Unmounted>
         std::fs::write(format!("/sys/fs/fuse/connections/{minor}/abort"), "1")?;
         return Ok(Unmounted::Covered);
     }
-    match umount2(path, MntFlags::empty()) {
-        Ok(()) => Ok(Unmounted::Done),
-        Err(nix::errno::Errno::EBUSY) => {
-            // Files are open: detach now (after checking again that ours is still on top); the
-            // session ends when the last user closes.
-            log::warn!("{} is busy; detaching lazily", path.display());
-            if top_mount(&mountinfo(), path).map(|m| m.id) != Some(mount.id) {
-                return Ok(Unmounted::AlreadyGone);
-            }
-            umount2(path, MntFlags::MNT_DETACH)?;
-            Ok(Unmounted::Done)
-        }
+    if unmount_path(path, false).is_ok() {
+        return Ok(Unmounted::Done);
+    }
+    // Busy (files open): detach now, after checking again that ours is still on top; the
+    // session ends when the last user closes.
+    log::warn!("{} is busy; detaching lazily", path.display());
+    if top_mount(&mountinfo(), path).map(|m| m.id) != Some(mount.id) {
+        return Ok(Unmounted::AlreadyGone);
+    }
+    unmount_path(path, true)?;
+    Ok(Unmounted::Done)
+}
+
+/// `umount2(path)`, or `fusermount3 -u` for a user who may not unmount.
+fn unmount_path(path: &Path, lazy: bool) -> std::io::Result<()> {
+    let flags = if lazy {
+        MntFlags::MNT_DETACH
+    } else {
+        MntFlags::empty()
+    };
+    match umount2(path, flags) {
+        Ok(()) => Ok(()),
+        Err(nix::errno::Errno::EPERM) => fusermount::unmount(path, lazy),
         Err(e) => Err(e.into()),
     }
 }

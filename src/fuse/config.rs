@@ -1,4 +1,6 @@
-//! How daf-mount mounts: fuser options from the command line's settings.
+//! How daf-mount mounts: fuser options from the command line's settings. The daemon mounts by
+//! itself (`cli::mount`) and uses the session settings here (threads, `clone_fd`, ACL); the
+//! mount options are used where fuser mounts (in-process test mounts).
 
 use fuser::{Config, MountOption, SessionACL};
 

@@ -76,11 +76,11 @@ impl Drop for Daemon {
     }
 }
 
-/// A tmpfs mounted by a test, unmounted (lazily) when dropped.
-struct Tmpfs(PathBuf);
+/// A tmpfs or bind mount made by a test, unmounted (lazily) when dropped.
+struct OtherMount(PathBuf);
 
-impl Tmpfs {
-    fn mount(on: &Path) -> Tmpfs {
+impl OtherMount {
+    fn mount(on: &Path) -> OtherMount {
         nix::mount::mount(
             Some("tmpfs"),
             on,
@@ -89,11 +89,24 @@ impl Tmpfs {
             Some("size=1m"),
         )
         .unwrap();
-        Tmpfs(on.to_path_buf())
+        OtherMount(on.to_path_buf())
+    }
+
+    /// A bind mount of `what` on `on`.
+    fn bind(what: &Path, on: &Path) -> OtherMount {
+        nix::mount::mount(
+            Some(what),
+            on,
+            None::<&str>,
+            nix::mount::MsFlags::MS_BIND,
+            None::<&str>,
+        )
+        .unwrap();
+        OtherMount(on.to_path_buf())
     }
 }
 
-impl Drop for Tmpfs {
+impl Drop for OtherMount {
     fn drop(&mut self) {
         let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
     }
@@ -204,6 +217,11 @@ fn a_second_writer_of_a_directory_is_refused_by_every_name_of_it() {
     assert_writer_refused(tmp.path(), link.to_str().unwrap(), &m2, writer.pid());
     assert_writer_refused(tmp.path(), "files_v1_0.daf", &m2, writer.pid());
     assert_writer_refused(tmp.path(), "./link.daf/", &m2, writer.pid());
+    // A bind mount of the directory elsewhere is the same directory.
+    let bound = mountpoint(tmp.path(), "bound.daf");
+    let bind = OtherMount::bind(&source, &bound);
+    assert_writer_refused(tmp.path(), bound.to_str().unwrap(), &m2, writer.pid());
+    drop(bind);
     // A read-only mount alongside is fine.
     let reader = Daemon::start(link.to_str().unwrap(), &m2, &["-o", "ro"]);
     assert_eq!(
@@ -346,7 +364,7 @@ fn ending_a_mount_never_unmounts_what_is_mounted_below_it() {
     for (round, (how, options, code)) in cases.into_iter().enumerate() {
         let what = format!("{how} {options:?}");
         let mnt = mountpoint(tmp.path(), &format!("m{round}"));
-        let below = Tmpfs::mount(&mnt);
+        let below = OtherMount::mount(&mnt);
         std::fs::write(mnt.join("user-file"), "mine").unwrap();
         let daemon = Daemon::start(&source, &mnt, options);
         assert!(read(&mnt, "files_v1_0.daf/daf.json").is_ok());

@@ -68,10 +68,14 @@ pub fn lock_source(arg: &str) -> Result<Option<WriterLock>, CliError> {
                 std::thread::sleep(Duration::from_millis(20));
             }
             Err((back, Errno::EWOULDBLOCK)) => {
+                let holders = holders(&back)
+                    .into_iter()
+                    .map(|pid| (pid, program(pid)))
+                    .collect();
                 return Err(CliError::Locked {
                     data_set: arg.to_string(),
-                    holders: holders(&back),
-                })
+                    holders,
+                });
             }
             Err((_, errno)) => {
                 // A file system without flock (some network file systems): no lock to respect.
@@ -108,6 +112,13 @@ pub fn holders(file: &File) -> Vec<i32> {
         .filter(|(_, parent)| !parent.is_some_and(|p| pids.contains(&p)))
         .map(|(pid, _)| *pid)
         .collect()
+}
+
+/// The program name of `pid` (`/proc/PID/comm`), or "".
+fn program(pid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|c| c.trim().to_string())
+        .unwrap_or_default()
 }
 
 /// The parent pid, from `/proc/PID/stat` (the field after the parenthesised command name).

@@ -26,14 +26,14 @@ pub enum CliError {
     },
     /// Another daf-mount holds the source read-write.
     #[error(
-        "{data_set} is already mounted read-write by another daf-mount{}; unmount it first or mount read-only (-o ro)",
+        "{data_set} is already mounted read-write: its writer lock is held{}; unmount that mount first or mount read-only (-o ro)",
         holder_list(holders)
     )]
     Locked {
         /// The source argument.
         data_set: String,
-        /// Pids holding its lock, when they can be found.
-        holders: Vec<i32>,
+        /// Processes holding its lock (pid, program name), when they can be found.
+        holders: Vec<(i32, String)>,
     },
     /// A bad `-o` option.
     #[error("{0}")]
@@ -51,16 +51,41 @@ pub enum CliError {
     },
 }
 
-fn holder_list(holders: &[i32]) -> String {
-    match holders {
-        [] => String::new(),
-        [pid] => format!(" (pid {pid})"),
-        pids => format!(
-            " (pids {})",
-            pids.iter()
-                .map(i32::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
+fn holder_list(holders: &[(i32, String)]) -> String {
+    let named: Vec<String> = holders
+        .iter()
+        .map(|(pid, program)| match program.as_str() {
+            "daf-mount" | "" => format!("pid {pid}"),
+            other => format!("pid {pid}, {other}"),
+        })
+        .collect();
+    if named.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", named.join("; "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_locked_source_names_who_holds_it() {
+        let locked = |holders: Vec<(i32, String)>| {
+            CliError::Locked {
+                data_set: "x.daf".into(),
+                holders,
+            }
+            .to_string()
+        };
+        assert_eq!(
+            locked(vec![(12, "daf-mount".into())]),
+            "x.daf is already mounted read-write: its writer lock is held (pid 12); unmount \
+             that mount first or mount read-only (-o ro)"
+        );
+        assert!(locked(vec![(12, "daf-mount".into()), (40, "flock".into())])
+            .contains("held (pid 12; pid 40, flock);"));
+        assert!(locked(Vec::new()).contains("lock is held; unmount"));
     }
 }

@@ -393,6 +393,30 @@ fn ending_a_mount_never_unmounts_what_is_mounted_below_it() {
 }
 
 #[test]
+fn a_signal_never_unmounts_a_mount_made_on_top_of_ours() {
+    require_fuse!();
+    let tmp = tempfile::tempdir().unwrap();
+    let mnt = mountpoint(tmp.path(), "m");
+    let daemon = Daemon::start(&format!("{VECTORS}/files_v1_0.daf"), &mnt, &["-o", "ro"]);
+    let on_top = OtherMount::mount(&mnt);
+    std::fs::write(mnt.join("user-file"), "mine").unwrap();
+    daemon.signal(nix::sys::signal::Signal::SIGTERM);
+    // Ours is covered: its connection is aborted instead of unmounting the mount point.
+    assert_eq!(daemon.wait(), Some(0));
+    assert_eq!(
+        std::fs::read_to_string(mnt.join("user-file")).unwrap_or_default(),
+        "mine",
+        "the tmpfs on top was unmounted"
+    );
+    drop(on_top);
+    // What is left is our dead mount (ENOTCONN), which the user unmounts.
+    assert!(is_mounted(&mnt));
+    assert!(std::fs::read_dir(&mnt).is_err());
+    force_abort(&mnt);
+    assert!(!is_mounted(&mnt));
+}
+
+#[test]
 fn a_mount_point_already_holding_a_daf_mount_is_refused() {
     require_fuse!();
     let tmp = tempfile::tempdir().unwrap();

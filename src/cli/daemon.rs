@@ -149,6 +149,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         signals
             .thread_block()
             .map_err(|e| system("blocking signals")(e.into()))?;
+        let finisher = core.clone();
         if !options.read_only {
             // Items a killed daemon accepted but had not appended to a ZIP source yet.
             std::thread::spawn(move || core.recover());
@@ -156,7 +157,15 @@ pub fn run(args: Args) -> Result<(), CliError> {
         std::thread::spawn(move || {
             if let Ok(signal) = signals.wait() {
                 log::info!("{signal:?}: unmounting {}", mountpoint.display());
-                unmount_on_signal(&signal_target.0, &signal_target.1);
+                if unmount_on_signal(&signal_target.0, &signal_target.1) == Some(Unmounted::Covered)
+                {
+                    // Our mount cannot be unmounted without the one on top of it: finish what
+                    // an unmount finishes, then end; the kernel ends the connection with us.
+                    if let Err(e) = finisher.finalize("") {
+                        log::warn!("at exit: {e}");
+                    }
+                    std::process::exit(0);
+                }
             }
         });
         if let Some(mut ready) = ready {
@@ -178,15 +187,25 @@ pub fn run(args: Args) -> Result<(), CliError> {
 }
 
 /// Unmounts after SIGINT/SIGTERM/SIGHUP, only if our mount is still the one visible there.
-fn unmount_on_signal(path: &Path, mount: &MountInfo) {
+fn unmount_on_signal(path: &Path, mount: &MountInfo) -> Option<Unmounted> {
     match unmount_own(path, mount) {
-        Ok(Unmounted::Done) => {}
-        Ok(Unmounted::AlreadyGone) => log::info!("{} is no longer mounted here", path.display()),
-        Ok(Unmounted::Covered) => log::warn!(
-            "another mount covers {}: not unmounting it, ending the session",
-            path.display()
-        ),
-        Err(e) => log::warn!("unmount of {} failed: {e}", path.display()),
+        Ok(Unmounted::AlreadyGone) => {
+            log::info!("{} is no longer mounted here", path.display());
+            Some(Unmounted::AlreadyGone)
+        }
+        Ok(Unmounted::Covered) => {
+            log::warn!(
+                "another mount covers {}: not unmounting it; ending (our mount stays, dead, \
+                 under the other one until unmounted)",
+                path.display()
+            );
+            Some(Unmounted::Covered)
+        }
+        Ok(done) => Some(done),
+        Err(e) => {
+            log::warn!("unmount of {} failed: {e}", path.display());
+            None
+        }
     }
 }
 

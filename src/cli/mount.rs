@@ -255,8 +255,8 @@ pub enum Unmounted {
     Done,
     /// Our mount is gone already (unmounted from outside).
     AlreadyGone,
-    /// Another mount covers ours: the connection was aborted instead (the session ends; the
-    /// dead mount stays under the other one until unmounted).
+    /// Another mount covers ours: nothing was unmounted (unmounting the mount point would
+    /// unmount the other one).
     Covered,
 }
 
@@ -267,8 +267,6 @@ pub fn unmount_own(path: &Path, mount: &MountInfo) -> std::io::Result<Unmounted>
         return Ok(Unmounted::AlreadyGone);
     }
     if top_mount(&mounts, path).map(|m| m.id) != Some(mount.id) {
-        let minor = mount.device.split(':').nth(1).unwrap_or("");
-        std::fs::write(format!("/sys/fs/fuse/connections/{minor}/abort"), "1")?;
         return Ok(Unmounted::Covered);
     }
     if unmount_path(path, false).is_ok() {

@@ -14,7 +14,7 @@
 use std::fs::File;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -128,18 +128,26 @@ fn parent(pid: i32) -> Option<i32> {
     rest.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// Whether a descriptor of `pid` holds an flock on the inode `dev`/`ino`, from the `lock:` lines
+/// of `/proc/PID/fdinfo/*` (`... FLOCK ADVISORY WRITE PID MAJ:MIN:INODE ...`). Only those small
+/// files are read: the descriptors' targets are never touched, so a file open on a wedged mount
+/// cannot hang the refusal.
 fn holds_lock_on(pid: i32, dev: u64, ino: u64) -> bool {
-    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+    let wanted = format!(
+        "{:02x}:{:02x}:{ino}",
+        nix::sys::stat::major(dev),
+        nix::sys::stat::minor(dev)
+    );
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
         return false;
     };
     fds.filter_map(Result::ok).any(|fd| {
-        let same = std::fs::metadata(fd.path()).is_ok_and(|m| m.dev() == dev && m.ino() == ino);
-        same && std::fs::read_to_string(
-            Path::new(&format!("/proc/{pid}/fdinfo")).join(fd.file_name()),
-        )
-        .is_ok_and(|info| {
-            info.lines()
-                .any(|l| l.starts_with("lock:") && l.contains("FLOCK"))
+        std::fs::read_to_string(fd.path()).is_ok_and(|info| {
+            info.lines().any(|l| {
+                l.starts_with("lock:")
+                    && l.contains("FLOCK")
+                    && l.split_whitespace().any(|f| f == wanted)
+            })
         })
     })
 }
@@ -166,6 +174,38 @@ mod tests {
         assert!(holders(&other).is_empty());
         drop(held);
         assert!(lock_source(link.to_str().unwrap()).unwrap().is_some());
+    }
+
+    #[test]
+    fn the_holder_is_found_through_fdinfo_and_its_children_are_left_out() {
+        let tmp = tempfile::tempdir().unwrap();
+        let archive = tmp.path().join("x.daf.zarr.zip");
+        std::fs::write(&archive, b"").unwrap();
+        // flock(1) holds the lock and runs a shell (its child, inheriting the descriptor).
+        let mut holder = std::process::Command::new("flock")
+            .arg("-x")
+            .arg(&archive)
+            .args(["-c", "sleep 30"])
+            .spawn()
+            .unwrap();
+        let mut file = File::open(&archive).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let found = loop {
+            match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+                Err((back, Errno::EWOULDBLOCK)) => break holders(&back),
+                Ok(lock) => {
+                    assert!(Instant::now() < deadline, "flock(1) never took the lock");
+                    file = lock.unlock().map_err(|(_, e)| e).unwrap();
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err((_, e)) => panic!("{e}"),
+            }
+        };
+        let name = program(holder.id() as i32);
+        holder.kill().unwrap();
+        holder.wait().unwrap();
+        assert_eq!(found, vec![holder.id() as i32]);
+        assert_eq!(name, "flock");
     }
 
     #[test]

@@ -9,6 +9,7 @@
 pub mod files_daf;
 pub mod json;
 pub mod model;
+pub mod names;
 pub mod scalar;
 pub mod source;
 pub mod strings;

@@ -10,6 +10,7 @@ use std::sync::{Arc, OnceLock};
 use crate::stores::{Blob, Bytes, StoreError};
 
 use super::types::NumType;
+use super::zarr_decode::MAX_DECODED_BYTES;
 
 /// Encodes `count` items as one vlen-utf8 buffer.
 pub fn encode_vlen<'a>(items: impl Iterator<Item = &'a [u8]>, count: usize) -> Vec<u8> {
@@ -33,13 +34,22 @@ pub fn decode_vlen(data: &[u8], expected: u64) -> Result<Vec<&[u8]>, String> {
             "vlen-utf8 buffer holds {count} items, {expected} expected"
         ));
     }
+    // Every item takes at least its 4-byte length: a count the buffer cannot hold is refused
+    // before anything is allocated for it.
+    if u64::from(count) > (data.len() as u64 - 4) / 4 {
+        return Err(format!(
+            "vlen-utf8 buffer of {} bytes cannot hold {count} items",
+            data.len()
+        ));
+    }
     let mut items = Vec::with_capacity(count as usize);
     let mut at = 4usize;
     for _ in 0..count {
         let len = data.get(at..at + 4).ok_or("vlen-utf8 buffer cut short")?;
         let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
-        let item = data
-            .get(at + 4..at + 4 + len)
+        let item = at
+            .checked_add(4 + len)
+            .and_then(|end| data.get(at + 4..end))
             .ok_or("vlen-utf8 item runs past the buffer")?;
         items.push(item);
         at += 4 + len;
@@ -151,7 +161,9 @@ impl Strings {
                     .cloned()
                     .unwrap_or_else(|| Blob::ready(Bytes::empty()));
                 // Each item loses its 4-byte length and gains a newline.
-                let len = vlen.known_len().map(|n| n.saturating_sub(4 + 3 * count));
+                let len = vlen
+                    .known_len()
+                    .map(|n| n.saturating_sub(count.saturating_mul(3).saturating_add(4)));
                 Blob::lazy(len, move || {
                     let data = vlen.bytes()?;
                     let items = decode_vlen(data.as_slice(), count)
@@ -175,7 +187,9 @@ impl Strings {
                     .get()
                     .cloned()
                     .unwrap_or_else(|| Blob::ready(Bytes::empty()));
-                let len = lines.known_len().map(|n| n + 4 + 3 * count);
+                let len = lines
+                    .known_len()
+                    .and_then(|n| n.checked_add(count.checked_mul(3)?.checked_add(4)?));
                 Blob::lazy(len, move || {
                     let data = lines.bytes()?;
                     let items = split_lines(data.as_slice(), count)
@@ -221,11 +235,24 @@ pub fn densify_sparse_strings(
     dense_len: u64,
 ) -> Strings {
     // Dense buffer: header, a length per element, and the bytes of the non-empty values.
-    let len = nztxt
-        .known_len()
-        .map(|n| 4 + 4 * dense_len + n.saturating_sub(nnz));
+    let len = nztxt.known_len().and_then(|n| {
+        dense_len
+            .checked_mul(4)?
+            .checked_add(4)?
+            .checked_add(n.saturating_sub(nnz))
+    });
     let blob = Blob::lazy(len, move || {
         let what = "sparse strings to vlen-utf8";
+        // 16 bytes of bookkeeping per element: bounded like any decoded array.
+        if dense_len.saturating_mul(16) > MAX_DECODED_BYTES {
+            return Err(produce_error(
+                what,
+                format!(
+                    "{dense_len} elements, more than the limit of {} MiB allows",
+                    MAX_DECODED_BYTES >> 20
+                ),
+            ));
+        }
         let text = nztxt.bytes()?;
         let values = split_lines(text.as_slice(), nnz).map_err(|e| produce_error(what, e))?;
         let linear =

@@ -164,7 +164,7 @@ pub(crate) fn read_axis(index: &StoreIndex, key: &str) -> Result<Axis, FormatErr
     let entry = index.get(key).ok_or_else(|| FormatError::bad("missing"))?;
     let count = count_lines(entry.blob.bytes()?.as_slice()).map_err(FormatError::Bad)?;
     Ok(Axis {
-        entries: Strings::from_lines(entry.blob.clone(), count),
+        entries: Strings::from_lines(entry.blob.clone(), count).named(key),
         mtime: entry.mtime,
     })
 }
@@ -258,7 +258,7 @@ pub(crate) fn read_property(
     let payload = match descriptor {
         Descriptor::Dense {
             eltype: ElementType::String,
-        } => Payload::DenseStrings(Strings::from_lines(files.required("txt")?, len)),
+        } => Payload::DenseStrings(Strings::from_lines(files.required("txt")?, len).named(base)),
         Descriptor::Dense {
             eltype: ElementType::Num(t),
         } => {
@@ -321,8 +321,14 @@ pub(crate) fn read_property(
                         }
                         _ => return Err(FormatError::bad("matrix index on a vector")),
                     };
-                    let dense =
-                        densify_sparse_strings(positions, indtype, nztxt.clone(), found_nnz, len);
+                    let dense = densify_sparse_strings(
+                        positions,
+                        indtype,
+                        nztxt.clone(),
+                        found_nnz,
+                        len,
+                        base,
+                    );
                     Payload::SparseStrings {
                         indtype,
                         index,

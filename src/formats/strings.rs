@@ -118,6 +118,8 @@ fn produce_error(what: &str, e: String) -> StoreError {
 #[derive(Debug)]
 pub struct Strings {
     count: u64,
+    /// The property it belongs to, named in conversion errors.
+    name: String,
     lines: OnceLock<Arc<Blob>>,
     vlen: OnceLock<Arc<Blob>>,
 }
@@ -129,6 +131,7 @@ impl Strings {
         let _ = lines.set(blob);
         Strings {
             count,
+            name: String::new(),
             lines,
             vlen: OnceLock::new(),
         }
@@ -140,9 +143,16 @@ impl Strings {
         let _ = vlen.set(blob);
         Strings {
             count,
+            name: String::new(),
             lines: OnceLock::new(),
             vlen,
         }
+    }
+
+    /// The same strings, named `name` (a property or axis key) in conversion errors.
+    pub fn named(mut self, name: impl Into<String>) -> Strings {
+        self.name = name.into();
+        self
     }
 
     /// Number of strings.
@@ -153,6 +163,7 @@ impl Strings {
     /// The text-lines form (the source blob itself, or converted once from vlen).
     pub fn lines(&self) -> Arc<Blob> {
         let count = self.count;
+        let what = format!("{}: vlen-utf8 to text", self.name);
         self.lines
             .get_or_init(|| {
                 let vlen = self
@@ -166,11 +177,10 @@ impl Strings {
                     .map(|n| n.saturating_sub(count.saturating_mul(3).saturating_add(4)));
                 Blob::lazy(len, move || {
                     let data = vlen.bytes()?;
-                    let items = decode_vlen(data.as_slice(), count)
-                        .map_err(|e| produce_error("vlen-utf8 to text", e))?;
+                    let items =
+                        decode_vlen(data.as_slice(), count).map_err(|e| produce_error(&what, e))?;
                     Ok(Bytes::from_vec(
-                        lines_from_items(&items)
-                            .map_err(|e| produce_error("vlen-utf8 to text", e))?,
+                        lines_from_items(&items).map_err(|e| produce_error(&what, e))?,
                     ))
                 })
             })
@@ -180,6 +190,7 @@ impl Strings {
     /// The vlen-utf8 form (the source blob itself, or converted once from text lines).
     pub fn vlen(&self) -> Arc<Blob> {
         let count = self.count;
+        let what = format!("{}: text to vlen-utf8", self.name);
         self.vlen
             .get_or_init(|| {
                 let lines = self
@@ -192,8 +203,8 @@ impl Strings {
                     .and_then(|n| n.checked_add(count.checked_mul(3)?.checked_add(4)?));
                 Blob::lazy(len, move || {
                     let data = lines.bytes()?;
-                    let items = split_lines(data.as_slice(), count)
-                        .map_err(|e| produce_error("text to vlen-utf8", e))?;
+                    let items =
+                        split_lines(data.as_slice(), count).map_err(|e| produce_error(&what, e))?;
                     Ok(Bytes::from_vec(encode_vlen(
                         items.into_iter(),
                         count as usize,
@@ -233,7 +244,9 @@ pub fn densify_sparse_strings(
     nztxt: Arc<Blob>,
     nnz: u64,
     dense_len: u64,
+    name: &str,
 ) -> Strings {
+    let what = format!("{name}: sparse strings to vlen-utf8");
     // Dense buffer: header, a length per element, and the bytes of the non-empty values.
     let len = nztxt.known_len().and_then(|n| {
         dense_len
@@ -242,7 +255,7 @@ pub fn densify_sparse_strings(
             .checked_add(n.saturating_sub(nnz))
     });
     let blob = Blob::lazy(len, move || {
-        let what = "sparse strings to vlen-utf8";
+        let what = what.as_str();
         // 16 bytes of bookkeeping per element: bounded like any decoded array.
         if dense_len.saturating_mul(16) > MAX_DECODED_BYTES {
             return Err(produce_error(
@@ -269,7 +282,7 @@ pub fn densify_sparse_strings(
             dense_len as usize,
         )))
     });
-    Strings::from_vlen(blob, dense_len)
+    Strings::from_vlen(blob, dense_len).named(name)
 }
 
 /// 0-based linear (column-major) positions of the stored values.
@@ -370,6 +383,7 @@ mod tests {
             ready(b"x\nyz\n"),
             2,
             4,
+            "v",
         );
         let bytes = dense.vlen().bytes().unwrap();
         assert_eq!(dense.vlen().known_len(), Some(bytes.len()));
@@ -391,6 +405,7 @@ mod tests {
             ready(b"a\nb\n"),
             2,
             4,
+            "m",
         );
         let bytes = m.vlen().bytes().unwrap();
         assert_eq!(

@@ -75,7 +75,7 @@ pub fn read_zarr_daf(index: &StoreIndex, path: &Path) -> Result<Dataset, FormatE
                 // entries now (as FilesDaf axes are counted), never trusted from the shape.
                 decode_vlen(a.blob.bytes()?.as_slice(), *n).map_err(FormatError::Bad)?;
                 Ok(Axis {
-                    entries: Strings::from_vlen(a.blob, *n),
+                    entries: Strings::from_vlen(a.blob, *n).named(key.as_str()),
                     mtime: a.mtime,
                 })
             }
@@ -219,10 +219,13 @@ pub(crate) fn read_property(
                 eltype: t,
                 data: array.blob,
             },
-            ArrayKind::Strings => Payload::DenseStrings(Strings::from_vlen(
-                array.blob,
-                shape[0].saturating_mul(shape.get(1).copied().unwrap_or(1)),
-            )),
+            ArrayKind::Strings => Payload::DenseStrings(
+                Strings::from_vlen(
+                    array.blob,
+                    shape[0].saturating_mul(shape.get(1).copied().unwrap_or(1)),
+                )
+                .named(key),
+            ),
         };
         return Ok(Property {
             payload,

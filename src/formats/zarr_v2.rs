@@ -219,6 +219,29 @@ pub fn all_chunks_stored(index: &StoreIndex, key: &str) -> Result<bool, FormatEr
     Ok(layout.grid_total() == Some(stored))
 }
 
+/// Checks, in O(1), that a vlen-utf8 chunk starts with a count of `len` items and has room for
+/// their lengths (so sizes computed from it are sane); items are checked when converted.
+fn vlen_header_fits(data: &[u8], len: u64) -> Result<(), String> {
+    let header = data
+        .get(..4)
+        .ok_or("vlen-utf8 chunk shorter than its header")?;
+    let count = u64::from(u32::from_le_bytes([
+        header[0], header[1], header[2], header[3],
+    ]));
+    if count != len {
+        return Err(format!(
+            "vlen-utf8 chunk holds {count} items, {len} expected"
+        ));
+    }
+    if (data.len() as u64 - 4) / 4 < count {
+        return Err(format!(
+            "vlen-utf8 chunk of {} bytes cannot hold {count} items",
+            data.len()
+        ));
+    }
+    Ok(())
+}
+
 /// Opens the array stored under `key` (`key/.zarray` and its chunks).
 pub fn open_array(index: &StoreIndex, key: &str) -> Result<ZarrArray, FormatError> {
     let meta_entry = index
@@ -255,7 +278,11 @@ pub fn open_array(index: &StoreIndex, key: &str) -> Result<ZarrArray, FormatErro
         if let Some(chunk) = index.get(&chunk_key(&zeros)) {
             let fits = match kind {
                 ArrayKind::Numeric(t, _) => Some(chunk.blob.len()?) == len.checked_mul(t.size()),
-                ArrayKind::Strings => true,
+                ArrayKind::Strings => {
+                    vlen_header_fits(chunk.blob.bytes()?.as_slice(), len)
+                        .map_err(FormatError::Bad)?;
+                    true
+                }
             };
             if fits {
                 return Ok(ZarrArray {
@@ -280,11 +307,13 @@ pub fn open_array(index: &StoreIndex, key: &str) -> Result<ZarrArray, FormatErro
                 .map(Bytes::from_vec)
                 .map_err(|e| crate::stores::StoreError::Produce(format!("decoding {what}: {e}")))
         }),
-        ArrayKind::Strings => Blob::lazy(None, move || {
+        // The length of decoded strings is only known once decoded, and every `stat` needs
+        // it: decoded now, so an array that cannot be decoded is skipped, not an EIO on `ls`.
+        ArrayKind::Strings => Blob::ready(
             assemble_strings(&layout, &stored)
                 .map(Bytes::from_vec)
-                .map_err(|e| crate::stores::StoreError::Produce(format!("decoding {what}: {e}")))
-        }),
+                .map_err(|e| FormatError::bad(format!("decoding {what}: {e}")))?,
+        ),
     };
     Ok(ZarrArray {
         kind,

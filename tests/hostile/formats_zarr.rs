@@ -80,8 +80,9 @@ fn deflate(data: &[u8]) -> Vec<u8> {
     z.finish().unwrap()
 }
 
-/// `score` stored compressed by `id`, its only chunk `chunk`: EIO in both views at first read.
-fn bomb(name: &'static str, id: &'static str, chunk: Vec<u8>) -> Case {
+/// `score` stored compressed by `id`, its only chunk `chunk`: EIO in both views at first read,
+/// with a log line naming it and one containing `why`.
+fn bomb(name: &'static str, id: &'static str, why: &'static str, chunk: Vec<u8>) -> Case {
     zcase(
         &format!("{name} bomb"),
         mounted(
@@ -89,7 +90,7 @@ fn bomb(name: &'static str, id: &'static str, chunk: Vec<u8>) -> Case {
                 "zarr_v2.daf/vectors/cell/score.data",
                 "zarr_v2.daf.zarr/vectors/cell/score/0",
             ],
-            &["decoding vectors/cell/score"],
+            &["decoding vectors/cell/score", why],
             &[],
             &["zarr_v2.daf/vectors/cell/type.txt"],
         ),
@@ -158,37 +159,55 @@ pub fn cases() -> Vec<Case> {
         mounted(&[], &["FIFO"], &SCORE_GONE, &[]),
         |r| fifo(r, "vectors/cell/score/.zarray"),
     ));
-    let zeros = vec![0u8; 64 << 20];
-    cases.push(bomb("zlib", "zlib", deflate(&zeros)));
-    cases.push(bomb("gzip", "gzip", {
+    let zeros = vec![0u8; 8 << 20];
+    let more = "decompresses to more than 12 bytes";
+    cases.push(bomb("zlib", "zlib", more, deflate(&zeros)));
+    // Concatenated members/frames decode as one stream: 128 × 8 MiB = 1 GiB of zeros.
+    cases.push(bomb("gzip 1 GiB", "gzip", more, {
         let mut g = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
         g.write_all(&zeros).unwrap();
-        g.finish().unwrap()
+        g.finish().unwrap().repeat(128)
     }));
     cases.push(bomb(
+        "zstd 1 GiB",
         "zstd",
-        "zstd",
-        zstd::encode_all(&zeros[..], 19).unwrap(),
+        more,
+        zstd::encode_all(&zeros[..], 19).unwrap().repeat(128),
     ));
-    cases.push(bomb("bz2", "bz2", {
+    cases.push(bomb("bz2", "bz2", more, {
         let mut b = bzip2::write::BzEncoder::new(Vec::new(), bzip2::Compression::best());
-        b.write_all(&zeros[..8 << 20]).unwrap();
+        b.write_all(&zeros).unwrap();
         b.finish().unwrap()
     }));
-    cases.push(bomb("lz4 forged size", "lz4", {
-        let mut lz = u32::MAX.to_le_bytes().to_vec();
-        lz.extend(lz4_flex::block::compress(&zeros[..1 << 20]));
-        lz
-    }));
-    cases.push(bomb("blosc forged size", "blosc", {
-        let mut b = vec![2u8, 1, 1, 4];
-        b.extend(u32::MAX.to_le_bytes());
-        b.extend(4096u32.to_le_bytes());
-        b.extend(32u32.to_le_bytes());
-        b.extend([0u8; 16]);
-        b
-    }));
-    cases.push(bomb("garbage zlib", "zlib", b"not zlib at all".to_vec()));
+    cases.push(bomb(
+        "lz4 forged size",
+        "lz4",
+        "decompresses to more than",
+        {
+            let mut lz = u32::MAX.to_le_bytes().to_vec();
+            lz.extend(lz4_flex::block::compress(&zeros[..1 << 20]));
+            lz
+        },
+    ));
+    cases.push(bomb(
+        "blosc forged size",
+        "blosc",
+        "decompresses to more than",
+        {
+            let mut b = vec![2u8, 1, 1, 4];
+            b.extend(u32::MAX.to_le_bytes());
+            b.extend(4096u32.to_le_bytes());
+            b.extend(32u32.to_le_bytes());
+            b.extend([0u8; 16]);
+            b
+        },
+    ));
+    cases.push(bomb(
+        "garbage zlib",
+        "zlib",
+        "vectors/cell/score",
+        b"not zlib at all".to_vec(),
+    ));
     cases.extend(shape_cases());
     cases.extend(string_cases());
     cases.extend(node_cases());

@@ -211,6 +211,7 @@ pub fn cases() -> Vec<Case> {
     cases.extend(shape_cases());
     cases.extend(string_cases());
     cases.extend(node_cases());
+    cases.extend(zip_cases());
     cases
 }
 
@@ -499,6 +500,88 @@ fn node_cases() -> Vec<Case> {
                 &[],
             ),
             |r| link(r, "axes/etc", "/etc"),
+        ),
+    ]
+}
+
+/// Zips the directory `src` into `out` (stored entries, sorted names, `extra` entries added).
+fn zip_dir(src: &Path, out: &Path, extra: &[(&str, &[u8])]) {
+    let script = r#"
+import os, sys, zipfile
+src, out = sys.argv[1], sys.argv[2]
+extra = sys.argv[3:]
+with zipfile.ZipFile(out, "w") as z:
+    for root, dirs, files in sorted(os.walk(src)):
+        for f in sorted(files):
+            p = os.path.join(root, f)
+            z.write(p, os.path.relpath(p, src))
+    for i in range(0, len(extra), 2):
+        z.writestr(extra[i], open(extra[i + 1], "rb").read())
+"#;
+    let mut cmd = std::process::Command::new("python3");
+    cmd.arg("-c").arg(script).arg(src).arg(out);
+    for (i, (name, bytes)) in extra.iter().enumerate() {
+        let file = out.with_extension(format!("extra{i}"));
+        std::fs::write(&file, bytes).unwrap();
+        cmd.arg(name).arg(file);
+    }
+    assert!(cmd.status().unwrap().success(), "zipping {}", src.display());
+}
+
+/// Formats inside ZIP archives: hostile entry names and a huge `.zarray`.
+pub fn zip_cases() -> Vec<Case> {
+    let scalar: &[u8] = b"{\"type\":\"Int64\",\"value\":1}\n";
+    vec![
+        Case::new(
+            "zipdaf: hostile entry names",
+            mounted(
+                &[],
+                &["a name that is '.' or '..'", "control character"],
+                &["files_v1_0.daf/scalars/a\u{7}b.json"],
+                &["files_v1_0.daf/scalars/ratio.json"],
+            ),
+            move |dir| {
+                let src = fixture_copy(dir, "files_v1_0.daf");
+                let out = dir.join("files_v1_0.daf.zip");
+                zip_dir(
+                    &src,
+                    &out,
+                    &[
+                        ("scalars/...json", scalar),
+                        ("scalars/a\u{7}b.json", scalar),
+                        ("vectors/cell/../../scalars/x.json", scalar),
+                        ("vectors/../../../etc/passwd.json", scalar),
+                    ],
+                );
+                out.display().to_string()
+            },
+        ),
+        Case::new(
+            "zarr zip: .. keys and a huge axis",
+            mounted(
+                &[],
+                &["skipping axes/cell"],
+                &["zarr_v2.daf/axes/cell.txt", "zarr_v2.daf.zarr/axes/cell"],
+                &["zarr_v2.daf/axes/gene.txt", "zarr_v2.daf.zarr/.zmetadata"],
+            ),
+            |dir| {
+                let src = fixture_copy(dir, "zarr_v2.daf.zarr");
+                put(
+                    &src,
+                    "axes/cell/.zarray",
+                    r#"{"dtype":"|O","filters":[{"id":"vlen-utf8"}],"shape":[1099511627776],"order":"C","zarr_format":2,"chunks":[1],"fill_value":null,"compressor":null}"#,
+                );
+                let out = dir.join("zarr_v2.daf.zarr.zip");
+                zip_dir(
+                    &src,
+                    &out,
+                    &[
+                        ("matrices/cell/../../.zgroup", b"{\"zarr_format\":2}"),
+                        ("vectors/cell/../x/.zarray", b"{}"),
+                    ],
+                );
+                out.display().to_string()
+            },
         ),
     ]
 }

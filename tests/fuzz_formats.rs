@@ -381,3 +381,61 @@ proptest! {
         }
     }
 }
+
+// Regressions: inputs the targets above found (or that the issue reported) before the fixes.
+
+/// Found by `vlen_decodes_only_what_it_can_round_trip` without the count check: a forged count
+/// of ~2^32 items made `decode_vlen` allocate 25 GB and abort the process.
+#[test]
+fn regression_vlen_forged_count_is_refused_before_allocating() {
+    let mut data = encode_vlen([&b"a"[..]].into_iter(), 1);
+    data[..4].copy_from_slice(&0xF000_0000u32.to_le_bytes());
+    let err = decode_vlen(&data, 0xF000_0000).unwrap_err();
+    assert!(err.contains("cannot hold"), "{err}");
+}
+
+fn open_zarray(doc: &str, chunks: &[(&str, &[u8])]) -> Result<Vec<u8>, String> {
+    let mut files = vec![("arr/.zarray".to_string(), doc.as_bytes().to_vec())];
+    files.extend(chunks.iter().map(|(k, v)| (format!("arr/{k}"), v.to_vec())));
+    let array = open_array(&index(&files), "arr").map_err(|e| e.to_string())?;
+    let bytes = array.blob.bytes().map_err(|e| e.to_string())?;
+    Ok(bytes.as_slice().to_vec())
+}
+
+/// The issue's `.zarray` with shape 2^40 and chunks [1]: opening it enumerated the chunk grid
+/// (the mount grew by 1 GB/s). It must open at once and fail to decode without allocating.
+#[test]
+fn regression_huge_grid_is_never_enumerated() {
+    let started = std::time::Instant::now();
+    let doc = r#"{"zarr_format":2,"shape":[1099511627776],"chunks":[1],"dtype":"<f8","compressor":{"id":"zlib"},"order":"C","filters":null,"fill_value":null}"#;
+    let err = open_zarray(doc, &[("0", b"x")]).unwrap_err();
+    assert!(err.contains("limit"), "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(2));
+}
+
+/// Shapes whose element count overflows a u64 (a debug-build panic, a wrapped size in release).
+#[test]
+fn regression_overflowing_shapes_are_refused() {
+    for shape in [
+        "[1099511627776,1099511627776]",
+        "[18446744073709551615,2]",
+        "[4611686018427387904]",
+    ] {
+        let doc = format!(
+            r#"{{"zarr_format":2,"shape":{shape},"chunks":[1,1],"dtype":"<f8","compressor":null,"order":"C","filters":null,"fill_value":null}}"#
+        )
+        .replace("\"chunks\":[1,1]", if shape.contains(',') { "\"chunks\":[1,1]" } else { "\"chunks\":[1]" });
+        let err = open_zarray(&doc, &[]).unwrap_err();
+        assert!(err.contains("too many elements"), "{shape}: {err}");
+    }
+}
+
+/// A chunk shape far larger than the array: its decoded size is checked before decompressing.
+#[test]
+fn regression_chunk_larger_than_the_limit_is_refused() {
+    let doc = r#"{"zarr_format":2,"shape":[3],"chunks":[1099511627776],"dtype":"<f4","compressor":{"id":"lz4"},"order":"C","filters":null,"fill_value":null}"#;
+    let mut lz4 = u32::MAX.to_le_bytes().to_vec();
+    lz4.extend([0u8; 8]);
+    let err = open_zarray(doc, &[("0", &lz4)]).unwrap_err();
+    assert!(err.contains("limit"), "{err}");
+}

@@ -63,6 +63,36 @@ pub fn decode_vlen(data: &[u8], expected: u64) -> Result<Vec<&[u8]>, String> {
     Ok(items)
 }
 
+/// Checks that a vlen-utf8 buffer holds exactly `expected` well-formed items, without
+/// allocating (an axis of millions of entries is checked at mount).
+pub fn check_vlen(data: &[u8], expected: u64) -> Result<(), String> {
+    let header = data
+        .get(..4)
+        .ok_or("vlen-utf8 buffer shorter than its header")?;
+    let count = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
+    if u64::from(count) != expected {
+        return Err(format!(
+            "vlen-utf8 buffer holds {count} items, {expected} expected"
+        ));
+    }
+    let mut at = 4usize;
+    for _ in 0..count {
+        let len = data.get(at..at + 4).ok_or("vlen-utf8 buffer cut short")?;
+        let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
+        at = at
+            .checked_add(4 + len)
+            .filter(|&end| end <= data.len())
+            .ok_or("vlen-utf8 item runs past the buffer")?;
+    }
+    if at != data.len() {
+        return Err(format!(
+            "vlen-utf8 buffer has {} trailing bytes",
+            data.len() - at
+        ));
+    }
+    Ok(())
+}
+
 /// Splits `\n`-terminated text into exactly `expected` lines.
 pub fn split_lines(text: &[u8], expected: u64) -> Result<Vec<&[u8]>, String> {
     if text.is_empty() {
@@ -370,6 +400,10 @@ mod tests {
         assert_eq!(count_lines(b"c1\nc2\nc3\n"), Ok(3));
         assert!(count_lines(b"c1\nc2").is_err());
         assert!(decode_vlen(b"\x01\x00\x00\x00\x09\x00\x00\x00ab", 1).is_err());
+        assert!(check_vlen(b"\x01\x00\x00\x00\x09\x00\x00\x00ab", 1).is_err());
+        assert!(check_vlen(b"\x01\x00\x00\x00\x02\x00\x00\x00ab", 1).is_ok());
+        assert!(check_vlen(b"\x01\x00\x00\x00\x01\x00\x00\x00ab", 1).is_err());
+        assert!(check_vlen(b"\xff\xff\xff\xff", u64::from(u32::MAX)).is_err());
     }
 
     #[test]

@@ -12,7 +12,7 @@ use crate::stores::StoreIndex;
 use super::model::{Axis, Dataset, Payload, Property, ScalarProperty, SparseIndex};
 use super::names::accept_name;
 use super::scalar::Scalar;
-use super::strings::{decode_vlen, Strings};
+use super::strings::{check_vlen, decode_vlen, Strings};
 use super::types::NumType;
 use super::zarr_decode::ArrayKind;
 use super::zarr_v2::{open_array, ZarrArray};
@@ -73,7 +73,7 @@ pub fn read_zarr_daf(index: &StoreIndex, path: &Path) -> Result<Dataset, FormatE
             (ArrayKind::Strings, [n]) => {
                 // Axis lengths size every property along them: checked against the stored
                 // entries now (as FilesDaf axes are counted), never trusted from the shape.
-                decode_vlen(a.blob.bytes()?.as_slice(), *n).map_err(FormatError::Bad)?;
+                check_vlen(a.blob.bytes()?.as_slice(), *n).map_err(FormatError::Bad)?;
                 Ok(Axis {
                     entries: Strings::from_vlen(a.blob, *n).named(key.as_str()),
                     mtime: a.mtime,

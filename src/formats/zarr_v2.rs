@@ -220,7 +220,8 @@ pub fn all_chunks_stored(index: &StoreIndex, key: &str) -> Result<bool, FormatEr
 }
 
 /// Checks, in O(1), that a vlen-utf8 chunk starts with a count of `len` items and has room for
-/// their lengths (so sizes computed from it are sane); items are checked when converted.
+/// their lengths (so sizes computed from it are sane); items are checked when converted. Read
+/// only where that is free (a mapped file, bytes at hand), never by decompressing at mount.
 fn vlen_header_fits(data: &[u8], len: u64) -> Result<(), String> {
     let header = data
         .get(..4)
@@ -279,8 +280,23 @@ pub fn open_array(index: &StoreIndex, key: &str) -> Result<ZarrArray, FormatErro
             let fits = match kind {
                 ArrayKind::Numeric(t, _) => Some(chunk.blob.len()?) == len.checked_mul(t.size()),
                 ArrayKind::Strings => {
-                    vlen_header_fits(chunk.blob.bytes()?.as_slice(), len)
-                        .map_err(FormatError::Bad)?;
+                    // Room for the header and a length per item: known without reading.
+                    let room = len.checked_mul(4).and_then(|n| n.checked_add(4));
+                    let short = match (chunk.blob.known_len(), room) {
+                        (_, None) => true,
+                        (Some(n), Some(room)) => n < room,
+                        (None, Some(_)) => false,
+                    };
+                    if short {
+                        return Err(FormatError::bad(format!(
+                            "vlen-utf8 chunk too short for {len} items"
+                        )));
+                    }
+                    // The count itself, where reading it costs no decompression.
+                    if chunk.blob.is_materialized() || chunk.blob.backing_file().is_some() {
+                        vlen_header_fits(chunk.blob.bytes()?.as_slice(), len)
+                            .map_err(FormatError::Bad)?;
+                    }
                     true
                 }
             };

@@ -11,6 +11,8 @@ mod common;
 
 #[path = "hostile/formats.rs"]
 mod formats;
+#[path = "hostile/formats_links.rs"]
+mod formats_links;
 #[path = "hostile/formats_zarr.rs"]
 mod formats_zarr;
 #[path = "hostile/zip.rs"]

@@ -1,6 +1,7 @@
 //! Hostile FilesDaf content in directory sources: bad `daf.json` and descriptors, bad scalars,
-//! axes and payloads, hostile names, symlinks (inside, outside, loops, to directories), FIFOs,
-//! sockets, non-UTF-8, deep directories. Zarr content is in `formats_zarr.rs`.
+//! axes and payloads, hostile and non-UTF-8 names, FIFO payloads, deep directories, and the
+//! helpers the other format families share. Symbolic links, FIFOs and sockets are in
+//! `formats_links.rs`, Zarr content in `formats_zarr.rs`.
 
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::symlink;
@@ -52,7 +53,7 @@ fn files(dir: &Path) -> PathBuf {
 }
 
 /// A FilesDaf case: the fixture changed by `edit`.
-fn fcase(name: &str, expect: Expect, edit: impl Fn(&Path) + 'static) -> Case {
+pub fn fcase(name: &str, expect: Expect, edit: impl Fn(&Path) + 'static) -> Case {
     Case::new(format!("filesdaf: {name}"), expect, move |dir| {
         let root = files(dir);
         edit(&root);
@@ -243,7 +244,7 @@ pub fn cases() -> Vec<Case> {
     }
     cases.extend(name_cases());
     cases.extend(payload_cases());
-    cases.extend(link_cases());
+    cases.extend(super::formats_links::cases());
     cases
 }
 
@@ -497,125 +498,6 @@ fn payload_cases() -> Vec<Case> {
                 );
                 put(r, "vectors/cell/names.nzind", [200u8]);
                 put(r, "vectors/cell/names.nztxt", "x\n");
-            },
-        ),
-    ]
-}
-
-/// Symbolic links, FIFOs and sockets in the source.
-fn link_cases() -> Vec<Case> {
-    let outside = "points outside the source";
-    vec![
-        fcase(
-            "scalar linking inside the root",
-            mounted(
-                &[],
-                &[],
-                &[],
-                &[
-                    "files_v1_0.daf/scalars/alias.json",
-                    "files_v1_0.daf.zarr/scalars/alias/0",
-                ],
-            ),
-            |r| link(r, "scalars/alias.json", "ratio.json"),
-        ),
-        fcase(
-            "scalar linking outside the root",
-            mounted(
-                &[],
-                &[outside],
-                &["files_v1_0.daf/scalars/secret.json"],
-                &[],
-            ),
-            |r| {
-                put(
-                    r,
-                    "../secret.json",
-                    "{\"type\":\"String\",\"value\":\"secret\"}\n",
-                );
-                link(r, "scalars/secret.json", r.join("../secret.json"));
-            },
-        ),
-        fcase(
-            "payload linking outside through ..",
-            mounted(
-                &[],
-                &[outside, "skipping vectors/cell/score"],
-                &["files_v1_0.daf/vectors/cell/score.data"],
-                &[],
-            ),
-            |r| {
-                std::fs::copy(r.join("vectors/cell/score.data"), r.join("../score.data")).unwrap();
-                link(r, "vectors/cell/score.data", "../../../score.data");
-            },
-        ),
-        fcase(
-            "axis linking to /etc/passwd",
-            mounted(&[], &[outside], &["files_v1_0.daf/axes/passwd.txt"], &[]),
-            |r| link(r, "axes/passwd.txt", "/etc/passwd"),
-        ),
-        fcase(
-            "symlink loop",
-            mounted(
-                &[],
-                &["skipping symbolic link"],
-                &["files_v1_0.daf/scalars/loop.json"],
-                &[],
-            ),
-            |r| {
-                link(r, "scalars/loop.json", "loop2.json");
-                link(r, "scalars/loop2.json", "loop.json");
-            },
-        ),
-        fcase(
-            "dangling symlink",
-            mounted(
-                &[],
-                &["skipping symbolic link"],
-                &["files_v1_0.daf/scalars/gone.json"],
-                &[],
-            ),
-            |r| link(r, "scalars/gone.json", "nowhere.json"),
-        ),
-        fcase(
-            "symlink to a directory",
-            mounted(
-                &[],
-                &["links to directories are not followed"],
-                &["files_v1_0.daf/vectors/cell2"],
-                &[],
-            ),
-            |r| link(r, "vectors/cell2", "cell"),
-        ),
-        fcase(
-            "symlink to the root's parent",
-            mounted(&[], &[outside], &["files_v1_0.daf/vectors/up"], &[]),
-            |r| link(r, "vectors/up", "../.."),
-        ),
-        fcase(
-            "symlink to a FIFO",
-            mounted(
-                &[],
-                &["not a regular file"],
-                &["files_v1_0.daf/scalars/f.json"],
-                &[],
-            ),
-            |r| {
-                fifo(r, "scalars/fifo");
-                link(r, "scalars/f.json", "fifo");
-            },
-        ),
-        fcase(
-            "socket as a scalar",
-            mounted(
-                &[],
-                &["not a regular file"],
-                &["files_v1_0.daf/scalars/s.json"],
-                &[],
-            ),
-            |r| {
-                let _listener =
-                    std::os::unix::net::UnixListener::bind(r.join("scalars/s.json")).unwrap();
             },
         ),
     ]

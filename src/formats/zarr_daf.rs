@@ -38,8 +38,13 @@ pub fn read_zarr_daf(index: &StoreIndex, path: &Path) -> Result<Dataset, FormatE
     if !index.contains("daf/.zarray") {
         return Err(not_daf("Zarr group without a 'daf' version array"));
     }
-    let marker = open_array(index, "daf")?;
-    let version = marker.blob.bytes()?;
+    // A marker that cannot be read refuses the source with one line naming it.
+    let bad_marker = |e: &dyn std::fmt::Display| FormatError::NotDaf {
+        path: path.join("daf"),
+        why: format!("unreadable 'daf' version array: {e}"),
+    };
+    let marker = open_array(index, "daf").map_err(|e| bad_marker(&e))?;
+    let version = marker.blob.bytes().map_err(|e| bad_marker(&e))?;
     match (marker.kind, version.as_slice()) {
         (ArrayKind::Numeric(..), [1, 0]) => {}
         (ArrayKind::Numeric(NumType::UInt8 | NumType::Int8, _), [major, minor]) => {

@@ -272,6 +272,16 @@ fn shape_cases() -> Vec<Case> {
             },
         ),
         zcase(
+            "daf marker .zarray not JSON",
+            Expect::Refused("unreadable 'daf' version array: invalid JSON"),
+            |r| put(r, "daf/.zarray", "{\"zarr_format\":"),
+        ),
+        zcase(
+            "daf marker chunk missing (fill: version 0.0)",
+            Expect::Refused("unsupported ZarrDaf version 0.0"),
+            |r| std::fs::remove_file(r.join("daf/0")).unwrap(),
+        ),
+        zcase(
             "daf marker of a future version",
             Expect::Refused("unsupported ZarrDaf version 2.0"),
             |r| put(r, "daf/0", [2u8, 0]),

@@ -473,6 +473,23 @@ fn payload_cases() -> Vec<Case> {
             |r| put(r, "vectors/cell/type.txt", "T\nB\n"),
         ),
         fcase(
+            "text not UTF-8 is served as it is",
+            mounted(
+                &[],
+                &[],
+                &[],
+                &[
+                    "files_v1_0.daf/vectors/cell/type.txt",
+                    "files_v1_0.daf.zarr/vectors/cell/type/0",
+                    "files_v1_0.daf/axes/gene.txt",
+                ],
+            ),
+            |r| {
+                put(r, "vectors/cell/type.txt", b"\xff\n\xfe\xfd\n\xc0\n");
+                put(r, "axes/gene.txt", b"g\xff1\ng2\n");
+            },
+        ),
+        fcase(
             "text with too many lines",
             mounted(
                 &["files_v1_0.daf.zarr/vectors/cell/type/0"],

@@ -11,6 +11,10 @@ mod common;
 
 #[path = "hostile/formats.rs"]
 mod formats;
+#[path = "hostile/formats_links.rs"]
+mod formats_links;
+#[path = "hostile/formats_zarr.rs"]
+mod formats_zarr;
 #[path = "hostile/zip.rs"]
 mod zip;
 
@@ -359,7 +363,11 @@ fn stop(mut daemon: Daemon) -> String {
 #[test]
 fn hostile_sources_never_crash_hang_or_exhaust_the_daemon() {
     require_fuse!();
-    let cases: Vec<Case> = formats::cases().into_iter().chain(zip::cases()).collect();
+    let cases: Vec<Case> = formats::cases()
+        .into_iter()
+        .chain(formats_zarr::cases())
+        .chain(zip::cases())
+        .collect();
     let mut failures = Vec::new();
     for case in &cases {
         if let Err(why) = run_case(case) {

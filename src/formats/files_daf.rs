@@ -15,6 +15,7 @@ use crate::stores::{Blob, Entry, StoreIndex};
 
 use super::json::{parse_descriptor, Descriptor, FilesVersion};
 use super::model::{Axis, Dataset, Payload, Property, ScalarProperty, Shape, SparseIndex};
+use super::names::accept_name;
 use super::scalar::Scalar;
 use super::strings::{count_lines, densify_sparse_strings, SparsePositions, Strings};
 use super::types::{ElementType, NumType};
@@ -36,6 +37,9 @@ pub fn read_files_daf(index: &StoreIndex, path: &Path) -> Result<Dataset, Format
             continue;
         };
         let key = format!("axes/{file}");
+        if !accept_name(name, &format!("axis {key:?} in {}", path.display())) {
+            continue;
+        }
         match read_axis(index, &key) {
             Ok(axis) => {
                 dataset.axes.insert(name.to_string(), axis);
@@ -48,6 +52,9 @@ pub fn read_files_daf(index: &StoreIndex, path: &Path) -> Result<Dataset, Format
             continue;
         };
         let key = format!("scalars/{file}");
+        if !accept_name(name, &format!("scalar {key:?} in {}", path.display())) {
+            continue;
+        }
         let Some(entry) = index.get(&key) else {
             continue;
         };
@@ -70,6 +77,9 @@ pub fn read_files_daf(index: &StoreIndex, path: &Path) -> Result<Dataset, Format
         }
     }
     for axis in index.children("vectors") {
+        if !accept_name(&axis, &format!("vectors/{axis:?}/ in {}", path.display())) {
+            continue;
+        }
         let Some(len) = dataset.axes.get(&axis).map(Axis::len) else {
             log::warn!(
                 "skipping vectors/{axis}/: no axis {axis} in {}",
@@ -82,7 +92,16 @@ pub fn read_files_daf(index: &StoreIndex, path: &Path) -> Result<Dataset, Format
         dataset.vectors.insert(axis, props);
     }
     for rows in index.children("matrices") {
+        if !accept_name(&rows, &format!("matrices/{rows:?}/ in {}", path.display())) {
+            continue;
+        }
         for cols in index.children(&format!("matrices/{rows}")) {
+            if !accept_name(
+                &cols,
+                &format!("matrices/{rows}/{cols:?}/ in {}", path.display()),
+            ) {
+                continue;
+            }
             let (Some(nrows), Some(ncols)) = (
                 dataset.axes.get(&rows).map(Axis::len),
                 dataset.axes.get(&cols).map(Axis::len),
@@ -145,7 +164,7 @@ pub(crate) fn read_axis(index: &StoreIndex, key: &str) -> Result<Axis, FormatErr
     let entry = index.get(key).ok_or_else(|| FormatError::bad("missing"))?;
     let count = count_lines(entry.blob.bytes()?.as_slice()).map_err(FormatError::Bad)?;
     Ok(Axis {
-        entries: Strings::from_lines(entry.blob.clone(), count),
+        entries: Strings::from_lines(entry.blob.clone(), count).named(key),
         mtime: entry.mtime,
     })
 }
@@ -162,6 +181,9 @@ fn read_properties(
             continue;
         };
         let base = format!("{dir}/{name}");
+        if !accept_name(name, &format!("{base:?} in {}", path.display())) {
+            continue;
+        }
         match read_property(index, &base, shape) {
             Ok(prop) => {
                 props.insert(name.to_string(), prop);
@@ -195,7 +217,7 @@ impl PropertyFiles<'_> {
     fn sized(&mut self, ext: &str, t: NumType, count: u64) -> Result<Arc<Blob>, FormatError> {
         let blob = self.required(ext)?;
         let len = blob.len()?;
-        if len != count * t.size() {
+        if Some(len) != count.checked_mul(t.size()) {
             return Err(FormatError::bad(format!(
                 ".{ext} has {len} bytes, {count} × {} expected",
                 t.julia_name()
@@ -236,13 +258,14 @@ pub(crate) fn read_property(
     let payload = match descriptor {
         Descriptor::Dense {
             eltype: ElementType::String,
-        } => Payload::DenseStrings(Strings::from_lines(files.required("txt")?, len)),
+        } => Payload::DenseStrings(Strings::from_lines(files.required("txt")?, len).named(base)),
         Descriptor::Dense {
             eltype: ElementType::Num(t),
         } => {
             let data = files.required("data")?;
             let available = data.len()?;
-            if available < len * t.size() {
+            let needed = len.saturating_mul(t.size());
+            if available < needed {
                 return Err(FormatError::bad(format!(
                     ".data has {available} bytes, {len} × {} needed",
                     t.julia_name()
@@ -251,7 +274,7 @@ pub(crate) fn read_property(
             // Julia may write a longer .data (constant fills); show exactly the logical size.
             Payload::Dense {
                 eltype: t,
-                data: Blob::slice(&data, 0, len * t.size()),
+                data: Blob::slice(&data, 0, needed),
             }
         }
         Descriptor::Sparse {
@@ -298,8 +321,14 @@ pub(crate) fn read_property(
                         }
                         _ => return Err(FormatError::bad("matrix index on a vector")),
                     };
-                    let dense =
-                        densify_sparse_strings(positions, indtype, nztxt.clone(), found_nnz, len);
+                    let dense = densify_sparse_strings(
+                        positions,
+                        indtype,
+                        nztxt.clone(),
+                        found_nnz,
+                        len,
+                        base,
+                    );
                     Payload::SparseStrings {
                         indtype,
                         index,

@@ -5,10 +5,12 @@
 //! `zarr_v2` (the seed's ZarrDaf layout, in a directory or a ZIP, including arrays written by
 //! foreign Zarr tools, decoded by `zarr_decode`). Readers check versions and sizes up front and
 //! skip (with a warning) a property that is inconsistent, rather than refusing the whole mount.
+//! Every name taken from a source passes `names::check_name` before it is used.
 
 pub mod files_daf;
 pub mod json;
 pub mod model;
+pub mod names;
 pub mod scalar;
 pub mod source;
 pub mod strings;

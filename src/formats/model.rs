@@ -135,7 +135,8 @@ impl Shape {
     pub fn len(self) -> u64 {
         match self {
             Shape::Vector(n) => n,
-            Shape::Matrix(rows, cols) => rows * cols,
+            // Saturating: a product past u64 can match no stored payload, so it is refused.
+            Shape::Matrix(rows, cols) => rows.saturating_mul(cols),
         }
     }
 

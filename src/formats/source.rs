@@ -17,6 +17,7 @@ use crate::stores::{dir::open_directory, zip::open_zip, StoreError, StoreIndex};
 use super::files_daf::{files_version, read_files_daf};
 use super::json::FilesVersion;
 use super::model::Dataset;
+use super::names::check_name;
 use super::zarr_daf::read_zarr_daf;
 use super::FormatError;
 
@@ -74,6 +75,9 @@ pub fn parse_source(arg: &str) -> Result<SourceSpec, FormatError> {
             let group = group.trim_matches('/');
             if group.is_empty() {
                 return Err(bad(arg, "empty group name after '#/'"));
+            }
+            if let Some(why) = group.split('/').find_map(check_name) {
+                return Err(bad(arg, format!("the group has {why}")));
             }
             return Ok(SourceSpec::Zip {
                 path: PathBuf::from(format!("{container}{multi}")),
@@ -401,6 +405,11 @@ mod tests {
             ("x.daf.zarr.zip#/g", "can't address a sub-daf"),
             ("x.dafs.zarr.zip#/", "empty group name"),
             ("x.dafs.zarr.zip#g", "expected '#/<group>'"),
+            (
+                "x.dafs.zarr.zip#/a/../b",
+                "the group has a name that is '.' or '..'",
+            ),
+            ("x.dafs.zip#/a//b", "the group has an empty name"),
         ] {
             let err = parse_source(bad_path).unwrap_err().to_string();
             assert!(err.contains(message) && err.contains(bad_path), "{err}");

@@ -10,6 +10,7 @@ use std::sync::{Arc, OnceLock};
 use crate::stores::{Blob, Bytes, StoreError};
 
 use super::types::NumType;
+use super::zarr_decode::MAX_DECODED_BYTES;
 
 /// Encodes `count` items as one vlen-utf8 buffer.
 pub fn encode_vlen<'a>(items: impl Iterator<Item = &'a [u8]>, count: usize) -> Vec<u8> {
@@ -33,13 +34,22 @@ pub fn decode_vlen(data: &[u8], expected: u64) -> Result<Vec<&[u8]>, String> {
             "vlen-utf8 buffer holds {count} items, {expected} expected"
         ));
     }
+    // Every item takes at least its 4-byte length: a count the buffer cannot hold is refused
+    // before anything is allocated for it.
+    if u64::from(count) > (data.len() as u64 - 4) / 4 {
+        return Err(format!(
+            "vlen-utf8 buffer of {} bytes cannot hold {count} items",
+            data.len()
+        ));
+    }
     let mut items = Vec::with_capacity(count as usize);
     let mut at = 4usize;
     for _ in 0..count {
         let len = data.get(at..at + 4).ok_or("vlen-utf8 buffer cut short")?;
         let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
-        let item = data
-            .get(at + 4..at + 4 + len)
+        let item = at
+            .checked_add(4 + len)
+            .and_then(|end| data.get(at + 4..end))
             .ok_or("vlen-utf8 item runs past the buffer")?;
         items.push(item);
         at += 4 + len;
@@ -51,6 +61,36 @@ pub fn decode_vlen(data: &[u8], expected: u64) -> Result<Vec<&[u8]>, String> {
         ));
     }
     Ok(items)
+}
+
+/// Checks that a vlen-utf8 buffer holds exactly `expected` well-formed items, without
+/// allocating (an axis of millions of entries is checked at mount).
+pub fn check_vlen(data: &[u8], expected: u64) -> Result<(), String> {
+    let header = data
+        .get(..4)
+        .ok_or("vlen-utf8 buffer shorter than its header")?;
+    let count = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
+    if u64::from(count) != expected {
+        return Err(format!(
+            "vlen-utf8 buffer holds {count} items, {expected} expected"
+        ));
+    }
+    let mut at = 4usize;
+    for _ in 0..count {
+        let len = data.get(at..at + 4).ok_or("vlen-utf8 buffer cut short")?;
+        let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
+        at = at
+            .checked_add(4 + len)
+            .filter(|&end| end <= data.len())
+            .ok_or("vlen-utf8 item runs past the buffer")?;
+    }
+    if at != data.len() {
+        return Err(format!(
+            "vlen-utf8 buffer has {} trailing bytes",
+            data.len() - at
+        ));
+    }
+    Ok(())
 }
 
 /// Splits `\n`-terminated text into exactly `expected` lines.
@@ -108,6 +148,8 @@ fn produce_error(what: &str, e: String) -> StoreError {
 #[derive(Debug)]
 pub struct Strings {
     count: u64,
+    /// The property it belongs to, named in conversion errors.
+    name: String,
     lines: OnceLock<Arc<Blob>>,
     vlen: OnceLock<Arc<Blob>>,
 }
@@ -119,6 +161,7 @@ impl Strings {
         let _ = lines.set(blob);
         Strings {
             count,
+            name: String::new(),
             lines,
             vlen: OnceLock::new(),
         }
@@ -130,9 +173,16 @@ impl Strings {
         let _ = vlen.set(blob);
         Strings {
             count,
+            name: String::new(),
             lines: OnceLock::new(),
             vlen,
         }
+    }
+
+    /// The same strings, named `name` (a property or axis key) in conversion errors.
+    pub fn named(mut self, name: impl Into<String>) -> Strings {
+        self.name = name.into();
+        self
     }
 
     /// Number of strings.
@@ -143,6 +193,7 @@ impl Strings {
     /// The text-lines form (the source blob itself, or converted once from vlen).
     pub fn lines(&self) -> Arc<Blob> {
         let count = self.count;
+        let what = format!("{}: vlen-utf8 to text", self.name);
         self.lines
             .get_or_init(|| {
                 let vlen = self
@@ -151,14 +202,15 @@ impl Strings {
                     .cloned()
                     .unwrap_or_else(|| Blob::ready(Bytes::empty()));
                 // Each item loses its 4-byte length and gains a newline.
-                let len = vlen.known_len().map(|n| n.saturating_sub(4 + 3 * count));
+                let len = vlen
+                    .known_len()
+                    .map(|n| n.saturating_sub(count.saturating_mul(3).saturating_add(4)));
                 Blob::lazy(len, move || {
                     let data = vlen.bytes()?;
-                    let items = decode_vlen(data.as_slice(), count)
-                        .map_err(|e| produce_error("vlen-utf8 to text", e))?;
+                    let items =
+                        decode_vlen(data.as_slice(), count).map_err(|e| produce_error(&what, e))?;
                     Ok(Bytes::from_vec(
-                        lines_from_items(&items)
-                            .map_err(|e| produce_error("vlen-utf8 to text", e))?,
+                        lines_from_items(&items).map_err(|e| produce_error(&what, e))?,
                     ))
                 })
             })
@@ -168,6 +220,7 @@ impl Strings {
     /// The vlen-utf8 form (the source blob itself, or converted once from text lines).
     pub fn vlen(&self) -> Arc<Blob> {
         let count = self.count;
+        let what = format!("{}: text to vlen-utf8", self.name);
         self.vlen
             .get_or_init(|| {
                 let lines = self
@@ -175,11 +228,13 @@ impl Strings {
                     .get()
                     .cloned()
                     .unwrap_or_else(|| Blob::ready(Bytes::empty()));
-                let len = lines.known_len().map(|n| n + 4 + 3 * count);
+                let len = lines
+                    .known_len()
+                    .and_then(|n| n.checked_add(count.checked_mul(3)?.checked_add(4)?));
                 Blob::lazy(len, move || {
                     let data = lines.bytes()?;
-                    let items = split_lines(data.as_slice(), count)
-                        .map_err(|e| produce_error("text to vlen-utf8", e))?;
+                    let items =
+                        split_lines(data.as_slice(), count).map_err(|e| produce_error(&what, e))?;
                     Ok(Bytes::from_vec(encode_vlen(
                         items.into_iter(),
                         count as usize,
@@ -219,13 +274,28 @@ pub fn densify_sparse_strings(
     nztxt: Arc<Blob>,
     nnz: u64,
     dense_len: u64,
+    name: &str,
 ) -> Strings {
+    let what = format!("{name}: sparse strings to vlen-utf8");
     // Dense buffer: header, a length per element, and the bytes of the non-empty values.
-    let len = nztxt
-        .known_len()
-        .map(|n| 4 + 4 * dense_len + n.saturating_sub(nnz));
+    let len = nztxt.known_len().and_then(|n| {
+        dense_len
+            .checked_mul(4)?
+            .checked_add(4)?
+            .checked_add(n.saturating_sub(nnz))
+    });
     let blob = Blob::lazy(len, move || {
-        let what = "sparse strings to vlen-utf8";
+        let what = what.as_str();
+        // 16 bytes of bookkeeping per element: bounded like any decoded array.
+        if dense_len.saturating_mul(16) > MAX_DECODED_BYTES {
+            return Err(produce_error(
+                what,
+                format!(
+                    "{dense_len} elements, more than the limit of {} MiB allows",
+                    MAX_DECODED_BYTES >> 20
+                ),
+            ));
+        }
         let text = nztxt.bytes()?;
         let values = split_lines(text.as_slice(), nnz).map_err(|e| produce_error(what, e))?;
         let linear =
@@ -242,7 +312,7 @@ pub fn densify_sparse_strings(
             dense_len as usize,
         )))
     });
-    Strings::from_vlen(blob, dense_len)
+    Strings::from_vlen(blob, dense_len).named(name)
 }
 
 /// 0-based linear (column-major) positions of the stored values.
@@ -330,6 +400,10 @@ mod tests {
         assert_eq!(count_lines(b"c1\nc2\nc3\n"), Ok(3));
         assert!(count_lines(b"c1\nc2").is_err());
         assert!(decode_vlen(b"\x01\x00\x00\x00\x09\x00\x00\x00ab", 1).is_err());
+        assert!(check_vlen(b"\x01\x00\x00\x00\x09\x00\x00\x00ab", 1).is_err());
+        assert!(check_vlen(b"\x01\x00\x00\x00\x02\x00\x00\x00ab", 1).is_ok());
+        assert!(check_vlen(b"\x01\x00\x00\x00\x01\x00\x00\x00ab", 1).is_err());
+        assert!(check_vlen(b"\xff\xff\xff\xff", u64::from(u32::MAX)).is_err());
     }
 
     #[test]
@@ -343,6 +417,7 @@ mod tests {
             ready(b"x\nyz\n"),
             2,
             4,
+            "v",
         );
         let bytes = dense.vlen().bytes().unwrap();
         assert_eq!(dense.vlen().known_len(), Some(bytes.len()));
@@ -364,6 +439,7 @@ mod tests {
             ready(b"a\nb\n"),
             2,
             4,
+            "m",
         );
         let bytes = m.vlen().bytes().unwrap();
         assert_eq!(

@@ -10,8 +10,9 @@ use serde_json::Value;
 use crate::stores::StoreIndex;
 
 use super::model::{Axis, Dataset, Payload, Property, ScalarProperty, SparseIndex};
+use super::names::accept_name;
 use super::scalar::Scalar;
-use super::strings::{decode_vlen, Strings};
+use super::strings::{check_vlen, decode_vlen, Strings};
 use super::types::NumType;
 use super::zarr_decode::ArrayKind;
 use super::zarr_v2::{open_array, ZarrArray};
@@ -37,8 +38,13 @@ pub fn read_zarr_daf(index: &StoreIndex, path: &Path) -> Result<Dataset, FormatE
     if !index.contains("daf/.zarray") {
         return Err(not_daf("Zarr group without a 'daf' version array"));
     }
-    let marker = open_array(index, "daf")?;
-    let version = marker.blob.bytes()?;
+    // A marker that cannot be read refuses the source with one line naming it.
+    let bad_marker = |e: &dyn std::fmt::Display| FormatError::NotDaf {
+        path: path.join("daf"),
+        why: format!("unreadable 'daf' version array: {e}"),
+    };
+    let marker = open_array(index, "daf").map_err(|e| bad_marker(&e))?;
+    let version = marker.blob.bytes().map_err(|e| bad_marker(&e))?;
     match (marker.kind, version.as_slice()) {
         (ArrayKind::Numeric(..), [1, 0]) => {}
         (ArrayKind::Numeric(NumType::UInt8 | NumType::Int8, _), [major, minor]) => {
@@ -69,10 +75,15 @@ pub fn read_zarr_daf(index: &StoreIndex, path: &Path) -> Result<Dataset, FormatE
     for name in node_names(index, "axes") {
         let key = format!("axes/{name}");
         match open_array(index, &key).and_then(|a| match (a.kind, a.shape.as_slice()) {
-            (ArrayKind::Strings, [n]) => Ok(Axis {
-                entries: Strings::from_vlen(a.blob, *n),
-                mtime: a.mtime,
-            }),
+            (ArrayKind::Strings, [n]) => {
+                // Axis lengths size every property along them: checked against the stored
+                // entries now (as FilesDaf axes are counted), never trusted from the shape.
+                check_vlen(a.blob.bytes()?.as_slice(), *n).map_err(FormatError::Bad)?;
+                Ok(Axis {
+                    entries: Strings::from_vlen(a.blob, *n).named(key.as_str()),
+                    mtime: a.mtime,
+                })
+            }
             _ => Err(FormatError::bad("an axis must be a 1-D string array")),
         }) {
             Ok(axis) => {
@@ -137,7 +148,9 @@ fn subgroups(index: &StoreIndex, group: &str) -> Vec<String> {
         .children(group)
         .into_iter()
         .filter(|name| {
-            !name.starts_with('.') && !index.children(&format!("{group}/{name}")).is_empty()
+            !name.starts_with('.')
+                && !index.children(&format!("{group}/{name}")).is_empty()
+                && accept_name(name, &format!("group {group}/{name:?}"))
         })
         .collect()
 }
@@ -151,6 +164,7 @@ fn node_names(index: &StoreIndex, group: &str) -> Vec<String> {
             !name.starts_with('.')
                 && (index.contains(&format!("{group}/{name}/.zarray"))
                     || index.contains(&format!("{group}/{name}/.zgroup")))
+                && accept_name(name, &format!("node {group}/{name:?}"))
         })
         .collect()
 }
@@ -210,10 +224,13 @@ pub(crate) fn read_property(
                 eltype: t,
                 data: array.blob,
             },
-            ArrayKind::Strings => Payload::DenseStrings(Strings::from_vlen(
-                array.blob,
-                shape[0] * shape.get(1).copied().unwrap_or(1),
-            )),
+            ArrayKind::Strings => Payload::DenseStrings(
+                Strings::from_vlen(
+                    array.blob,
+                    shape[0].saturating_mul(shape.get(1).copied().unwrap_or(1)),
+                )
+                .named(key),
+            ),
         };
         return Ok(Property {
             payload,
@@ -240,11 +257,11 @@ pub(crate) fn read_property(
         if numeric(&rowval, "rowval")? != t {
             return Err(FormatError::bad("colptr and rowval have different types"));
         }
-        if colptr.element_count() != shape[0] + 1 {
+        let expected = shape[0].saturating_add(1);
+        if colptr.element_count() != expected {
             return Err(FormatError::bad(format!(
-                "colptr has {} entries, {} expected",
+                "colptr has {} entries, {expected} expected",
                 colptr.element_count(),
-                shape[0] + 1
             )));
         }
         (

@@ -5,6 +5,11 @@
 //! `F`, big-endian dtypes, the numcodecs compressors blosc/zstd/zlib/gzip/lz4/bz2, and the
 //! `vlen-utf8` filter) into exactly the bytes Daf would have written: little-endian, C order of
 //! the Zarr shape (= Julia's column-major order), or one vlen-utf8 buffer for strings.
+//!
+//! Sources are untrusted: the chunk grid is never enumerated (only the chunks the store holds
+//! are visited; missing ones are fill), and no decode allocates more than
+//! [`MAX_DECODED_BYTES`]: the output size is known from the shape and checked before anything is
+//! allocated, and every decompressor is cut off at the size its chunk must have.
 
 use std::io::Read;
 use std::sync::Arc;
@@ -15,6 +20,16 @@ use crate::stores::Blob;
 
 use super::strings::{decode_vlen, encode_vlen};
 use super::types::{Endian, NumType};
+
+/// The most bytes a decoded foreign array (and any one of its decompressed chunks) may take: a
+/// larger one gives `EIO` with a log line, never an allocation that could exhaust the daemon.
+pub const MAX_DECODED_BYTES: u64 = 128 << 20;
+
+/// Most dimensions an array may have (numpy's own limit).
+pub const MAX_DIMENSIONS: usize = 32;
+
+/// The chunks a store holds for an array: chunk coordinates and their stored bytes.
+pub type StoredChunks = Vec<(Vec<u64>, Arc<Blob>)>;
 
 /// A compressor of the numcodecs family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,27 +69,52 @@ impl Compressor {
         }))
     }
 
-    /// Decompresses one chunk.
-    pub fn decompress(self, data: &[u8]) -> Result<Vec<u8>, String> {
-        let mut out = Vec::new();
-        let io = |r: std::io::Result<usize>| r.map(|_| ()).map_err(|e| e.to_string());
-        match self {
-            Compressor::Blosc => return crate::sys::blosc_decompress(data),
-            Compressor::Zstd => {
-                io(zstd::stream::read::Decoder::new(data)
-                    .and_then(|mut d| d.read_to_end(&mut out)))?
+    /// Decompresses one chunk into at most `limit` bytes (more is an error, found without
+    /// producing more than `limit + 1` bytes).
+    pub fn decompress(self, data: &[u8], limit: u64) -> Result<Vec<u8>, String> {
+        let too_big = || format!("chunk decompresses to more than {limit} bytes");
+        let declared = |size: u64| {
+            if size > limit {
+                Err(too_big())
+            } else {
+                Ok(())
             }
-            Compressor::Zlib => io(flate2::read::ZlibDecoder::new(data).read_to_end(&mut out))?,
-            Compressor::Gzip => io(flate2::read::MultiGzDecoder::new(data).read_to_end(&mut out))?,
-            Compressor::Bz2 => io(bzip2::read::BzDecoder::new(data).read_to_end(&mut out))?,
+        };
+        let bounded = |mut reader: Box<dyn Read + '_>| -> Result<Vec<u8>, String> {
+            let mut out = Vec::new();
+            (&mut reader)
+                .take(limit.saturating_add(1))
+                .read_to_end(&mut out)
+                .map_err(|e| e.to_string())?;
+            if out.len() as u64 > limit {
+                return Err(too_big());
+            }
+            Ok(out)
+        };
+        match self {
+            Compressor::Blosc => {
+                // Blosc 1 header: the uncompressed size is bytes 4..8 (little-endian).
+                let header = data
+                    .get(4..8)
+                    .ok_or("blosc chunk shorter than its header")?;
+                declared(u64::from(u32::from_le_bytes([
+                    header[0], header[1], header[2], header[3],
+                ])))?;
+                crate::sys::blosc_decompress(data)
+            }
+            Compressor::Zstd => bounded(Box::new(
+                zstd::stream::read::Decoder::new(data).map_err(|e| e.to_string())?,
+            )),
+            Compressor::Zlib => bounded(Box::new(flate2::read::ZlibDecoder::new(data))),
+            Compressor::Gzip => bounded(Box::new(flate2::read::MultiGzDecoder::new(data))),
+            Compressor::Bz2 => bounded(Box::new(bzip2::read::BzDecoder::new(data))),
             Compressor::Lz4 => {
                 let header = data.get(..4).ok_or("lz4 chunk shorter than its header")?;
-                let size =
-                    u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
-                out = lz4_flex::block::decompress(&data[4..], size).map_err(|e| e.to_string())?;
+                let size = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
+                declared(u64::from(size))?;
+                lz4_flex::block::decompress(&data[4..], size as usize).map_err(|e| e.to_string())
             }
         }
-        Ok(out)
     }
 }
 
@@ -107,14 +147,19 @@ pub struct ChunkLayout {
 }
 
 impl ChunkLayout {
-    /// Number of elements of the array.
+    /// Number of elements of the array (saturating: a parsed layout never overflows).
     pub fn len(&self) -> u64 {
-        self.shape.iter().product()
+        checked_product(&self.shape).unwrap_or(u64::MAX)
     }
 
     /// Whether the array has no elements.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Number of elements of one chunk (saturating).
+    pub fn chunk_len(&self) -> u64 {
+        checked_product(&self.chunks).unwrap_or(u64::MAX)
     }
 
     /// Chunk counts per dimension.
@@ -126,7 +171,37 @@ impl ChunkLayout {
             .collect()
     }
 
-    /// Every chunk coordinate, in C order.
+    /// Number of chunks of the grid, if it fits a `u64`.
+    pub fn grid_total(&self) -> Option<u64> {
+        checked_product(&self.grid())
+    }
+
+    /// The coordinate of the chunk named `name` (`0.1`, `0/1`, `0` for a 0-d array), if it is a
+    /// canonical chunk name inside the grid.
+    pub fn parse_chunk_name(&self, name: &str) -> Option<Vec<u64>> {
+        if self.shape.is_empty() {
+            return (name == "0").then(Vec::new);
+        }
+        let grid = self.grid();
+        let parts: Vec<&str> = name.split(self.separator.as_str()).collect();
+        if parts.len() != grid.len() {
+            return None;
+        }
+        parts
+            .iter()
+            .zip(&grid)
+            .map(|(part, &n)| {
+                let canonical = !part.is_empty()
+                    && part.bytes().all(|b| b.is_ascii_digit())
+                    && (part.len() == 1 || !part.starts_with('0'));
+                let value: u64 = part.parse().ok().filter(|_| canonical)?;
+                (value < n).then_some(value)
+            })
+            .collect()
+    }
+
+    /// Every chunk coordinate, in C order (tests only: real arrays never enumerate the grid).
+    #[cfg(test)]
     pub fn chunk_coords(&self) -> Vec<Vec<u64>> {
         let grid = self.grid();
         if grid.contains(&0) {
@@ -146,6 +221,22 @@ impl ChunkLayout {
             coords.push(next);
         }
         coords
+    }
+}
+
+/// The product of `dims`, or `None` on overflow.
+pub fn checked_product(dims: &[u64]) -> Option<u64> {
+    dims.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d))
+}
+
+/// `count × size` if it is at most [`MAX_DECODED_BYTES`], else an error naming `what`.
+fn within_limit(count: u64, size: u64, what: &str) -> Result<u64, String> {
+    match count.checked_mul(size) {
+        Some(bytes) if bytes <= MAX_DECODED_BYTES => Ok(bytes),
+        _ => Err(format!(
+            "{what} would take {count} × {size} bytes, more than the limit of {} MiB",
+            MAX_DECODED_BYTES >> 20
+        )),
     }
 }
 
@@ -215,34 +306,37 @@ fn fortran_to_c(data: &[u8], chunks: &[u64], size: usize) -> Vec<u8> {
     out
 }
 
-fn decode_chunk(layout: &ChunkLayout, raw: &[u8]) -> Result<Vec<u8>, String> {
+fn decode_chunk(layout: &ChunkLayout, raw: &[u8], limit: u64) -> Result<Vec<u8>, String> {
     match layout.compressor {
-        Some(c) => c.decompress(raw),
+        Some(c) => c.decompress(raw, limit),
+        None if raw.len() as u64 > limit => Err(format!("chunk has more than {limit} bytes")),
         None => Ok(raw.to_vec()),
     }
 }
 
-/// Assembles a numeric array: `chunks` holds, per chunk coordinate (C order), the stored chunk
-/// if there is one.
+/// Assembles a numeric array from the chunks the store holds (missing chunks are fill).
 pub fn assemble_numeric(
     layout: &ChunkLayout,
-    chunks: &[Option<Arc<Blob>>],
+    chunks: &[(Vec<u64>, Arc<Blob>)],
 ) -> Result<Vec<u8>, String> {
     let ArrayKind::Numeric(t, endian) = layout.kind else {
         return Err("not a numeric array".into());
     };
-    let size = t.size() as usize;
+    let size = t.size();
+    within_limit(layout.len(), size, "the array")?;
+    let chunk_bytes = within_limit(layout.chunk_len(), size, "one chunk")?;
+    if layout.fill.len() as u64 != size {
+        return Err("fill value does not match the dtype".into());
+    }
+    let size = size as usize;
     let mut out = layout.fill.repeat(layout.len() as usize);
-    let chunk_len: u64 = layout.chunks.iter().product();
-    for (coord, stored) in layout.chunk_coords().iter().zip(chunks) {
-        let Some(stored) = stored else { continue };
+    for (coord, stored) in chunks {
         let raw = stored.bytes().map_err(|e| e.to_string())?;
-        let mut data = decode_chunk(layout, raw.as_slice())?;
-        if data.len() as u64 != chunk_len * size as u64 {
+        let mut data = decode_chunk(layout, raw.as_slice(), chunk_bytes)?;
+        if data.len() as u64 != chunk_bytes {
             return Err(format!(
-                "chunk {coord:?} decodes to {} bytes, {} expected",
+                "chunk {coord:?} decodes to {} bytes, {chunk_bytes} expected",
                 data.len(),
-                chunk_len * size as u64
             ));
         }
         if layout.fortran_order && layout.chunks.len() > 1 {
@@ -260,19 +354,28 @@ pub fn assemble_numeric(
 }
 
 /// Assembles a string array into one vlen-utf8 buffer (missing chunks are empty strings).
+/// Its header and lengths, the decoded chunks and the item table each stay within
+/// [`MAX_DECODED_BYTES`].
 pub fn assemble_strings(
     layout: &ChunkLayout,
-    chunks: &[Option<Arc<Blob>>],
+    chunks: &[(Vec<u64>, Arc<Blob>)],
 ) -> Result<Vec<u8>, String> {
+    // 16 bytes per item of bookkeeping bounds the output's 4 bytes per item too.
+    within_limit(layout.len(), 16, "the string array")?;
+    let chunk_len = layout.chunk_len();
+    within_limit(chunk_len, 16, "one string chunk")?;
     let total = layout.len() as usize;
-    let mut values: Vec<Vec<u8>> = vec![Vec::new(); total];
-    let chunk_len: u64 = layout.chunks.iter().product();
-    for (coord, stored) in layout.chunk_coords().iter().zip(chunks) {
-        let Some(stored) = stored else { continue };
+    let mut budget = MAX_DECODED_BYTES;
+    let mut decoded = Vec::with_capacity(chunks.len());
+    for (coord, stored) in chunks {
         let raw = stored.bytes().map_err(|e| e.to_string())?;
-        let data = decode_chunk(layout, raw.as_slice())?;
-        let items = decode_vlen(&data, chunk_len)?;
-        let mut items: Vec<&[u8]> = items;
+        let data = decode_chunk(layout, raw.as_slice(), budget)?;
+        budget -= data.len() as u64;
+        decoded.push((coord, data));
+    }
+    let mut values: Vec<&[u8]> = vec![b""; total];
+    for (coord, data) in &decoded {
+        let mut items = decode_vlen(data, chunk_len)?;
         if layout.fortran_order && layout.chunks.len() > 1 {
             // Reorder item references the same way as numeric elements.
             let order: Vec<u8> = (0..chunk_len as u32).flat_map(u32::to_le_bytes).collect();
@@ -283,12 +386,10 @@ pub fn assemble_strings(
                 .collect();
         }
         for_each_run(layout, coord, |from, to, run| {
-            for k in 0..run {
-                values[to + k] = items[from + k].to_vec();
-            }
+            values[to..to + run].copy_from_slice(&items[from..from + run]);
         });
     }
-    Ok(encode_vlen(values.iter().map(Vec::as_slice), total))
+    Ok(encode_vlen(values.into_iter(), total))
 }
 
 #[cfg(test)]
@@ -296,9 +397,11 @@ mod tests {
     use super::*;
     use crate::stores::Bytes;
 
-    fn blob(data: Vec<u8>) -> Option<Arc<Blob>> {
-        Some(Blob::ready(Bytes::from_vec(data)))
+    fn blob(data: Vec<u8>) -> Arc<Blob> {
+        Blob::ready(Bytes::from_vec(data))
     }
+
+    const LIMIT: u64 = MAX_DECODED_BYTES;
 
     fn layout(shape: &[u64], chunks: &[u64], t: NumType) -> ChunkLayout {
         ChunkLayout {
@@ -321,7 +424,6 @@ mod tests {
         let mut stored = Vec::new();
         for coord in l.chunk_coords() {
             if coord == [1, 2] {
-                stored.push(None);
                 continue;
             }
             let mut chunk = vec![0u8; 4];
@@ -333,7 +435,7 @@ mod tests {
                     }
                 }
             }
-            stored.push(blob(chunk));
+            stored.push((coord.clone(), blob(chunk)));
         }
         let out = assemble_numeric(&l, &stored).unwrap();
         let mut expected = full.clone();
@@ -349,7 +451,7 @@ mod tests {
         // C-order values 1..6 stored column-major, big-endian.
         let f_order = [1u16, 4, 2, 5, 3, 6];
         let chunk: Vec<u8> = f_order.iter().flat_map(|v| v.to_be_bytes()).collect();
-        let out = assemble_numeric(&l, &[blob(chunk)]).unwrap();
+        let out = assemble_numeric(&l, &[(vec![0, 0], blob(chunk))]).unwrap();
         let expected: Vec<u8> = (1u16..=6).flat_map(|v| v.to_le_bytes()).collect();
         assert_eq!(out, expected);
     }
@@ -361,31 +463,37 @@ mod tests {
         let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
         z.write_all(&data).unwrap();
         assert_eq!(
-            Compressor::Zlib.decompress(&z.finish().unwrap()).unwrap(),
+            Compressor::Zlib
+                .decompress(&z.finish().unwrap(), LIMIT)
+                .unwrap(),
             data
         );
         let mut g = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
         g.write_all(&data).unwrap();
         assert_eq!(
-            Compressor::Gzip.decompress(&g.finish().unwrap()).unwrap(),
+            Compressor::Gzip
+                .decompress(&g.finish().unwrap(), LIMIT)
+                .unwrap(),
             data
         );
         assert_eq!(
             Compressor::Zstd
-                .decompress(&zstd::encode_all(&data[..], 3).unwrap())
+                .decompress(&zstd::encode_all(&data[..], 3).unwrap(), LIMIT)
                 .unwrap(),
             data
         );
         let mut lz = (data.len() as u32).to_le_bytes().to_vec();
         lz.extend(lz4_flex::block::compress(&data));
-        assert_eq!(Compressor::Lz4.decompress(&lz).unwrap(), data);
+        assert_eq!(Compressor::Lz4.decompress(&lz, LIMIT).unwrap(), data);
         let mut b = bzip2::write::BzEncoder::new(Vec::new(), bzip2::Compression::default());
         b.write_all(&data).unwrap();
         assert_eq!(
-            Compressor::Bz2.decompress(&b.finish().unwrap()).unwrap(),
+            Compressor::Bz2
+                .decompress(&b.finish().unwrap(), LIMIT)
+                .unwrap(),
             data
         );
-        assert!(Compressor::Blosc.decompress(b"not blosc").is_err());
+        assert!(Compressor::Blosc.decompress(b"not blosc", LIMIT).is_err());
         assert!(Compressor::parse(&serde_json::json!({"id": "lzma"})).is_err());
     }
 
@@ -398,7 +506,64 @@ mod tests {
         };
         let c0 = encode_vlen([&b"a"[..], b"bb"].into_iter(), 2);
         let c1 = encode_vlen([&b"c"[..], b""].into_iter(), 2);
-        let out = assemble_strings(&l, &[blob(c0), blob(c1)]).unwrap();
+        let out = assemble_strings(&l, &[(vec![0], blob(c0)), (vec![1], blob(c1))]).unwrap();
         assert_eq!(decode_vlen(&out, 3).unwrap(), vec![&b"a"[..], b"bb", b"c"]);
+    }
+
+    #[test]
+    fn decompression_stops_at_the_limit() {
+        use std::io::Write;
+        let zeros = vec![0u8; 1 << 20];
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
+        z.write_all(&zeros).unwrap();
+        let bomb = z.finish().unwrap();
+        let err = Compressor::Zlib.decompress(&bomb, 1000).unwrap_err();
+        assert!(err.contains("more than 1000 bytes"), "{err}");
+        let mut lz = u32::MAX.to_le_bytes().to_vec();
+        lz.extend(lz4_flex::block::compress(&zeros));
+        assert!(Compressor::Lz4.decompress(&lz, LIMIT).is_err());
+        let mut blosc = vec![2u8, 1, 1, 1];
+        blosc.extend(u32::MAX.to_le_bytes());
+        blosc.extend([0u8; 8]);
+        let err = Compressor::Blosc.decompress(&blosc, LIMIT).unwrap_err();
+        assert!(err.contains("more than"), "{err}");
+    }
+
+    #[test]
+    fn oversized_arrays_fail_before_allocating() {
+        let l = layout(&[1 << 40], &[1], NumType::Float64);
+        let err = assemble_numeric(&l, &[]).unwrap_err();
+        assert!(err.contains("limit"), "{err}");
+        let s = ChunkLayout {
+            kind: ArrayKind::Strings,
+            fill: Vec::new(),
+            ..layout(&[1 << 40], &[1], NumType::UInt8)
+        };
+        assert!(assemble_strings(&s, &[]).unwrap_err().contains("limit"));
+        let big_chunk = layout(&[3], &[1 << 40], NumType::UInt8);
+        assert!(assemble_numeric(&big_chunk, &[])
+            .unwrap_err()
+            .contains("limit"));
+    }
+
+    #[test]
+    fn chunk_names_parse_only_inside_the_grid() {
+        let l = layout(&[3, 5], &[2, 2], NumType::UInt8);
+        assert_eq!(l.parse_chunk_name("1.2"), Some(vec![1, 2]));
+        for bad in [
+            "2.0", "0.3", "01.0", "0", "0.0.0", "+1.0", "a.0", "", ".", "0.", "-0.0",
+        ] {
+            assert_eq!(l.parse_chunk_name(bad), None, "{bad:?}");
+        }
+        let scalar = layout(&[], &[], NumType::UInt8);
+        assert_eq!(scalar.parse_chunk_name("0"), Some(vec![]));
+        assert_eq!(
+            layout(&[1 << 40], &[1], NumType::UInt8).grid_total(),
+            Some(1 << 40)
+        );
+        assert_eq!(
+            layout(&[u64::MAX, 3], &[1, 1], NumType::UInt8).grid_total(),
+            None
+        );
     }
 }

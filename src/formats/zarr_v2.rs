@@ -4,6 +4,10 @@
 //! An array that is stored the way Daf writes it (one chunk covering the shape, no compressor, no
 //! filters, C order, little-endian) is served from the chunk's own blob: the same mapped bytes.
 //! Any other array is decoded once, on first access, into one contiguous chunk (`zarr_decode`).
+//!
+//! `.zarray` documents are untrusted: shapes and chunk shapes must be lists of at most 32
+//! non-negative integers whose products (and byte sizes) fit a `u64`, and the chunk grid is never
+//! enumerated: only the keys the store holds under the array are parsed as chunk coordinates.
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -14,7 +18,10 @@ use crate::stores::{Blob, Bytes, StoreIndex};
 
 use super::scalar::Scalar;
 use super::types::{Endian, NumType};
-use super::zarr_decode::{assemble_numeric, assemble_strings, ArrayKind, ChunkLayout, Compressor};
+use super::zarr_decode::{
+    assemble_numeric, assemble_strings, checked_product, ArrayKind, ChunkLayout, Compressor,
+    StoredChunks, MAX_DIMENSIONS,
+};
 use super::FormatError;
 
 /// `.zgroup` of every group.
@@ -60,7 +67,7 @@ pub struct ZarrArray {
 impl ZarrArray {
     /// Number of elements.
     pub fn element_count(&self) -> u64 {
-        self.shape.iter().product()
+        checked_product(&self.shape).unwrap_or(u64::MAX)
     }
 }
 
@@ -108,6 +115,16 @@ fn parse_zarray(bytes: &[u8]) -> Result<ChunkLayout, String> {
     let chunks = dims("chunks")?;
     if chunks.len() != shape.len() || chunks.contains(&0) {
         return Err("chunks do not match shape".into());
+    }
+    if shape.len() > MAX_DIMENSIONS {
+        return Err(format!("more than {MAX_DIMENSIONS} dimensions"));
+    }
+    let too_big = |what: &str, dims: &[u64]| format!("{what} {dims:?} has too many elements");
+    // Element counts and byte sizes (8 bytes at most per element) must fit a u64.
+    let elements = checked_product(&shape).ok_or_else(|| too_big("shape", &shape))?;
+    let chunk_elements = checked_product(&chunks).ok_or_else(|| too_big("chunks", &chunks))?;
+    if elements.checked_mul(8).is_none() || chunk_elements.checked_mul(8).is_none() {
+        return Err(too_big("shape or chunks", &shape));
     }
     let dtype = meta
         .get("dtype")
@@ -178,17 +195,52 @@ fn chunk_name(coord: &[u64], separator: &str) -> String {
         .join(separator)
 }
 
-/// The keys of every chunk of the array under `key` (from its `.zarray`).
-pub fn chunk_keys(index: &StoreIndex, key: &str) -> Result<Vec<String>, FormatError> {
+/// The chunks the store holds for the array under `key`: its keys that name a chunk of the grid
+/// (each once; metadata and stray keys are ignored). Costs one step per stored key.
+fn stored_chunks(index: &StoreIndex, key: &str, layout: &ChunkLayout) -> StoredChunks {
+    let below = index.subtree(key);
+    below
+        .keys()
+        .filter_map(|name| {
+            let coord = layout.parse_chunk_name(name)?;
+            Some((coord, below.get(name)?.blob.clone()))
+        })
+        .collect()
+}
+
+/// Whether every chunk of the array under `key` (from its `.zarray`) is stored. Counts the
+/// stored chunks against the size of the grid; the grid itself is never enumerated.
+pub fn all_chunks_stored(index: &StoreIndex, key: &str) -> Result<bool, FormatError> {
     let meta = index
         .get(&format!("{key}/.zarray"))
         .ok_or_else(|| FormatError::MissingFile(format!("{key}/.zarray")))?;
     let layout = parse_zarray(meta.blob.bytes()?.as_slice()).map_err(FormatError::Bad)?;
-    Ok(layout
-        .chunk_coords()
-        .iter()
-        .map(|c| format!("{key}/{}", chunk_name(c, &layout.separator)))
-        .collect())
+    let stored = stored_chunks(index, key, &layout).len() as u64;
+    Ok(layout.grid_total() == Some(stored))
+}
+
+/// Checks, in O(1), that a vlen-utf8 chunk starts with a count of `len` items and has room for
+/// their lengths (so sizes computed from it are sane); items are checked when converted. Read
+/// only where that is free (a mapped file, bytes at hand), never by decompressing at mount.
+fn vlen_header_fits(data: &[u8], len: u64) -> Result<(), String> {
+    let header = data
+        .get(..4)
+        .ok_or("vlen-utf8 chunk shorter than its header")?;
+    let count = u64::from(u32::from_le_bytes([
+        header[0], header[1], header[2], header[3],
+    ]));
+    if count != len {
+        return Err(format!(
+            "vlen-utf8 chunk holds {count} items, {len} expected"
+        ));
+    }
+    if (data.len() as u64 - 4) / 4 < count {
+        return Err(format!(
+            "vlen-utf8 chunk of {} bytes cannot hold {count} items",
+            data.len()
+        ));
+    }
+    Ok(())
 }
 
 /// Opens the array stored under `key` (`key/.zarray` and its chunks).
@@ -226,8 +278,27 @@ pub fn open_array(index: &StoreIndex, key: &str) -> Result<ZarrArray, FormatErro
         let zeros = vec![0u64; layout.shape.len()];
         if let Some(chunk) = index.get(&chunk_key(&zeros)) {
             let fits = match kind {
-                ArrayKind::Numeric(t, _) => chunk.blob.len()? == len * t.size(),
-                ArrayKind::Strings => true,
+                ArrayKind::Numeric(t, _) => Some(chunk.blob.len()?) == len.checked_mul(t.size()),
+                ArrayKind::Strings => {
+                    // Room for the header and a length per item: known without reading.
+                    let room = len.checked_mul(4).and_then(|n| n.checked_add(4));
+                    let short = match (chunk.blob.known_len(), room) {
+                        (_, None) => true,
+                        (Some(n), Some(room)) => n < room,
+                        (None, Some(_)) => false,
+                    };
+                    if short {
+                        return Err(FormatError::bad(format!(
+                            "vlen-utf8 chunk too short for {len} items"
+                        )));
+                    }
+                    // The count itself, where reading it costs no decompression.
+                    if chunk.blob.is_materialized() || chunk.blob.backing_file().is_some() {
+                        vlen_header_fits(chunk.blob.bytes()?.as_slice(), len)
+                            .map_err(FormatError::Bad)?;
+                    }
+                    true
+                }
             };
             if fits {
                 return Ok(ZarrArray {
@@ -243,24 +314,22 @@ pub fn open_array(index: &StoreIndex, key: &str) -> Result<ZarrArray, FormatErro
             )));
         }
     }
-    // Anything else is decoded once, on first access.
-    let stored: Vec<Option<Arc<Blob>>> = layout
-        .chunk_coords()
-        .iter()
-        .map(|c| index.get(&chunk_key(c)).map(|e| e.blob.clone()))
-        .collect();
+    // Anything else is decoded once, on first access, from the chunks the store holds.
+    let stored = stored_chunks(index, key, &layout);
     let what = key.to_string();
     let blob = match kind {
-        ArrayKind::Numeric(t, _) => Blob::lazy(Some(len * t.size()), move || {
+        ArrayKind::Numeric(t, _) => Blob::lazy(len.checked_mul(t.size()), move || {
             assemble_numeric(&layout, &stored)
                 .map(Bytes::from_vec)
                 .map_err(|e| crate::stores::StoreError::Produce(format!("decoding {what}: {e}")))
         }),
-        ArrayKind::Strings => Blob::lazy(None, move || {
+        // The length of decoded strings is only known once decoded, and every `stat` needs
+        // it: decoded now, so an array that cannot be decoded is skipped, not an EIO on `ls`.
+        ArrayKind::Strings => Blob::ready(
             assemble_strings(&layout, &stored)
                 .map(Bytes::from_vec)
-                .map_err(|e| crate::stores::StoreError::Produce(format!("decoding {what}: {e}")))
-        }),
+                .map_err(|e| FormatError::bad(format!("decoding {what}: {e}")))?,
+        ),
     };
     Ok(ZarrArray {
         kind,

@@ -134,10 +134,7 @@ fn zarr_complete(index: &StoreIndex, id: &PropertyId) -> Result<bool, FormatErro
         if !index.contains(&format!("{array}/.zarray")) {
             return Ok(false);
         }
-        if zarr_v2::chunk_keys(index, &array)?
-            .iter()
-            .any(|k| !index.contains(k))
-        {
+        if !zarr_v2::all_chunks_stored(index, &array)? {
             return Ok(false);
         }
     }

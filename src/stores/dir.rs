@@ -3,56 +3,113 @@
 //! Opening walks the tree once (one `readdir` per directory, one `stat` per file) and records
 //! sizes and mtimes; no file is opened until its bytes are asked for. Each file is then mapped
 //! once and the map is shared by every view of it.
+//!
+//! The walk never leaves the source: a symbolic link is followed only when its target, fully
+//! resolved, is a regular file inside the (resolved) root; links that point outside, dangle,
+//! loop or name a directory are skipped with a warning, as are FIFOs, sockets and devices (never
+//! opened: opening a FIFO would block). Files are opened with `O_NOFOLLOW | O_NONBLOCK` at their
+//! resolved path and must still be regular files then.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::{Blob, Bytes, Entry, StoreError, StoreIndex};
 use crate::sys::map_readonly;
 
+/// Deepest directory level walked (Daf trees are a few levels deep; a chunked Zarr array with
+/// `/` separators adds one level per dimension).
+const MAX_DEPTH: usize = 48;
+
 /// Walks `root` into an index of its regular files (keys are `/`-separated relative paths).
-/// Symbolic links to files are followed; links to directories are not (no cycles).
+/// Symbolic links are followed only to regular files inside the root.
 pub fn open_directory(root: &Path) -> Result<StoreIndex, StoreError> {
     let root_meta = fs::metadata(root).map_err(|e| StoreError::io(root, e))?;
+    let real_root = fs::canonicalize(root).map_err(|e| StoreError::io(root, e))?;
     let mut entries = BTreeMap::new();
-    walk(root, "", &mut entries)?;
+    let listing = fs::read_dir(root).map_err(|e| StoreError::io(root, e))?;
+    let mut walk = Walk {
+        real_root,
+        out: &mut entries,
+    };
+    walk.dir(root, "", listing, 0)?;
     Ok(StoreIndex::new(entries, root_meta.modified().ok()))
 }
 
-fn walk(dir: &Path, prefix: &str, out: &mut BTreeMap<String, Entry>) -> Result<(), StoreError> {
-    let listing = fs::read_dir(dir).map_err(|e| StoreError::io(dir, e))?;
-    for item in listing {
-        let item = item.map_err(|e| StoreError::io(dir, e))?;
-        let Some(name) = item.file_name().to_str().map(str::to_string) else {
-            log::warn!(
-                "skipping a file name that is not UTF-8 in {}",
-                dir.display()
-            );
-            continue;
-        };
-        let path = item.path();
-        let key = if prefix.is_empty() {
-            name
-        } else {
-            format!("{prefix}/{name}")
-        };
-        let file_type = item.file_type().map_err(|e| StoreError::io(&path, e))?;
-        if file_type.is_dir() {
-            walk(&path, &key, out)?;
-            continue;
+struct Walk<'a> {
+    real_root: PathBuf,
+    out: &'a mut BTreeMap<String, Entry>,
+}
+
+impl Walk<'_> {
+    fn dir(
+        &mut self,
+        dir: &Path,
+        prefix: &str,
+        listing: fs::ReadDir,
+        depth: usize,
+    ) -> Result<(), StoreError> {
+        for item in listing {
+            let item = item.map_err(|e| StoreError::io(dir, e))?;
+            let Some(name) = item.file_name().to_str().map(str::to_string) else {
+                log::warn!(
+                    "skipping a file name that is not UTF-8 in {}",
+                    dir.display()
+                );
+                continue;
+            };
+            let path = item.path();
+            let key = if prefix.is_empty() {
+                name
+            } else {
+                format!("{prefix}/{name}")
+            };
+            let file_type = item.file_type().map_err(|e| StoreError::io(&path, e))?;
+            if file_type.is_dir() {
+                if depth + 1 >= MAX_DEPTH {
+                    log::warn!(
+                        "skipping {}: more than {MAX_DEPTH} directory levels",
+                        path.display()
+                    );
+                    continue;
+                }
+                match fs::read_dir(&path) {
+                    Ok(listing) => self.dir(&path, &key, listing, depth + 1)?,
+                    Err(e) => log::warn!("skipping {}: {e}", path.display()),
+                }
+            } else if file_type.is_file() {
+                self.file(path, key);
+            } else if file_type.is_symlink() {
+                self.symlink(&path, key);
+            } else {
+                log::warn!(
+                    "skipping {}: not a regular file (FIFO, socket or device)",
+                    path.display()
+                );
+            }
         }
-        let meta = match fs::metadata(&path) {
+        Ok(())
+    }
+
+    fn file(&mut self, path: PathBuf, key: String) {
+        let meta = match fs::symlink_metadata(&path) {
             Ok(meta) if meta.is_file() => meta,
-            Ok(_) => continue,
+            Ok(_) => {
+                log::warn!("skipping {}: changed while walked", path.display());
+                return;
+            }
             Err(e) => {
                 log::warn!("skipping {}: {e}", path.display());
-                continue;
+                return;
             }
         };
-        let mtime = meta.modified().map_err(|e| StoreError::io(&path, e))?;
-        out.insert(
+        let Ok(mtime) = meta.modified() else {
+            log::warn!("skipping {}: no modification time", path.display());
+            return;
+        };
+        self.out.insert(
             key,
             Entry {
                 blob: mapped_file(path, meta.len()),
@@ -60,16 +117,59 @@ fn walk(dir: &Path, prefix: &str, out: &mut BTreeMap<String, Entry>) -> Result<(
             },
         );
     }
-    Ok(())
+
+    /// A symbolic link: kept only if it resolves to a regular file inside the root, and then
+    /// served from the resolved path.
+    fn symlink(&mut self, path: &Path, key: String) {
+        let target = match fs::canonicalize(path) {
+            Ok(target) => target,
+            Err(e) => {
+                log::warn!("skipping symbolic link {}: {e}", path.display());
+                return;
+            }
+        };
+        if !target.starts_with(&self.real_root) {
+            log::warn!(
+                "skipping symbolic link {}: it points outside the source",
+                path.display()
+            );
+            return;
+        }
+        match fs::metadata(&target) {
+            Ok(meta) if meta.is_file() => self.file(target, key),
+            Ok(meta) if meta.is_dir() => log::warn!(
+                "skipping symbolic link {}: links to directories are not followed",
+                path.display()
+            ),
+            Ok(_) => log::warn!(
+                "skipping symbolic link {}: not a regular file (FIFO, socket or device)",
+                path.display()
+            ),
+            Err(e) => log::warn!("skipping symbolic link {}: {e}", path.display()),
+        }
+    }
 }
 
-/// A blob for the first `len` bytes of the file at `path`, mapped on first access.
+/// A blob for the first `len` bytes of the file at `path`, mapped on first access. The file is
+/// opened without following a final symbolic link and without blocking, and must be a regular
+/// file.
 pub fn mapped_file(path: PathBuf, len: u64) -> Arc<Blob> {
     Blob::whole_file(path.clone(), len, move || {
         if len == 0 {
             return Ok(Bytes::empty());
         }
-        let file = File::open(&path).map_err(|e| StoreError::io(&path, e))?;
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(&path)
+            .map_err(|e| StoreError::io(&path, e))?;
+        let meta = file.metadata().map_err(|e| StoreError::io(&path, e))?;
+        if !meta.is_file() {
+            return Err(StoreError::Produce(format!(
+                "{} is no longer a regular file",
+                path.display()
+            )));
+        }
         let map = map_readonly(&file).map_err(|e| StoreError::io(&path, e))?;
         Bytes::from_map(Arc::new(map))
             .slice(0, len)
@@ -150,6 +250,32 @@ mod tests {
             fs::read_dir(tmp.path().join("a/b")).unwrap().count(),
             1,
             "no temporary file left"
+        );
+    }
+
+    #[test]
+    fn symlinks_are_followed_only_to_files_inside_the_root() {
+        use std::os::unix::fs::symlink;
+        let outside = tempfile::tempdir().unwrap();
+        fs::write(outside.path().join("secret"), b"secret").unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("src");
+        fs::create_dir_all(root.join("d")).unwrap();
+        fs::write(root.join("d/inside"), b"inside").unwrap();
+        symlink("d/inside", root.join("ok")).unwrap();
+        symlink(outside.path().join("secret"), root.join("escape")).unwrap();
+        symlink("../../../../../../../../etc/passwd", root.join("dotdot")).unwrap();
+        symlink("loop", root.join("loop")).unwrap();
+        symlink("missing", root.join("dangling")).unwrap();
+        symlink("d", root.join("dirlink")).unwrap();
+        symlink("/", root.join("rootlink")).unwrap();
+        nix::unistd::mkfifo(&root.join("fifo"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        symlink("fifo", root.join("fifolink")).unwrap();
+        let idx = open_directory(&root).unwrap();
+        assert_eq!(idx.keys().collect::<Vec<_>>(), vec!["d/inside", "ok"]);
+        assert_eq!(
+            idx.get("ok").unwrap().blob.bytes().unwrap().as_slice(),
+            b"inside"
         );
     }
 

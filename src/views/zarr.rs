@@ -57,7 +57,7 @@ impl ZarrBuilder {
             mtime,
         );
         self.document(format!("{path}/.zattrs"), ZATTRS.to_string(), mtime);
-        if shape.iter().product::<u64>() > 0 {
+        if !shape.contains(&0) {
             self.view.file(
                 &format!("{path}/{}", single_chunk_key(shape.len())),
                 chunk,
@@ -212,7 +212,7 @@ fn property(z: &mut ZarrBuilder, path: &str, payload: &Payload, shape: &[u64], m
                     z.numeric(
                         &format!("{path}/colptr"),
                         *indtype,
-                        &[shape[0] + 1],
+                        &[shape[0].saturating_add(1)],
                         colptr,
                         mtime,
                     );

@@ -11,7 +11,7 @@ use std::time::SystemTime;
 
 use serde_json::Value;
 
-use crate::stores::{Blob, Entry, StoreIndex};
+use crate::stores::{Blob, Bytes, Entry, StoreIndex};
 
 use super::json::{parse_descriptor, Descriptor, FilesVersion};
 use super::model::{
@@ -104,6 +104,9 @@ pub fn read_files_daf(index: &StoreIndex, path: &Path) -> Result<Dataset, Format
     Ok(dataset)
 }
 
+/// Documents up to this size are kept as copies, larger ones as the store's blob.
+const DOCUMENT_COPY_LIMIT: u64 = 64 * 1024;
+
 /// The source's own documents for the FilesDaf view: `daf.json`, the file of every scalar read,
 /// and the descriptor of every property read, unless the source is 1.0 and the descriptor is in
 /// the 1.1 form (HEAD writes those into 1.0 directories, §3.1; a 1.0 reader cannot read them, so
@@ -123,9 +126,20 @@ fn source_documents(index: &StoreIndex, dataset: &Dataset) -> FilesSource {
         };
         (version == FilesVersion::V1_1 || !form_1_1()).then_some(path)
     }));
+    // Kept as small heap copies (they were read at mount): a mapping per document would count
+    // against the process's map limit (vm.max_map_count) for as long as the mount lasts.
     let documents = paths
         .into_iter()
-        .filter_map(|path| Some((path.clone(), index.get(&path)?.blob.clone())))
+        .filter_map(|path| {
+            let blob = &index.get(&path)?.blob;
+            let kept = match blob.bytes() {
+                Ok(b) if b.len() <= DOCUMENT_COPY_LIMIT => {
+                    Blob::ready(Bytes::from_vec(b.as_slice().to_vec()))
+                }
+                _ => blob.clone(),
+            };
+            Some((path, kept))
+        })
         .collect();
     FilesSource {
         version: Some(version),

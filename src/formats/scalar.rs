@@ -373,4 +373,17 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn json_numbers_elsewhere_are_correctly_rounded() {
+        // Fill values and other JSON numbers go through serde_json's Value: `float_roundtrip`.
+        for text in ["-1.2345678901234568e-300", "-24.584467509646366"] {
+            let v: Value = serde_json::from_str(text).unwrap();
+            let s = Scalar::from_value(ElementType::Num(NumType::Float64), &v).unwrap();
+            assert_eq!(s.value, ScalarValue::Float(text.parse().unwrap()), "{text}");
+        }
+        let v: Value = serde_json::from_str("0.10000000149011612").unwrap();
+        let s = Scalar::from_value(ElementType::Num(NumType::Float32), &v).unwrap();
+        assert_eq!(s.zarr_chunk(), 0.1f32.to_le_bytes());
+    }
 }

@@ -351,7 +351,7 @@ mod tests {
             state ^= state << 17;
             state
         };
-        for _ in 0..20_000 {
+        for _ in 0..50_000 {
             let bits = next();
             let f = f64::from_bits(bits);
             let g = f32::from_bits(bits as u32);
@@ -370,6 +370,10 @@ mod tests {
                 };
                 let back = Scalar::from_json(s.files_json_1_1().as_bytes()).unwrap();
                 assert_eq!(back.zarr_chunk(), g.to_le_bytes(), "{}", s.files_json());
+                // Julia reads a Float32 scalar through Float64 (`convert(Float32, ::Float64)`):
+                // the text written must survive that double rounding too.
+                let via_f64 = s.value_json().parse::<f64>().unwrap() as f32;
+                assert_eq!(via_f64.to_bits(), g.to_bits(), "{}", s.value_json());
             }
         }
     }

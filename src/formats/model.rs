@@ -2,7 +2,9 @@
 //!
 //! A [`Dataset`] is the logical content of one Daf data set: scalars, axes, vectors and matrices,
 //! each payload a shared [`Blob`] (a range of a memory map whenever the source stores it plainly).
-//! It holds no layout: the FilesDaf and Zarr views are both derived from it.
+//! It holds no layout: the FilesDaf and Zarr views are both derived from it. The one exception is
+//! [`FilesSource`]: a FilesDaf source's version and its own JSON documents, which the FilesDaf
+//! view serves byte for byte rather than synthesising them.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -13,9 +13,14 @@ fn fixture(name: &str) -> Tree {
     read_tree(&Path::new(VECTORS).join(name))
 }
 
-/// Mounts `source` and checks `NAME.daf` against the FilesDaf fixture and `NAME.daf.zarr`
-/// against the Zarr v2 fixture.
+/// Mounts `source` and checks `NAME.daf` against the FilesDaf fixture of its version (1.0 for a
+/// Zarr source; a FilesDaf source's own version) and `NAME.daf.zarr` against the Zarr v2 fixture.
 fn check_both_views(source: &str, name: &str) {
+    let files_fixture = if source.contains("v1_1") {
+        "files_v1_1.daf"
+    } else {
+        "files_v1_0.daf"
+    };
     let mount = TestMount::new(source, ViewSelection::Both);
     let root = mount.path.clone();
     let owned = name.to_string();
@@ -38,11 +43,12 @@ fn check_both_views(source: &str, name: &str) {
         vec![format!("{name}.daf"), format!("{name}.daf.zarr")],
         "{source}"
     );
-    // axes/metadata.json is a seed-only optional sidecar (§2.8) of the fixture.
+    // axes/metadata.json is a seed-only optional sidecar (§2.8), metadata.json the 1.1 root index
+    // (§3.5): optional caches the view does not show.
     assert_same_files(
         &files,
-        &fixture("files_v1_0.daf"),
-        &["axes/metadata.json"],
+        &fixture(files_fixture),
+        &["axes/metadata.json", "metadata.json"],
         &format!("{source}: FilesDaf view"),
     );
     assert_same_files(

@@ -11,10 +11,12 @@ use std::time::SystemTime;
 
 use serde_json::Value;
 
-use crate::stores::{Blob, Entry, StoreIndex};
+use crate::stores::{Blob, Bytes, Entry, StoreIndex};
 
 use super::json::{parse_descriptor, Descriptor, FilesVersion};
-use super::model::{Axis, Dataset, Payload, Property, ScalarProperty, Shape, SparseIndex};
+use super::model::{
+    Axis, Dataset, FilesSource, Payload, Property, ScalarProperty, Shape, SparseIndex,
+};
 use super::names::accept_name;
 use super::scalar::Scalar;
 use super::strings::{count_lines, densify_sparse_strings, SparsePositions, Strings};
@@ -117,7 +119,51 @@ pub fn read_files_daf(index: &StoreIndex, path: &Path) -> Result<Dataset, Format
             dataset.matrices.insert((rows.clone(), cols), props);
         }
     }
+    dataset.files_source = source_documents(index, &dataset);
     Ok(dataset)
+}
+
+/// Documents up to this size are kept as copies, larger ones as the store's blob.
+const DOCUMENT_COPY_LIMIT: u64 = 64 * 1024;
+
+/// The source's own documents for the FilesDaf view: `daf.json`, the file of every scalar read,
+/// and the descriptor of every property read, unless the source is 1.0 and the descriptor is in
+/// the 1.1 form (HEAD writes those into 1.0 directories, §3.1; a 1.0 reader cannot read them, so
+/// the view synthesises the 1.0 form instead).
+fn source_documents(index: &StoreIndex, dataset: &Dataset) -> FilesSource {
+    let version = files_version(index);
+    let mut paths = vec!["daf.json".to_string()];
+    paths.extend(dataset.scalars.keys().map(|n| format!("scalars/{n}.json")));
+    paths.extend(dataset.properties().filter_map(|p| {
+        let path = format!("{}.json", p.path);
+        let form_1_1 = || {
+            index
+                .get(&path)
+                .and_then(|e| e.blob.bytes().ok())
+                .and_then(|b| parse_descriptor(b.as_slice()).ok())
+                .is_none_or(|d| d.is_1_1_form())
+        };
+        (version == FilesVersion::V1_1 || !form_1_1()).then_some(path)
+    }));
+    // Kept as small heap copies (they were read at mount): a mapping per document would count
+    // against the process's map limit (vm.max_map_count) for as long as the mount lasts.
+    let documents = paths
+        .into_iter()
+        .filter_map(|path| {
+            let blob = &index.get(&path)?.blob;
+            let kept = match blob.bytes() {
+                Ok(b) if b.len() <= DOCUMENT_COPY_LIMIT => {
+                    Blob::ready(Bytes::from_vec(b.as_slice().to_vec()))
+                }
+                _ => blob.clone(),
+            };
+            Some((path, kept))
+        })
+        .collect();
+    FilesSource {
+        version: Some(version),
+        documents,
+    }
 }
 
 /// The version of a FilesDaf tree (1.0 unless `daf.json` says 1.1).

@@ -72,6 +72,20 @@ pub enum Descriptor {
     },
 }
 
+impl Descriptor {
+    /// Whether this is the FilesDaf 1.1 sparse form (per-component descriptors), which a 1.0
+    /// reader cannot read; dense descriptors are the same in both versions.
+    pub fn is_1_1_form(&self) -> bool {
+        matches!(
+            self,
+            Descriptor::Sparse {
+                has_nzval: Some(_),
+                ..
+            }
+        )
+    }
+}
+
 fn type_field(obj: &Value, key: &str) -> Result<ElementType, FormatError> {
     let name = obj
         .get(key)

@@ -2,7 +2,9 @@
 //!
 //! A [`Dataset`] is the logical content of one Daf data set: scalars, axes, vectors and matrices,
 //! each payload a shared [`Blob`] (a range of a memory map whenever the source stores it plainly).
-//! It holds no layout: the FilesDaf and Zarr views are both derived from it.
+//! It holds no layout: the FilesDaf and Zarr views are both derived from it. The one exception is
+//! [`FilesSource`]: a FilesDaf source's version and its own JSON documents, which the FilesDaf
+//! view serves byte for byte rather than synthesising them.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -10,6 +12,7 @@ use std::time::SystemTime;
 
 use crate::stores::Blob;
 
+use super::json::FilesVersion;
 use super::scalar::Scalar;
 use super::strings::Strings;
 use super::types::NumType;
@@ -119,6 +122,44 @@ pub struct Dataset {
     pub matrices: BTreeMap<(String, String), BTreeMap<String, Property>>,
     /// Modification time of the data set as a whole (its root).
     pub mtime: Option<SystemTime>,
+    /// For a FilesDaf source: its version and the files the FilesDaf view serves as they are.
+    pub files_source: FilesSource,
+}
+
+/// What a FilesDaf source contributes to the FilesDaf view besides the model: its version (the
+/// view's `daf.json` and the forms of what the view synthesises) and its own JSON documents
+/// (`daf.json`, `scalars/N.json`, descriptors), served byte for byte instead of synthesised.
+/// Empty for a Zarr source (the view is then FilesDaf 1.0, every document synthesised).
+#[derive(Debug, Default)]
+pub struct FilesSource {
+    /// The source's `daf.json` version (`None`: not a FilesDaf source).
+    pub version: Option<FilesVersion>,
+    /// Source files by path relative to the data set root (`scalars/pi.json`).
+    pub documents: BTreeMap<String, Arc<Blob>>,
+}
+
+impl FilesSource {
+    /// The source's own file at `path`, if the view serves it as is.
+    pub fn document(&self, path: &str) -> Option<&Arc<Blob>> {
+        self.documents.get(path)
+    }
+
+    /// Forgets the documents of item `id` (it was replaced or removed: they no longer describe it).
+    fn forget(&mut self, id: &PropertyId) {
+        self.documents.remove(&format!("{}.json", id.path()));
+    }
+
+    /// Forgets the documents of every vector and matrix along axis `name` (removed with it).
+    fn forget_axis(&mut self, name: &str) {
+        self.documents.retain(|path, _| {
+            let parts: Vec<&str> = path.split('/').collect();
+            match parts.as_slice() {
+                ["vectors", axis, _] => *axis != name,
+                ["matrices", rows, cols, _] => *rows != name && *cols != name,
+                _ => true,
+            }
+        });
+    }
 }
 
 /// The Daf dimensions of a vector or matrix property.
@@ -340,6 +381,7 @@ impl Dataset {
 
     /// Inserts (or replaces) `id`. A new axis also gets its (empty) vector and matrix groups.
     pub fn insert(&mut self, id: &PropertyId, item: Item) -> Result<(), String> {
+        self.files_source.forget(id);
         match (id, item) {
             (PropertyId::Scalar(name), Item::Scalar(s)) => {
                 self.scalars.insert(name.clone(), s);
@@ -391,9 +433,11 @@ impl Dataset {
 
     /// Removes `id` (an axis only with its properties, which the caller must have checked).
     pub fn remove(&mut self, id: &PropertyId) -> Option<Item> {
+        self.files_source.forget(id);
         match id {
             PropertyId::Scalar(name) => self.scalars.remove(name).map(Item::Scalar),
             PropertyId::Axis(name) => {
+                self.files_source.forget_axis(name);
                 self.vectors.remove(name);
                 self.matrices.retain(|(r, c), _| r != name && c != name);
                 self.axes.remove(name).map(Item::Axis)

@@ -1,5 +1,8 @@
 //! Scalars: typed values, their FilesDaf JSON file and their one-element Zarr chunk.
 
+use std::collections::BTreeMap;
+
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::json::quote;
@@ -37,19 +40,41 @@ fn out_of_range(v: &Value, t: NumType) -> FormatError {
 
 impl Scalar {
     /// Parses a FilesDaf scalar file (`{"type":T,"value":V}`, any key order).
+    ///
+    /// A float value is converted from its own text, correctly rounded to the scalar's type
+    /// (`str::parse::<f64>` / `str::parse::<f32>`), so the written shortest form of any finite
+    /// Float64 or Float32 comes back to the same bits.
     pub fn from_json(bytes: &[u8]) -> Result<Scalar, FormatError> {
-        let doc: Value = serde_json::from_slice(bytes)
+        let doc: BTreeMap<String, &RawValue> = serde_json::from_slice(bytes)
             .map_err(|e| FormatError::bad(format!("invalid JSON: {e}")))?;
-        let name = doc
+        let name: String = doc
             .get("type")
-            .and_then(Value::as_str)
+            .and_then(|raw| serde_json::from_str(raw.get()).ok())
             .ok_or_else(|| FormatError::bad("no \"type\""))?;
-        let eltype = ElementType::from_julia_name(name)
+        let eltype = ElementType::from_julia_name(&name)
             .ok_or_else(|| FormatError::bad(format!("unknown type \"{name}\"")))?;
-        let v = doc
+        let raw = doc
             .get("value")
-            .ok_or_else(|| FormatError::bad("no \"value\""))?;
-        Scalar::from_value(eltype, v)
+            .ok_or_else(|| FormatError::bad("no \"value\""))?
+            .get();
+        if let (ElementType::Num(t @ (NumType::Float32 | NumType::Float64)), true) = (
+            eltype,
+            raw.starts_with(|c: char| c == '-' || c.is_ascii_digit()),
+        ) {
+            let value = match t {
+                NumType::Float32 => raw.parse::<f32>().map(f64::from),
+                _ => raw.parse::<f64>(),
+            };
+            let value =
+                value.map_err(|_| FormatError::bad(format!("value {raw} is not a number")))?;
+            return Ok(Scalar {
+                eltype,
+                value: ScalarValue::Float(value),
+            });
+        }
+        let v: Value = serde_json::from_str(raw)
+            .map_err(|e| FormatError::bad(format!("invalid JSON: {e}")))?;
+        Scalar::from_value(eltype, &v)
     }
 
     /// Converts a JSON value to `eltype` the way Julia's `convert` does.
@@ -75,7 +100,14 @@ impl Scalar {
             },
             NumType::Float32 | NumType::Float64 => match v {
                 Value::Null => ScalarValue::Float(f64::NAN),
-                _ => ScalarValue::Float(v.as_f64().ok_or_else(|| out_of_range(v, t))?),
+                _ => {
+                    let f = v.as_f64().ok_or_else(|| out_of_range(v, t))?;
+                    // A Float32 holds an f32 value (Julia's `convert(Float32, ::Float64)`).
+                    ScalarValue::Float(match t {
+                        NumType::Float32 => f64::from(f as f32),
+                        _ => f,
+                    })
+                }
             },
             NumType::UInt8 | NumType::UInt16 | NumType::UInt32 | NumType::UInt64 => {
                 let n = v.as_u64().or_else(|| {
@@ -133,7 +165,8 @@ impl Scalar {
         })
     }
 
-    /// The value as JSON.jl 0.21 prints it (floats shortest round-trip, non-finite as `null`).
+    /// The value as JSON.jl 0.21 prints it (floats as Julia's `print`: the shortest text that reads
+    /// back to the same bits, see [`julia_float`]; non-finite as `null`).
     pub fn value_json(&self) -> String {
         match (&self.value, self.eltype) {
             (ScalarValue::Bool(b), _) => b.to_string(),
@@ -141,9 +174,9 @@ impl Scalar {
             (ScalarValue::UInt(n), _) => n.to_string(),
             (ScalarValue::Float(f), _) if !f.is_finite() => "null".to_string(),
             (ScalarValue::Float(f), ElementType::Num(NumType::Float32)) => {
-                float_text(format!("{:?}", *f as f32))
+                julia_float(&format!("{:e}", *f as f32))
             }
-            (ScalarValue::Float(f), _) => float_text(format!("{f:?}")),
+            (ScalarValue::Float(f), _) => julia_float(&format!("{f:e}")),
             (ScalarValue::String(s), _) => quote(s),
         }
     }
@@ -185,12 +218,37 @@ impl Scalar {
     }
 }
 
-/// Rust's `{:?}` float text in Julia's spelling of exponents (`1e20` → `1.0e20`).
-fn float_text(debug: String) -> String {
-    match debug.split_once('e') {
-        Some((mantissa, exp)) if !mantissa.contains('.') => format!("{mantissa}.0e{exp}"),
-        _ => debug,
-    }
+/// A finite float as Julia's `print` writes it (Base.Ryu `writeshortest`), from Rust's shortest
+/// round-trip digits in `{:e}` form (`-1.2345e-7`, `1e23`, `0e0`): plain decimal with at least
+/// one fractional digit when the decimal point falls within `(-4, 6]` digits of the first digit
+/// (`0.0001`, `123456.0`), otherwise `d.ddde±x` with no `+` and no padding (`1.0e6`, `1.0e-5`,
+/// `1.0e23`). The digits are Rust's, so the text parses back to the same bits.
+pub fn julia_float(sci: &str) -> String {
+    let (sign, rest) = match sci.strip_prefix('-') {
+        Some(rest) => ("-", rest),
+        None => ("", sci),
+    };
+    let (mantissa, exp) = rest.split_once('e').unwrap_or((rest, "0"));
+    let exp: i64 = exp.parse().unwrap_or(0);
+    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+    let olength = digits.len() as i64;
+    // The decimal point sits after `point` digits (Ryu's `pt`).
+    let point = exp + 1;
+    let body = if -4 < point && point <= 6 {
+        if point <= 0 {
+            format!("0.{}{digits}", "0".repeat(point.unsigned_abs() as usize))
+        } else if point >= olength {
+            format!("{digits}{}.0", "0".repeat((point - olength) as usize))
+        } else {
+            let (int, frac) = digits.split_at(point as usize);
+            format!("{int}.{frac}")
+        }
+    } else {
+        let (first, tail) = digits.split_at(digits.len().min(1));
+        let tail = if tail.is_empty() { "0" } else { tail };
+        format!("{first}.{tail}e{exp}")
+    };
+    format!("{sign}{body}")
 }
 
 #[cfg(test)]
@@ -243,5 +301,93 @@ mod tests {
                 .files_json(),
             f.files_json()
         );
+    }
+
+    #[test]
+    fn floats_print_as_julia_does() {
+        for (value, text) in [
+            (0.0, "0.0"),
+            (-0.0, "-0.0"),
+            (2.5, "2.5"),
+            (100.0, "100.0"),
+            (123456.0, "123456.0"),
+            (1e6, "1.0e6"),
+            (1234567.0, "1.234567e6"),
+            (0.0001, "0.0001"),
+            (0.00012, "0.00012"),
+            (1e-5, "1.0e-5"),
+            (1e23, "1.0e23"),
+            (1.0e20, "1.0e20"),
+            (-24.584467509646366, "-24.584467509646366"),
+            (-1.2345678901234568e-300, "-1.2345678901234568e-300"),
+            (5e-324, "5.0e-324"),
+            (f64::MAX, "1.7976931348623157e308"),
+        ] {
+            assert_eq!(julia_float(&format!("{value:e}")), text, "{value:e}");
+        }
+        assert_eq!(julia_float(&format!("{:e}", 0.1f32)), "0.1");
+        assert_eq!(julia_float(&format!("{:e}", 16777216f32)), "1.6777216e7");
+    }
+
+    #[test]
+    fn float_scalars_read_back_to_the_same_bits() {
+        // serde_json's default parser is off by an ULP on these (issue 9).
+        for text in [
+            "-1.2345678901234568e-300",
+            "-24.584467509646366",
+            "1e+23",
+            "2.2250738585072011e-308",
+        ] {
+            let file = format!("{{\"value\":{text},\"type\":\"Float64\"}}");
+            let s = Scalar::from_json(file.as_bytes()).unwrap();
+            let expected: f64 = text.parse().unwrap();
+            assert_eq!(s.value, ScalarValue::Float(expected), "{text}");
+            assert_eq!(s.zarr_chunk(), expected.to_le_bytes(), "{text}");
+        }
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for _ in 0..50_000 {
+            let bits = next();
+            let f = f64::from_bits(bits);
+            let g = f32::from_bits(bits as u32);
+            if f.is_finite() {
+                let s = Scalar {
+                    eltype: ElementType::Num(NumType::Float64),
+                    value: ScalarValue::Float(f),
+                };
+                let back = Scalar::from_json(s.files_json().as_bytes()).unwrap();
+                assert_eq!(back.zarr_chunk(), bits.to_le_bytes(), "{}", s.files_json());
+            }
+            if g.is_finite() {
+                let s = Scalar {
+                    eltype: ElementType::Num(NumType::Float32),
+                    value: ScalarValue::Float(f64::from(g)),
+                };
+                let back = Scalar::from_json(s.files_json_1_1().as_bytes()).unwrap();
+                assert_eq!(back.zarr_chunk(), g.to_le_bytes(), "{}", s.files_json());
+                // Julia reads a Float32 scalar through Float64 (`convert(Float32, ::Float64)`):
+                // the text written must survive that double rounding too.
+                let via_f64 = s.value_json().parse::<f64>().unwrap() as f32;
+                assert_eq!(via_f64.to_bits(), g.to_bits(), "{}", s.value_json());
+            }
+        }
+    }
+
+    #[test]
+    fn json_numbers_elsewhere_are_correctly_rounded() {
+        // Fill values and other JSON numbers go through serde_json's Value: `float_roundtrip`.
+        for text in ["-1.2345678901234568e-300", "-24.584467509646366"] {
+            let v: Value = serde_json::from_str(text).unwrap();
+            let s = Scalar::from_value(ElementType::Num(NumType::Float64), &v).unwrap();
+            assert_eq!(s.value, ScalarValue::Float(text.parse().unwrap()), "{text}");
+        }
+        let v: Value = serde_json::from_str("0.10000000149011612").unwrap();
+        let s = Scalar::from_value(ElementType::Num(NumType::Float32), &v).unwrap();
+        assert_eq!(s.zarr_chunk(), 0.1f32.to_le_bytes());
     }
 }

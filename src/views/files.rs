@@ -1,6 +1,12 @@
-//! The FilesDaf 1.0 view (`daf-formats.md` §2): `daf.json`, every directory Julia expects, seed
-//! descriptors, and payload files that are the model's blobs themselves. The same code writes a
-//! committed item into a FilesDaf source, in the source's own version.
+//! The FilesDaf view (`daf-formats.md` §2, §3): `daf.json`, every directory Julia expects,
+//! descriptors and scalar files, and payload files that are the model's blobs themselves.
+//!
+//! Of a FilesDaf source (directory or ZipDaf), the view is in the source's version and serves the
+//! source's own files byte for byte (`daf.json`, scalars, descriptors, text, payloads); it
+//! synthesises only what the source lacks or what its version cannot hold (a 1.1-form sparse
+//! descriptor in a 1.0 source gets the 1.0 form). Of a Zarr source, the view is FilesDaf 1.0 and
+//! every document is synthesised in the seed's exact forms. The same code writes a committed item
+//! into a FilesDaf source, in the source's own version.
 
 use std::sync::Arc;
 
@@ -17,8 +23,15 @@ use super::{dataset_mtime, ViewBuilder, ViewEntry};
 pub fn files_view(dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {
     let mut view = ViewBuilder::new(prefix);
     let mtime = dataset_mtime(dataset);
+    let version = dataset.files_source.version.unwrap_or(FilesVersion::V1_0);
     view.dir("", mtime);
-    view.text("daf.json", mtime, || "{\"version\":[1,0]}\n".to_string());
+    match dataset.files_source.document("daf.json") {
+        Some(blob) => view.file("daf.json", blob.clone(), mtime),
+        None => view.text("daf.json", mtime, move || match version {
+            FilesVersion::V1_0 => "{\"version\":[1,0]}\n".to_string(),
+            FilesVersion::V1_1 => "{\"version\":[1,1]}\n".to_string(),
+        }),
+    }
     for group in dataset.groups() {
         view.dir(&group, mtime);
     }
@@ -27,25 +40,22 @@ pub fn files_view(dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {
             &mut view,
             dataset,
             &PropertyId::Scalar(name.clone()),
-            FilesVersion::V1_0,
+            version,
         );
     }
     for name in dataset.axes.keys() {
-        item_files(
-            &mut view,
-            dataset,
-            &PropertyId::Axis(name.clone()),
-            FilesVersion::V1_0,
-        );
+        item_files(&mut view, dataset, &PropertyId::Axis(name.clone()), version);
     }
     for p in dataset.properties() {
-        property_files(&mut view, &p.path, p.property, FilesVersion::V1_0);
+        let document = dataset.files_source.document(&format!("{}.json", p.path));
+        property_files(&mut view, &p.path, p.property, version, document);
     }
     view.finish()
 }
 
-/// The files (and, for an axis, the new directories) of one item, relative to the data set root,
-/// in the forms of FilesDaf `version`.
+/// The files (and, for an axis, the new directories) of one item, relative to the data set root:
+/// the source's own documents where the data set has them, else synthesised in the forms of
+/// FilesDaf `version`.
 pub fn item_entries(dataset: &Dataset, id: &PropertyId, version: FilesVersion) -> Vec<ViewEntry> {
     let mut view = ViewBuilder::new("");
     item_files(&mut view, dataset, id, version);
@@ -58,15 +68,16 @@ fn item_files(view: &mut ViewBuilder, dataset: &Dataset, id: &PropertyId, versio
             let Some(prop) = dataset.scalars.get(name) else {
                 return;
             };
+            let path = format!("scalars/{name}.json");
+            if let Some(blob) = dataset.files_source.document(&path) {
+                view.file(&path, blob.clone(), prop.mtime);
+                return;
+            }
             let scalar = prop.scalar.clone();
-            view.text(
-                &format!("scalars/{name}.json"),
-                prop.mtime,
-                move || match version {
-                    FilesVersion::V1_0 => scalar.files_json(),
-                    FilesVersion::V1_1 => scalar.files_json_1_1(),
-                },
-            );
+            view.text(&path, prop.mtime, move || match version {
+                FilesVersion::V1_0 => scalar.files_json(),
+                FilesVersion::V1_1 => scalar.files_json_1_1(),
+            });
         }
         PropertyId::Axis(name) => {
             let Some(axis) = dataset.axes.get(name) else {
@@ -80,13 +91,22 @@ fn item_files(view: &mut ViewBuilder, dataset: &Dataset, id: &PropertyId, versio
         }
         PropertyId::Vector { .. } | PropertyId::Matrix { .. } => {
             if let Some(property) = dataset.property(id) {
-                property_files(view, &id.path(), property, version);
+                let base = id.path();
+                let document = dataset.files_source.document(&format!("{base}.json"));
+                property_files(view, &base, property, version, document);
             }
         }
     }
 }
 
-fn property_files(view: &mut ViewBuilder, base: &str, prop: &Property, version: FilesVersion) {
+/// The files of a vector or matrix; its descriptor is `document` (the source's) when given.
+fn property_files(
+    view: &mut ViewBuilder,
+    base: &str,
+    prop: &Property,
+    version: FilesVersion,
+    document: Option<&Arc<Blob>>,
+) {
     let mtime = prop.mtime;
     let mut file =
         |ext: &str, blob: &Arc<Blob>| view.file(&format!("{base}.{ext}"), blob.clone(), mtime);
@@ -128,7 +148,10 @@ fn property_files(view: &mut ViewBuilder, base: &str, prop: &Property, version: 
             sparse_text(ElementType::String, *indtype, index, true, version)
         }
     };
-    view.text(&format!("{base}.json"), mtime, move || descriptor.clone());
+    match document {
+        Some(blob) => view.file(&format!("{base}.json"), blob.clone(), mtime),
+        None => view.text(&format!("{base}.json"), mtime, move || descriptor.clone()),
+    }
 }
 
 fn sparse_text(

@@ -26,18 +26,27 @@ def scalar(root, name):
         return json.load(f)["value"]
 
 
+def _types(desc):
+    """(eltype, indtype) of a descriptor, FilesDaf 1.0 or 1.1 (sparse: per-component descriptors)."""
+    if "eltype" in desc:
+        return desc["eltype"], desc.get("indtype")
+    index = next(desc[c] for c in ("nzind", "colptr", "rowval") if c in desc)
+    return desc.get("nzval", {"eltype": "Bool"})["eltype"], index["eltype"]
+
+
 def _dense_strings(base, desc, n):
     if desc["format"] == "dense":
         return lines(base + ".txt")
     values = lines(base + ".nztxt")
-    index = np.fromfile(base + ".nzind", DTYPES[desc["indtype"]]) if os.path.exists(base + ".nzind") else None
+    indtype = DTYPES[_types(desc)[1]]
+    index = np.fromfile(base + ".nzind", indtype) if os.path.exists(base + ".nzind") else None
     out = [""] * n
     if index is not None:
         for i, v in zip(index, values):
             out[int(i) - 1] = v
     else:
-        colptr = np.fromfile(base + ".colptr", DTYPES[desc["indtype"]])
-        rowval = np.fromfile(base + ".rowval", DTYPES[desc["indtype"]])
+        colptr = np.fromfile(base + ".colptr", indtype)
+        rowval = np.fromfile(base + ".rowval", indtype)
         nrows = n // (len(colptr) - 1)
         k = 0
         for c in range(len(colptr) - 1):
@@ -54,12 +63,13 @@ def prop(root, rel, shape):
         desc = json.load(f)
     n = int(np.prod(shape))
     zarr_shape = tuple(reversed(shape))
-    if desc["eltype"] == "String":
+    eltype, indtype = _types(desc)
+    if eltype == "String":
         return "dense", np.array(_dense_strings(base, desc, n), dtype=object).reshape(zarr_shape)
-    t = DTYPES[desc["eltype"]]
+    t = DTYPES[eltype]
     if desc["format"] == "dense":
         return "dense", np.fromfile(base + ".data", t, count=n).reshape(zarr_shape)
-    i = DTYPES[desc["indtype"]]
+    i = DTYPES[indtype]
     parts = {}
     for comp in ("nzind", "colptr", "rowval"):
         if os.path.exists(base + "." + comp):

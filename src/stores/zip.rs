@@ -500,6 +500,29 @@ mod tests {
     }
 
     #[test]
+    fn every_fixture_archive_reads_without_a_defect_and_passes_its_crcs() {
+        for name in [
+            "empty.zip",
+            "multi_v1_1.dafs.zip",
+            "zarr_v2.daf.zarr.zip",
+            "zarr_v3.daf.zarr.zip",
+            "zipdaf_v1_0.daf.zip",
+            "zipdaf_v1_1.daf.zip",
+        ] {
+            let archive = open_archive(&Path::new(FIXTURES).join(name)).unwrap();
+            for record in &archive.records {
+                assert_eq!(record.defect, None, "{name}: {}", record.name);
+            }
+            let index = archive.index();
+            for key in index.keys() {
+                let blob = &index.get(key).unwrap().blob;
+                assert!(blob.bytes().is_ok(), "{name}: {key}");
+                assert!(blob.verify().is_ok(), "{name}: {key}");
+            }
+        }
+    }
+
+    #[test]
     fn dos_times_convert() {
         // 2024-03-15 13:45:30 → date ((44<<9)|(3<<5)|15), time ((13<<11)|(45<<5)|15)
         let t = dos_to_system_time((44 << 9) | (3 << 5) | 15, (13 << 11) | (45 << 5) | 15).unwrap();

@@ -672,6 +672,52 @@ pub fn cases() -> Vec<Case> {
         }
         e
     }));
+    let hostile_names = [
+        ("parent", "../../escape.data"),
+        ("inner parent", "vectors/../../escape.data"),
+        ("absolute", "/etc/escape.data"),
+        ("backslashes", "vectors\\cell\\evil.data"),
+        ("NUL", "vectors/cell/ev\0il.data"),
+        ("empty", ""),
+    ];
+    for (what, name) in hostile_names {
+        cases.push(rebuilt(
+            format!("an extra entry with a hostile name ({what})"),
+            Expect::clean(),
+            move || {
+                let mut e = zipdaf(0);
+                e.push(w(name, 0, b"12345678"));
+                e
+            },
+        ));
+    }
+    cases.push(Case::new(
+        "an extra entry whose name is not UTF-8",
+        Expect::clean(),
+        |dir| {
+            let mut e = zipdaf(0);
+            e.push(w("vectors/cell/@@.data", 0, b"12345678"));
+            let mut bytes = write_zip(&e);
+            let mut patched = 0;
+            while let Some(at) = bytes.windows(2).position(|p| p == b"@@") {
+                bytes[at..at + 2].copy_from_slice(&[0xFF, 0xFE]);
+                patched += 1;
+            }
+            assert_eq!(patched, 2, "local and central name");
+            let path = dir.join("hostile.daf.zip");
+            std::fs::write(&path, bytes).unwrap();
+            path.display().to_string()
+        },
+    ));
+    cases.push(Case::new(
+        "empty archive (only an end record)",
+        Expect::Refused("daf.json"),
+        |dir| {
+            let path = dir.join("empty.daf.zip");
+            std::fs::write(&path, write_zip(&[])).unwrap();
+            path.display().to_string()
+        },
+    ));
     cases.push(rebuilt(
         "multi-data-set archive: group g2 has a corrupt payload".into(),
         eio(

@@ -187,26 +187,36 @@ fn write_zip(entries: &[W]) -> Vec<u8> {
             extra.extend_from_slice(&e.size.to_le_bytes());
             extra.extend_from_slice(&(e.data.len() as u64).to_le_bytes());
         }
-        let common = |h: &mut Vec<u8>| {
+        // With a data descriptor (flag 8), the local header has zeros and the descriptor
+        // follows the data.
+        let descriptor = e.flags & 8 != 0;
+        let common = |h: &mut Vec<u8>, local: bool| {
+            let blank = local && descriptor;
             h.extend_from_slice(&e.flags.to_le_bytes());
             h.extend_from_slice(&e.method.to_le_bytes());
             h.extend_from_slice(&[0, 0, 0x21, 0]);
-            h.extend_from_slice(&e.crc.to_le_bytes());
-            h.extend_from_slice(&packed32.to_le_bytes());
-            h.extend_from_slice(&size32.to_le_bytes());
+            h.extend_from_slice(&if blank { 0 } else { e.crc }.to_le_bytes());
+            h.extend_from_slice(&if blank { 0 } else { packed32 }.to_le_bytes());
+            h.extend_from_slice(&if blank { 0 } else { size32 }.to_le_bytes());
             h.extend_from_slice(&(e.name.len() as u16).to_le_bytes());
             h.extend_from_slice(&(extra.len() as u16).to_le_bytes());
         };
         out.extend_from_slice(b"PK\x03\x04");
         out.extend_from_slice(&45u16.to_le_bytes());
-        common(&mut out);
+        common(&mut out, true);
         out.extend_from_slice(e.name.as_bytes());
         out.extend_from_slice(&extra);
         out.extend_from_slice(&e.data);
+        if descriptor {
+            out.extend_from_slice(b"PK\x07\x08");
+            out.extend_from_slice(&e.crc.to_le_bytes());
+            out.extend_from_slice(&packed32.to_le_bytes());
+            out.extend_from_slice(&size32.to_le_bytes());
+        }
         central.extend_from_slice(b"PK\x01\x02");
         central.extend_from_slice(&0x031Eu16.to_le_bytes());
         central.extend_from_slice(&45u16.to_le_bytes());
-        common(&mut central);
+        common(&mut central, false);
         central.extend_from_slice(&[0; 6]);
         central.extend_from_slice(&0x81A4_0000u32.to_le_bytes());
         central.extend_from_slice(&(offset as u32).to_le_bytes());
@@ -631,6 +641,27 @@ pub fn cases() -> Vec<Case> {
         || {
             let mut e = zipdaf(0);
             set(&mut e, SCORE_D, |x| x.data[5] ^= 0x40);
+            e
+        },
+    ));
+    for method in [0u16, 8] {
+        cases.push(rebuilt(
+            format!("method {method} with data descriptors"),
+            Expect::clean(),
+            move || {
+                let mut e = zipdaf(method);
+                e.iter_mut().for_each(|x| x.flags |= 8);
+                e
+            },
+        ));
+    }
+    cases.push(rebuilt(
+        "stored entry with a data descriptor and a flipped byte".into(),
+        score_eio("fails its CRC-32 check"),
+        || {
+            let mut e = zipdaf(0);
+            e.iter_mut().for_each(|x| x.flags |= 8);
+            set(&mut e, SCORE_D, |x| x.data[11] ^= 0x02);
             e
         },
     ));

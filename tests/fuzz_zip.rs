@@ -90,21 +90,45 @@ enum Edit {
     Insert(usize, Vec<u8>),
     Delete(usize, usize),
     Truncate(usize),
-    /// A header field (at a signature found in the file, plus an offset) set to a value.
+    /// A header field set to a value: the field `field` (of [`FIELDS`]) of the `instance`-th
+    /// record of signature kind `kind`.
     Forge {
-        signature: usize,
+        kind: usize,
+        instance: usize,
         field: usize,
-        width: usize,
         value: u64,
     },
 }
 
-const SIGNATURES: [&[u8]; 5] = [
-    b"PK\x01\x02",
-    b"PK\x03\x04",
-    b"PK\x05\x06",
-    b"PK\x06\x06",
-    b"PK\x06\x07",
+/// The signatures of ZIP records, and the (offset, width) of each of their fields. For a
+/// central record, offsets from 1000 on are relative to its extra field (where ZIP64 sizes and
+/// offsets live).
+const FIELDS: [(&[u8], &[(usize, usize)]); 5] = [
+    (
+        b"PK\x01\x02",
+        &[
+            (8, 2),
+            (10, 2),
+            (16, 4),
+            (20, 4),
+            (24, 4),
+            (28, 2),
+            (30, 2),
+            (32, 2),
+            (42, 4),
+            (1002, 2),
+            (1004, 8),
+            (1012, 8),
+            (1020, 8),
+        ],
+    ),
+    (
+        b"PK\x03\x04",
+        &[(6, 2), (8, 2), (14, 4), (18, 4), (22, 4), (26, 2), (28, 2)],
+    ),
+    (b"PK\x05\x06", &[(8, 2), (10, 2), (12, 4), (16, 4), (20, 2)]),
+    (b"PK\x06\x06", &[(4, 8), (24, 8), (32, 8), (40, 8), (48, 8)]),
+    (b"PK\x06\x07", &[(4, 4), (8, 8), (16, 4)]),
 ];
 
 fn hostile_value() -> impl Strategy<Value = u64> {
@@ -130,18 +154,14 @@ fn edit() -> impl Strategy<Value = Edit> {
             .prop_map(|(at, b)| Edit::Insert(at, b)),
         (any::<usize>(), 1usize..256).prop_map(|(at, n)| Edit::Delete(at, n)),
         any::<usize>().prop_map(Edit::Truncate),
-        (
-            any::<usize>(),
-            0usize..56,
-            prop_oneof![Just(2usize), Just(4), Just(8)],
-            hostile_value()
-        )
-            .prop_map(|(signature, field, width, value)| Edit::Forge {
-                signature,
+        (0usize..5, any::<usize>(), any::<usize>(), hostile_value()).prop_map(
+            |(kind, instance, field, value)| Edit::Forge {
+                kind,
+                instance,
                 field,
-                width,
                 value
-            }),
+            }
+        ),
     ]
 }
 
@@ -163,27 +183,33 @@ fn apply(bytes: &mut Vec<u8>, edit: &Edit) {
         }
         Edit::Truncate(at) => bytes.truncate(at % len),
         Edit::Forge {
-            signature,
+            kind,
+            instance,
             field,
-            width,
             value,
         } => {
-            let found: Vec<usize> = SIGNATURES
-                .iter()
-                .flat_map(|sig| {
-                    bytes
-                        .windows(4)
-                        .enumerate()
-                        .filter(move |(_, w)| w == sig)
-                        .map(|(i, _)| i)
-                })
+            let (signature, fields) = FIELDS[*kind];
+            let found: Vec<usize> = bytes
+                .windows(4)
+                .enumerate()
+                .filter(|(_, w)| w == &signature)
+                .map(|(i, _)| i)
                 .collect();
             if found.is_empty() {
                 return;
             }
-            let at = found[signature % found.len()] + field;
+            let record = found[instance % found.len()];
+            let (offset, width) = fields[field % fields.len()];
+            let at = if offset >= 1000 {
+                let name_len = bytes
+                    .get(record + 28..record + 30)
+                    .map_or(0, |b| usize::from(u16::from_le_bytes([b[0], b[1]])));
+                record + 46 + name_len + offset - 1000
+            } else {
+                record + offset
+            };
             if at + width <= len {
-                bytes[at..at + width].copy_from_slice(&value.to_le_bytes()[..*width]);
+                bytes[at..at + width].copy_from_slice(&value.to_le_bytes()[..width]);
             }
         }
     }

@@ -1,7 +1,8 @@
 //! Property-based fuzzing of the ZIP reader (no mount): random bytes, and structure-aware
 //! mutations of real archives (flip, overwrite, insert, delete, truncate, forge a header field
 //! with a hostile value), each opened with `open_archive`, then every entry's bytes read and
-//! its check run. Nothing may panic or hang; every produced entry has exactly the length
+//! its check run; and the three decoders on valid, damaged and mis-sized streams. Nothing may
+//! panic or hang; every produced entry has exactly the length
 //! `stat` announced, and none is larger than the decompression limit.
 //!
 //! Case count: `PROPTEST_CASES` (default 256 per property, a few seconds in debug).
@@ -12,7 +13,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use daf_mount::stores::zip::open_archive;
-use daf_mount::stores::zip_entry::{MAX_DECODED, MAX_SHOWN};
+use daf_mount::stores::zip_entry::{decode, MAX_DECODED, MAX_SHOWN};
 use proptest::prelude::*;
 
 const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/vectors");
@@ -254,6 +255,48 @@ proptest! {
             apply(&mut bytes, e);
         }
         exercise(&bytes);
+    }
+
+    #[test]
+    fn decoders_never_exceed_the_declared_size(
+        method in prop_oneof![Just(8u16), Just(12), Just(93)],
+        plain in prop::collection::vec(0u8..4, 0..4096),
+        edits in prop::collection::vec((any::<usize>(), any::<u8>()), 0..4),
+        size in prop_oneof![0u64..8192, hostile_value()],
+    ) {
+        // A valid stream of `plain` (compressible: few distinct bytes), perhaps damaged.
+        let mut packed = compressed(method, &plain);
+        for (at, value) in edits {
+            if !packed.is_empty() {
+                let n = packed.len();
+                packed[at % n] = value;
+            }
+        }
+        let crc = crc32fast::hash(&plain);
+        if let Ok(out) = decode(method, &packed, size, crc) {
+            prop_assert_eq!(out.len(), size);
+        }
+        // The undamaged stream with its true size always decodes, to exactly `plain`.
+        let exact = decode(method, &compressed(method, &plain), plain.len() as u64, crc);
+        prop_assert_eq!(exact.map(|b| b.as_slice().to_vec()), Ok(plain));
+    }
+}
+
+fn compressed(method: u16, plain: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    match method {
+        8 => {
+            let mut e =
+                flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::default());
+            e.write_all(plain).unwrap();
+            e.finish().unwrap()
+        }
+        12 => {
+            let mut e = bzip2::write::BzEncoder::new(Vec::new(), bzip2::Compression::fast());
+            e.write_all(plain).unwrap();
+            e.finish().unwrap()
+        }
+        _ => zstd::encode_all(plain, 1).unwrap(),
     }
 }
 

@@ -210,8 +210,9 @@ fn parse(path: &Path, bytes: Bytes, file_mtime: SystemTime) -> Result<ZipArchive
             ),
         ));
     }
-    // Bounded by the check above: at most one record per 46 bytes of the mapped directory.
-    let mut records = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
+    // The count is bounded by the directory's size above; the vector still grows with the
+    // records actually parsed rather than trusting it.
+    let mut records = Vec::with_capacity(usize::try_from(count.min(1 << 12)).unwrap_or(0));
     let mut at = cd_offset;
     for n in 0..count {
         let damaged = || corrupt(path, format!("central directory record {n} is damaged"));

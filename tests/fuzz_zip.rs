@@ -101,10 +101,13 @@ enum Edit {
     },
 }
 
+/// A header field: its offset and width in bytes.
+type Field = (usize, usize);
+
 /// The signatures of ZIP records, and the (offset, width) of each of their fields. For a
 /// central record, offsets from 1000 on are relative to its extra field (where ZIP64 sizes and
 /// offsets live).
-const FIELDS: [(&[u8], &[(usize, usize)]); 5] = [
+const FIELDS: [(&[u8], &[Field]); 5] = [
     (
         b"PK\x01\x02",
         &[

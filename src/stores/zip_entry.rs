@@ -6,6 +6,8 @@
 //! - A deflate, bzip2 or zstd entry is decompressed on first access, into a buffer that grows with
 //!   the output (never allocated at the declared size up front) and never beyond the declared
 //!   size: a bomb stops one byte past it. The result must have exactly the declared size and CRC.
+//!   Decompressed members stay in memory while mounted, so together they may hold at most
+//!   [`DECODED`] bytes; past that, the next one gives an error instead.
 //! - An entry that can never be served (damaged local header, data outside its place, encrypted,
 //!   unknown method, a stored entry whose two sizes differ, a declared size that its compressed
 //!   data cannot reach or that is too large to hold in memory) is refused once, at mount, with one
@@ -17,11 +19,14 @@ use std::io::Read;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
+use super::bytes::Budget;
 use super::zip::{CentralRecord, METHOD_BZIP2, METHOD_DEFLATE, METHOD_STORED, METHOD_ZSTD};
 use super::{Blob, Bytes, StoreError};
 
 /// The largest size a compressed member may declare: it is decompressed whole into memory.
 pub const MAX_DECODED: u64 = 256 << 20;
+/// The most that decompressed members may hold together (they stay in memory while mounted).
+pub static DECODED: Budget = Budget::new(384 << 20);
 /// The largest `st_size` shown for an entry (sizes declared beyond it are absurd anyway).
 pub const MAX_SHOWN: u64 = 1 << 40;
 /// First allocation for a decompression, at most (the buffer then grows with the output).
@@ -95,11 +100,21 @@ pub fn entry_blob(path: &Path, archive: &Bytes, record: &CentralRecord) -> Arc<B
         if let Some(message) = failure.get() {
             return Err(StoreError::Produce(message.clone()));
         }
-        decode(method, raw.as_slice(), size, crc).map_err(|why| {
-            let message = format!("{what}: {why}");
-            let _ = failure.set(message.clone());
-            StoreError::Produce(message)
-        })
+        // Not remembered as a failure: the budget may have room again later.
+        let reservation = DECODED.reserve(size).ok_or_else(|| {
+            StoreError::Produce(format!(
+                "{what}: decompressing its {size} bytes would exceed the {} MiB that \
+                 decompressed ZIP members may hold together",
+                DECODED.limit() >> 20
+            ))
+        })?;
+        decode(method, raw.as_slice(), size, crc)
+            .map(|out| Bytes::from_reserved(out, reservation))
+            .map_err(|why| {
+                let message = format!("{what}: {why}");
+                let _ = failure.set(message.clone());
+                StoreError::Produce(message)
+            })
     })
 }
 
@@ -109,7 +124,7 @@ fn failing(len: u64, message: String) -> Arc<Blob> {
 }
 
 /// Decompresses `input` (method `method`) that must give exactly `size` bytes with CRC `crc`.
-pub fn decode(method: u16, input: &[u8], size: u64, crc: u32) -> Result<Bytes, String> {
+pub fn decode(method: u16, input: &[u8], size: u64, crc: u32) -> Result<Vec<u8>, String> {
     let out = match method {
         METHOD_DEFLATE => bounded(flate2::read::DeflateDecoder::new(input), size),
         METHOD_BZIP2 => bounded(bzip2::read::BzDecoder::new(input), size),
@@ -127,7 +142,7 @@ pub fn decode(method: u16, input: &[u8], size: u64, crc: u32) -> Result<Bytes, S
     if crc32fast::hash(&out) != crc {
         return Err("it fails its CRC check".into());
     }
-    Ok(Bytes::from_vec(out))
+    Ok(out)
 }
 
 /// Reads `reader` to its end, but never more than `size + 1` bytes: the buffer grows with the

@@ -180,6 +180,18 @@ fn bomb(method: u16, data: Vec<u8>, size: u64) -> W {
     }
 }
 
+/// The vectors past the budget, in both views (read in name order, the FilesDaf view first).
+const BUDGET_EIO: [&str; 8] = [
+    "vectors/big/v096.data",
+    "vectors/big/v097.data",
+    "vectors/big/v098.data",
+    "vectors/big/v099.data",
+    "vectors/big/v096/0",
+    "vectors/big/v097/0",
+    "vectors/big/v098/0",
+    "vectors/big/v099/0",
+];
+
 pub fn cases() -> Vec<Case> {
     let mut cases = Vec::new();
     // Rebuilt ZipDaf archives: methods, bombs, CRCs, flags, names.
@@ -412,6 +424,43 @@ pub fn cases() -> Vec<Case> {
             assert_eq!(patched, 2, "local and central name");
             let path = dir.join("hostile.daf.zip");
             std::fs::write(&path, bytes).unwrap();
+            path.display().to_string()
+        },
+    ));
+    cases.push(Case::new(
+        "100 deflated vectors of 4 MiB: the decompression budget (384 MiB) holds 96",
+        Expect::Mounted {
+            eio: BUDGET_EIO.to_vec(),
+            log: vec!["would exceed the 384 MiB"],
+            absent: vec![],
+            present: vec!["hostile.daf/vectors/big/v095.data"],
+        },
+        |dir| {
+            let n = 1usize << 19;
+            let mut e = zipdaf(0);
+            let axis: String = (0..n).map(|i| format!("b{i}\n")).collect();
+            e.push(w("axes/big.txt", 0, axis.as_bytes()));
+            let zeros = vec![0u8; n * 8];
+            let packed = compress(8, &zeros);
+            let crc = crc32fast::hash(&zeros);
+            for i in 0..100 {
+                let name = format!("vectors/big/v{i:03}");
+                e.push(w(
+                    &format!("{name}.json"),
+                    0,
+                    br#"{"format":"dense","eltype":"Float64"}"#,
+                ));
+                e.push(W {
+                    name: format!("{name}.data"),
+                    method: 8,
+                    flags: 0,
+                    data: packed.clone(),
+                    crc,
+                    size: zeros.len() as u64,
+                });
+            }
+            let path = dir.join("hostile.daf.zip");
+            std::fs::write(&path, write_zip(&e)).unwrap();
             path.display().to_string()
         },
     ));

@@ -10,7 +10,9 @@
 //!
 //! What this cannot undo: for a member larger than [`SYNC_CHECK_MAX`], bytes served before the
 //! background pass finished may already sit in the kernel's page cache (or in content derived
-//! from them) and are served from there until evicted.
+//! from them). The FUSE layer opens a file whose check failed without `FOPEN_KEEP_CACHE`
+//! (`DafFs::failed_check`), so the kernel drops those pages at the next open; handles opened
+//! before may still be served them.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::mpsc::{channel, Sender};

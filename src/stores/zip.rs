@@ -6,10 +6,18 @@
 //! ZipArchives and Python's `zipfile` read archives:
 //! - the last central-directory record of a duplicated name wins;
 //! - names ending in `/` are directory entries and are skipped;
-//! - stored entries are served straight from the map, whatever their alignment;
-//! - deflate, bzip2 and zstd entries are decompressed on first access (CRC-checked) and cached;
-//! - anything structurally wrong (no end record, a central directory or an entry outside the
-//!   file, a bad signature) is a [`StoreError::CorruptZip`] naming the archive.
+//! - stored entries are served straight from the map, whatever their alignment, CRC-checked
+//!   lazily; deflate, bzip2 and zstd entries are decompressed on first access, bounded by their
+//!   declared size, CRC-checked and cached (both in `zip_entry`);
+//! - every size, count and offset from a header is checked against the file before it is used:
+//!   a broken archive structure (no end record, a ZIP64 record not where its locator says, a
+//!   central directory outside the file or holding fewer records than declared, a record that
+//!   is cut short or runs past the directory, a malformed extra field) is a
+//!   [`StoreError::CorruptZip`] naming the archive. Records are read one after the other from
+//!   the directory's start, so they can neither overlap nor loop;
+//! - what is wrong with one entry alone (a local header that is missing or disagrees with its
+//!   central record in name, method, CRC or sizes without a data descriptor; data that runs into
+//!   the central directory) is that record's `defect`: the entry gives `EIO`, the rest works.
 
 use std::collections::BTreeMap;
 use std::fs::File;

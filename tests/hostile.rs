@@ -300,6 +300,9 @@ fn run_case(case: &Case) -> Result<(), String> {
                 problems.push(format!("the daemon died while reading: {status}"));
             }
             let peak = peak_rss_kib(daemon.child.id());
+            if std::env::var_os("HOSTILE_PRINT_RSS").is_some() {
+                eprintln!("peak RSS {peak:>8} KiB: {}", case.name);
+            }
             if peak > MAX_PEAK_RSS_KIB {
                 problems.push(format!("peak RSS {peak} KiB > {MAX_PEAK_RSS_KIB} KiB"));
             }

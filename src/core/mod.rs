@@ -23,6 +23,7 @@ use std::time::SystemTime;
 
 use crate::formats::source::NamedDataset;
 use crate::staging::StagingArea;
+use crate::stores::blob::CheckState;
 use crate::stores::{Bytes, StoreError};
 use crate::views::{view_entries, view_roots, ViewEntry, ViewNode, ViewRoot, ViewSelection};
 
@@ -438,6 +439,15 @@ impl DafFs {
             NodeKind::Staged(disk) => Ok(Bytes::from_vec(std::fs::read(disk)?)),
             NodeKind::Dir { .. } => Err(FsError::IsDir),
         }
+    }
+
+    /// Whether committed file `ino` failed its integrity check (a stored ZIP member whose CRC-32
+    /// is wrong): what the kernel cached of it must be dropped, not kept.
+    pub fn failed_check(&self, ino: u64) -> bool {
+        matches!(
+            self.namespace().node(ino).map(|n| &n.kind),
+            Some(NodeKind::File(blob)) if blob.check_state() == Some(CheckState::Bad)
+        )
     }
 
     /// Up to `size` bytes of file `ino` from `offset`: for committed files a range of the shared

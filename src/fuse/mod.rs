@@ -153,7 +153,11 @@ impl Filesystem for FuseAdapter {
                     self.core.written_by_kernel(fh);
                     reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id);
                 }
-                None if a.volatile => reply.opened(FileHandle(fh), FopenFlags::empty()),
+                // Without FOPEN_KEEP_CACHE the kernel drops its pages: a file found corrupt
+                // after pages of it were cached reads as EIO from its next open on.
+                None if a.volatile || self.core.failed_check(ino.0) => {
+                    reply.opened(FileHandle(fh), FopenFlags::empty())
+                }
                 None => {
                     // Committed content never changes under an open handle: keep the page cache.
                     reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE);

@@ -6,11 +6,16 @@
 //! so every view that shows the same blob shares one copy (or one mapped range). A blob's length
 //! may be known before it is produced (`st_size` without work); otherwise asking for the length
 //! produces it.
+//!
+//! A ready blob may carry an integrity [`Check`] (the CRC-32 of a stored ZIP member): its bytes
+//! are still served straight from the map, and the check runs lazily (see [`Check`]); once it
+//! fails, every later access of the blob, and of every slice of it, is an error.
 
 use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::bytes::Bytes;
+pub use super::check::{Check, CheckState};
 use super::StoreError;
 
 type Producer = Box<dyn Fn() -> Result<Bytes, StoreError> + Send + Sync>;
@@ -23,6 +28,8 @@ pub struct Blob {
     value: OnceLock<Bytes>,
     producer: Option<Producer>,
     producing: Mutex<()>,
+    /// The integrity check guarding this blob's bytes (its own, or its parent's for a slice).
+    check: Option<Arc<Check>>,
 }
 
 impl Blob {
@@ -37,7 +44,40 @@ impl Blob {
             value,
             producer: None,
             producing: Mutex::new(()),
+            check: None,
         })
+    }
+
+    /// A blob whose bytes are already there (a range of a map, served without copying) and
+    /// whose CRC-32 must be `crc`; `what` names it in errors and in the log (archive and entry).
+    /// The check runs lazily, on first access (see [`Check`]).
+    pub fn checked(bytes: Bytes, crc: u32, what: String) -> Arc<Blob> {
+        let check = Arc::new(Check::new(bytes.clone(), crc, what));
+        let value = OnceLock::new();
+        let known_len = Some(bytes.len());
+        let _ = value.set(bytes);
+        Arc::new(Blob {
+            known_len,
+            backing: None,
+            value,
+            producer: None,
+            producing: Mutex::new(()),
+            check: Some(check),
+        })
+    }
+
+    /// Where the integrity check of this blob stands (`None` when it has no check).
+    pub fn check_state(&self) -> Option<CheckState> {
+        self.check.as_ref().map(|c| c.state())
+    }
+
+    /// Runs the integrity check to its end now, if the blob has one (waits for a background
+    /// pass in progress); the result of [`Blob::bytes`] from then on.
+    pub fn verify(&self) -> Result<(), StoreError> {
+        match &self.check {
+            Some(check) => check.verify_now(),
+            None => Ok(()),
+        }
     }
 
     /// A blob made on first access by `producer`. When `len` is given, the producer must return
@@ -52,6 +92,7 @@ impl Blob {
             value: OnceLock::new(),
             producer: Some(Box::new(producer)),
             producing: Mutex::new(()),
+            check: None,
         })
     }
 
@@ -67,6 +108,7 @@ impl Blob {
             value: OnceLock::new(),
             producer: Some(Box::new(producer)),
             producing: Mutex::new(()),
+            check: None,
         })
     }
 
@@ -80,11 +122,21 @@ impl Blob {
         if offset == 0 && parent.known_len == Some(len) {
             return parent.clone();
         }
+        let check = parent.check.clone();
         let parent = parent.clone();
-        Blob::lazy(Some(len), move || {
+        let producer = move || {
             parent.bytes()?.slice(offset, len).ok_or_else(|| {
                 StoreError::Produce(format!("range {offset}+{len} is outside its source"))
             })
+        };
+        Arc::new(Blob {
+            known_len: Some(len),
+            backing: None,
+            value: OnceLock::new(),
+            producer: Some(Box::new(producer)),
+            producing: Mutex::new(()),
+            // A slice answers for its parent's check: once that fails, the slice fails too.
+            check,
         })
     }
 
@@ -108,6 +160,9 @@ impl Blob {
 
     /// The content, produced on first call and cached.
     pub fn bytes(&self) -> Result<Bytes, StoreError> {
+        if let Some(check) = &self.check {
+            check.gate()?;
+        }
         if let Some(bytes) = self.value.get() {
             return Ok(bytes.clone());
         }

@@ -5,6 +5,7 @@
 //! built (synthesised metadata and text, decoded foreign chunks). Cloning never copies bytes.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::sys::Mmap;
@@ -13,6 +14,61 @@ use crate::sys::Mmap;
 enum Backing {
     Map(Arc<Mmap>),
     Owned(Arc<Vec<u8>>),
+    /// A buffer counted against a [`Budget`] for as long as it lives.
+    Reserved(Arc<(Vec<u8>, Reservation)>),
+}
+
+/// A process-wide limit on the bytes held by some kind of buffer (decompressed ZIP members).
+#[derive(Debug)]
+pub struct Budget {
+    used: AtomicU64,
+    limit: u64,
+}
+
+/// A share of a [`Budget`], given back when dropped.
+#[derive(Debug)]
+pub struct Reservation {
+    budget: &'static Budget,
+    bytes: u64,
+}
+
+impl Budget {
+    /// A budget of `limit` bytes.
+    pub const fn new(limit: u64) -> Budget {
+        Budget {
+            used: AtomicU64::new(0),
+            limit,
+        }
+    }
+
+    /// Takes `bytes` from the budget, or `None` if that would exceed it.
+    pub fn reserve(&'static self, bytes: u64) -> Option<Reservation> {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(bytes).filter(|&total| total <= self.limit)
+            })
+            .ok()
+            .map(|_| Reservation {
+                budget: self,
+                bytes,
+            })
+    }
+
+    /// Bytes currently reserved.
+    pub fn used(&self) -> u64 {
+        self.used.load(Ordering::Acquire)
+    }
+
+    /// The limit.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.budget.used.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
 }
 
 /// An immutable byte range over a shared backing buffer.
@@ -34,6 +90,16 @@ impl Bytes {
         let len = data.len();
         Bytes {
             backing: Backing::Owned(Arc::new(data)),
+            start: 0,
+            len,
+        }
+    }
+
+    /// Takes ownership of a buffer whose size `reservation` counts for as long as it lives.
+    pub fn from_reserved(data: Vec<u8>, reservation: Reservation) -> Bytes {
+        let len = data.len();
+        Bytes {
+            backing: Backing::Reserved(Arc::new((data, reservation))),
             start: 0,
             len,
         }
@@ -68,6 +134,7 @@ impl Bytes {
         let all: &[u8] = match &self.backing {
             Backing::Map(map) => map,
             Backing::Owned(vec) => vec,
+            Backing::Reserved(held) => &held.0,
         };
         &all[self.start..self.start + self.len]
     }
@@ -109,5 +176,20 @@ mod tests {
         assert!(b.slice(6, 6).is_none());
         assert!(b.slice(u64::MAX, 1).is_none());
         assert!(!s.is_mapped());
+    }
+
+    #[test]
+    fn reserved_buffers_count_against_their_budget_while_they_live() {
+        static BUDGET: Budget = Budget::new(100);
+        let a = BUDGET.reserve(60).unwrap();
+        assert!(BUDGET.reserve(41).is_none());
+        let bytes = Bytes::from_reserved(vec![1; 60], a);
+        let part = bytes.slice(10, 5).unwrap();
+        drop(bytes);
+        assert_eq!(BUDGET.used(), 60, "a slice keeps the buffer");
+        assert_eq!(part.as_slice(), &[1; 5]);
+        drop(part);
+        assert_eq!(BUDGET.used(), 0);
+        assert!(BUDGET.reserve(100).is_some());
     }
 }

@@ -7,9 +7,11 @@
 
 pub mod blob;
 pub mod bytes;
+pub mod check;
 pub mod dir;
 pub mod zip;
 pub mod zip_append;
+pub mod zip_entry;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -6,19 +6,27 @@
 //! ZipArchives and Python's `zipfile` read archives:
 //! - the last central-directory record of a duplicated name wins;
 //! - names ending in `/` are directory entries and are skipped;
-//! - stored entries are served straight from the map, whatever their alignment;
-//! - deflate, bzip2 and zstd entries are decompressed on first access (CRC-checked) and cached;
-//! - anything structurally wrong (no end record, a central directory or an entry outside the
-//!   file, a bad signature) is a [`StoreError::CorruptZip`] naming the archive.
+//! - stored entries are served straight from the map, whatever their alignment, CRC-checked
+//!   lazily; deflate, bzip2 and zstd entries are decompressed on first access, bounded by their
+//!   declared size, CRC-checked and cached (both in `zip_entry`);
+//! - every size, count and offset from a header is checked against the file before it is used:
+//!   a broken archive structure (no end record, a ZIP64 record not where its locator says, a
+//!   central directory outside the file or holding fewer records than declared, a record that
+//!   is cut short or runs past the directory, a malformed extra field) is a
+//!   [`StoreError::CorruptZip`] naming the archive. Records are read one after the other from
+//!   the directory's start, so they can neither overlap nor loop;
+//! - what is wrong with one entry alone (a local header that is missing or disagrees with its
+//!   central record in name, method, CRC or sizes without a data descriptor; data that runs into
+//!   the central directory) is that record's `defect`: the entry gives `EIO`, the rest works.
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use super::{Blob, Bytes, Entry, StoreError, StoreIndex};
+use super::zip_entry::{entry_blob, entry_problem};
+use super::{Bytes, Entry, StoreError, StoreIndex};
 use crate::sys::map_readonly;
 
 const EOCD_SIG: u32 = 0x0605_4b50;
@@ -29,9 +37,9 @@ pub(super) const LOCAL_SIG: u32 = 0x0403_4b50;
 
 /// Compression methods we can serve.
 pub const METHOD_STORED: u16 = 0;
-const METHOD_DEFLATE: u16 = 8;
-const METHOD_BZIP2: u16 = 12;
-const METHOD_ZSTD: u16 = 93;
+pub(super) const METHOD_DEFLATE: u16 = 8;
+pub(super) const METHOD_BZIP2: u16 = 12;
+pub(super) const METHOD_ZSTD: u16 = 93;
 
 /// One central-directory record, as found in the archive.
 #[derive(Clone, Debug)]
@@ -56,6 +64,9 @@ pub struct CentralRecord {
     pub mtime: SystemTime,
     /// Where the raw record lies in the archive (kept verbatim when the directory is rewritten).
     pub raw_range: (u64, u64),
+    /// What is wrong with this entry alone (its local header, where its data lies), if
+    /// anything: the entry gives `EIO`, the rest of the archive works.
+    pub defect: Option<String>,
 }
 
 /// A parsed archive: its map and its central directory.
@@ -104,6 +115,13 @@ impl ZipArchive {
                 continue;
             }
             let blob = entry_blob(&self.path, &self.bytes, record);
+            if let Some(problem) = entry_problem(record) {
+                log::warn!(
+                    "{}: entry {}: {problem}; reads of it give EIO",
+                    self.path.display(),
+                    record.name
+                );
+            }
             entries.insert(
                 record.name.clone(),
                 Entry {
@@ -171,25 +189,43 @@ fn parse(path: &Path, bytes: Bytes, file_mtime: SystemTime) -> Result<ZipArchive
     let mut count = u64::from(u16_at(data, eocd + 10).ok_or_else(short)?);
     let mut cd_size = u64::from(u32_at(data, eocd + 12).ok_or_else(short)?);
     let mut cd_offset = u64::from(u32_at(data, eocd + 16).ok_or_else(short)?);
+    // Where the central directory must end: the ZIP64 end record, or the classic one.
+    let mut cd_limit = eocd;
     if eocd >= 20 && u32_at(data, eocd - 20) == Some(ZIP64_LOCATOR_SIG) {
         let z64 = u64_at(data, eocd - 12).ok_or_else(short)?;
-        if u32_at(data, z64) != Some(ZIP64_EOCD_SIG) {
+        if z64.checked_add(56).is_none_or(|end| end > eocd - 20)
+            || u32_at(data, z64) != Some(ZIP64_EOCD_SIG)
+        {
             return Err(corrupt(path, "ZIP64 end record not where its locator says"));
         }
         let bad = || corrupt(path, "ZIP64 end record is cut short");
         count = u64_at(data, z64 + 32).ok_or_else(bad)?;
         cd_size = u64_at(data, z64 + 40).ok_or_else(bad)?;
         cd_offset = u64_at(data, z64 + 48).ok_or_else(bad)?;
+        cd_limit = z64;
     }
-    let cd_end = cd_offset.checked_add(cd_size).filter(|&end| end <= eocd);
-    if cd_end.is_none() {
+    let Some(cd_end) = cd_offset
+        .checked_add(cd_size)
+        .filter(|&end| end <= cd_limit)
+    else {
         return Err(corrupt(path, "central directory lies outside the file"));
+    };
+    if count > cd_size / CENTRAL_MIN {
+        return Err(corrupt(
+            path,
+            format!(
+                "{count} entries declared, more than a central directory of {cd_size} bytes holds"
+            ),
+        ));
     }
-    let mut records = Vec::with_capacity(usize::try_from(count).unwrap_or(0).min(1 << 20));
+    // The count is bounded by the directory's size above; the vector still grows with the
+    // records actually parsed rather than trusting it.
+    let mut records = Vec::with_capacity(usize::try_from(count.min(1 << 12)).unwrap_or(0));
     let mut at = cd_offset;
     for n in 0..count {
-        let record = parse_record(path, data, at, file_mtime)
-            .ok_or_else(|| corrupt(path, format!("central directory record {n} is damaged")))??;
+        let damaged = || corrupt(path, format!("central directory record {n} is damaged"));
+        let record =
+            parse_record(path, data, at, cd_end, cd_offset, file_mtime).ok_or_else(damaged)??;
         at = record.raw_range.1;
         records.push(record);
     }
@@ -203,13 +239,23 @@ fn parse(path: &Path, bytes: Bytes, file_mtime: SystemTime) -> Result<ZipArchive
     })
 }
 
-/// Parses the central record at `at`; `None` when it is cut short.
+/// Size of a central record without its name, extra field and comment.
+const CENTRAL_MIN: u64 = 46;
+
+/// Parses the central record at `at`, which must end by `cd_end`; `None` when it is cut short
+/// or its extra field is malformed (the archive is refused). What is wrong with the entry alone
+/// (its local header, where its data lies) becomes the record's `defect`.
 fn parse_record(
     path: &Path,
     data: &[u8],
     at: u64,
+    cd_end: u64,
+    cd_offset: u64,
     archive_mtime: SystemTime,
 ) -> Option<Result<CentralRecord, StoreError>> {
+    if at.checked_add(CENTRAL_MIN)? > cd_end {
+        return None;
+    }
     if u32_at(data, at)? != CENTRAL_SIG {
         return Some(Err(corrupt(
             path,
@@ -227,33 +273,40 @@ fn parse_record(
     let extra_len = u64::from(u16_at(data, at + 30)?);
     let comment_len = u64::from(u16_at(data, at + 32)?);
     let mut local_header_offset = u64::from(u32_at(data, at + 42)?);
-    let name_start = usize::try_from(at + 46).ok()?;
-    let name_bytes = data.get(name_start..name_start + usize::try_from(name_len).ok()?)?;
-    let name = String::from_utf8_lossy(name_bytes).into_owned();
-    let extra_start = at + 46 + name_len;
-    let end = extra_start + extra_len + comment_len;
-    if end > data.len() as u64 {
+    let extra_start = at + CENTRAL_MIN + name_len;
+    let extra_end = extra_start + extra_len;
+    let end = extra_end + comment_len;
+    if end > cd_end {
         return None;
     }
+    let name_bytes =
+        &data[usize::try_from(at + CENTRAL_MIN).ok()?..usize::try_from(extra_start).ok()?];
+    let name = String::from_utf8_lossy(name_bytes).into_owned();
     let mut unix_mtime = None;
     let mut cursor = extra_start;
-    while cursor + 4 <= extra_start + extra_len {
+    while cursor + 4 <= extra_end {
         let tag = u16_at(data, cursor)?;
         let len = u64::from(u16_at(data, cursor + 2)?);
         let body = cursor + 4;
+        if body + len > extra_end {
+            return None;
+        }
         if tag == 0x0001 {
             // ZIP64: only the fields whose classic value is saturated are present, in order.
             let mut field = body;
-            if size == 0xFFFF_FFFF {
-                size = u64_at(data, field)?;
+            let mut next = || {
+                let value = (field + 8 <= body + len).then(|| u64_at(data, field))??;
                 field += 8;
+                Some(value)
+            };
+            if size == 0xFFFF_FFFF {
+                size = next()?;
             }
             if compressed_size == 0xFFFF_FFFF {
-                compressed_size = u64_at(data, field)?;
-                field += 8;
+                compressed_size = next()?;
             }
             if local_header_offset == 0xFFFF_FFFF {
-                local_header_offset = u64_at(data, field)?;
+                local_header_offset = next()?;
             }
         } else if tag == 0x5455 && len >= 5 && data.get(usize::try_from(body).ok()?)? & 1 == 1 {
             unix_mtime = Some(u32_at(data, body + 1)?);
@@ -270,25 +323,7 @@ fn parse_record(
     } else {
         mtime
     };
-    let data_offset = match local_data_offset(data, local_header_offset) {
-        Some(offset) => offset,
-        None => {
-            return Some(Err(corrupt(
-                path,
-                format!("local header of {name} is missing or damaged"),
-            )));
-        }
-    };
-    if data_offset
-        .checked_add(compressed_size)
-        .is_none_or(|e| e > data.len() as u64)
-    {
-        return Some(Err(corrupt(
-            path,
-            format!("data of {name} runs past the end of the file"),
-        )));
-    }
-    Some(Ok(CentralRecord {
+    let mut record = CentralRecord {
         name,
         flags,
         method,
@@ -296,20 +331,71 @@ fn parse_record(
         compressed_size,
         size,
         local_header_offset,
-        data_offset,
+        data_offset: local_header_offset,
         mtime,
         raw_range: (at, end),
-    }))
+        defect: None,
+    };
+    match check_local(data, &record, name_bytes, cd_offset) {
+        Ok(data_offset) => record.data_offset = data_offset,
+        Err(defect) => record.defect = Some(defect),
+    }
+    Some(Ok(record))
 }
 
-/// Offset of the data that follows the local header at `at` (its own name and extra lengths).
-fn local_data_offset(data: &[u8], at: u64) -> Option<u64> {
-    if u32_at(data, at)? != LOCAL_SIG {
-        return None;
+/// Checks the local header of `record` against it and that the entry's data lies before the
+/// central directory; the data offset, or what is wrong.
+fn check_local(
+    data: &[u8],
+    record: &CentralRecord,
+    name: &[u8],
+    cd_offset: u64,
+) -> Result<u64, String> {
+    let at = record.local_header_offset;
+    let fits = at.checked_add(30).is_some_and(|end| end <= cd_offset);
+    if !fits || u32_at(data, at) != Some(LOCAL_SIG) {
+        return Err("its local header is missing or damaged".into());
     }
-    let name_len = u64::from(u16_at(data, at + 26)?);
-    let extra_len = u64::from(u16_at(data, at + 28)?);
-    Some(at + 30 + name_len + extra_len)
+    let field16 = |off: u64| u16_at(data, at + off).unwrap_or(0);
+    let field32 = |off: u64| u32_at(data, at + off).unwrap_or(0);
+    let name_len = u64::from(field16(26));
+    let extra_len = u64::from(field16(28));
+    let data_offset = at + 30 + name_len + extra_len;
+    let local_name = usize::try_from(at + 30)
+        .ok()
+        .zip(usize::try_from(at + 30 + name_len).ok())
+        .and_then(|(from, to)| data.get(from..to));
+    if data_offset > cd_offset || local_name != Some(name) {
+        return Err("its local header names another entry".into());
+    }
+    if field16(8) != record.method {
+        return Err(format!(
+            "its local header says method {}, the central directory {}",
+            field16(8),
+            record.method
+        ));
+    }
+    // Without a data descriptor, the local header repeats CRC and sizes (a saturated size
+    // defers to the local ZIP64 field, which the central record's value is checked against).
+    if record.flags & 8 == 0 {
+        let agrees = |local: u32, central: u64| local == 0xFFFF_FFFF || u64::from(local) == central;
+        if field32(14) != record.crc32
+            || !agrees(field32(18), record.compressed_size)
+            || !agrees(field32(22), record.size)
+        {
+            return Err("its local header disagrees with its central record".into());
+        }
+    }
+    if data_offset
+        .checked_add(record.compressed_size)
+        .is_none_or(|end| end > cd_offset)
+    {
+        return Err(format!(
+            "its data ({} bytes) runs into the central directory or past the end of the file",
+            record.compressed_size
+        ));
+    }
+    Ok(data_offset)
 }
 
 /// DOS date/time (taken as UTC) to a system time; `None` for impossible values.
@@ -335,149 +421,6 @@ fn dos_to_system_time(date: u16, time: u16) -> Option<SystemTime> {
     Some(SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
 }
 
-/// The blob of one entry: a slice of the map when stored, a cached decompression otherwise.
-fn entry_blob(path: &Path, archive: &Bytes, record: &CentralRecord) -> Arc<Blob> {
-    let name = record.name.clone();
-    let archive_path = path.display().to_string();
-    let Some(raw) = archive.slice(record.data_offset, record.compressed_size) else {
-        // Checked when parsing; keep the error lazy rather than failing the whole mount.
-        return Blob::lazy(Some(record.size), move || {
-            Err(StoreError::Produce(format!(
-                "{archive_path}: entry {name} lies outside the archive"
-            )))
-        });
-    };
-    if record.flags & 1 != 0 {
-        return Blob::lazy(Some(record.size), move || {
-            Err(StoreError::Produce(format!(
-                "{archive_path}: entry {name} is encrypted"
-            )))
-        });
-    }
-    let (method, size, crc) = (record.method, record.size, record.crc32);
-    if method == METHOD_STORED && record.compressed_size == size {
-        return Blob::ready(raw);
-    }
-    Blob::lazy(Some(size), move || {
-        let mut out = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
-        let input = raw.as_slice();
-        let result = match method {
-            METHOD_DEFLATE => flate2::read::DeflateDecoder::new(input).read_to_end(&mut out),
-            METHOD_BZIP2 => bzip2::read::BzDecoder::new(input).read_to_end(&mut out),
-            METHOD_ZSTD => {
-                zstd::stream::read::Decoder::new(input).and_then(|mut d| d.read_to_end(&mut out))
-            }
-            other => {
-                return Err(StoreError::Produce(format!(
-                    "{archive_path}: entry {name} uses ZIP compression method {other}; \
-                     supported are 0 (stored), 8 (deflate), 12 (bzip2) and 93 (zstd)"
-                )))
-            }
-        };
-        result.map_err(|e| StoreError::Produce(format!("{archive_path}: entry {name}: {e}")))?;
-        if crc32fast::hash(&out) != crc {
-            return Err(StoreError::Produce(format!(
-                "{archive_path}: entry {name} fails its CRC check"
-            )));
-        }
-        Ok(Bytes::from_vec(out))
-    })
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::io::Write;
-
-    const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/vectors");
-
-    #[test]
-    fn reads_the_julia_style_zip_fixture_zero_copy_and_aligned() {
-        let archive = open_archive(&Path::new(FIXTURES).join("zarr_v2.daf.zarr.zip")).unwrap();
-        assert_eq!(archive.records.len(), 74);
-        assert_eq!(archive.cd_offset, 8254);
-        let score = archive
-            .records
-            .iter()
-            .find(|r| r.name == "vectors/cell/score/0")
-            .unwrap();
-        assert_eq!(score.data_offset, 4392);
-        let idx = archive.index();
-        let bytes = idx
-            .get("vectors/cell/score/0")
-            .unwrap()
-            .blob
-            .bytes()
-            .unwrap();
-        assert!(bytes.is_mapped());
-        assert_eq!(
-            bytes.as_slice(),
-            &[0, 0, 0xc0, 0x3f, 0, 0, 0, 0x40, 0, 0, 0, 0xbf]
-        );
-    }
-
-    #[test]
-    fn deflated_duplicates_and_descriptors_follow_zipfile_rules() {
-        let tmp = tempfile::tempdir().unwrap();
-        let path = tmp.path().join("x.zip");
-        // Python's zipfile writes data descriptors when streaming; emulate with a tiny writer.
-        let status = std::process::Command::new("python3")
-            .arg("-c")
-            .arg(
-                "import zipfile,sys,warnings\nwarnings.simplefilter('ignore')\n\
-                 z=zipfile.ZipFile(sys.argv[1],'w',zipfile.ZIP_DEFLATED)\n\
-                 z.writestr('a.txt', b'first'*100)\nz.writestr('a.txt', b'second'*100)\n\
-                 z.writestr('dir/', b'')\n\
-                 with z.open('s.bin','w') as f: f.write(b'streamed'*50)\nz.close()",
-            )
-            .arg(&path)
-            .status()
-            .unwrap();
-        assert!(status.success());
-        let idx = open_zip(&path).unwrap();
-        assert_eq!(idx.keys().collect::<Vec<_>>(), vec!["a.txt", "s.bin"]);
-        let a = idx.get("a.txt").unwrap().blob.bytes().unwrap();
-        assert_eq!(a.as_slice(), b"second".repeat(100).as_slice());
-        assert!(!a.is_mapped());
-        assert_eq!(
-            idx.get("s.bin").unwrap().blob.bytes().unwrap().as_slice(),
-            b"streamed".repeat(50).as_slice()
-        );
-    }
-
-    #[test]
-    fn truncated_and_garbage_archives_are_corrupt_errors() {
-        let tmp = tempfile::tempdir().unwrap();
-        let original = std::fs::read(Path::new(FIXTURES).join("zarr_v2.daf.zarr.zip")).unwrap();
-        for (name, data) in [
-            ("cut.zip", &original[..original.len() - 30]),
-            ("headless.zip", &original[100..]),
-            (
-                "garbage.zip",
-                &b"this is not a zip archive at all, not even close"[..],
-            ),
-        ] {
-            let path = tmp.path().join(name);
-            std::fs::File::create(&path)
-                .unwrap()
-                .write_all(data)
-                .unwrap();
-            let err = open_zip(&path).unwrap_err();
-            assert!(
-                matches!(err, StoreError::CorruptZip { .. }),
-                "{name}: {err}"
-            );
-            assert!(err.to_string().contains(name), "{err}");
-        }
-    }
-
-    #[test]
-    fn dos_times_convert() {
-        // 2024-03-15 13:45:30 → date ((44<<9)|(3<<5)|15), time ((13<<11)|(45<<5)|15)
-        let t = dos_to_system_time((44 << 9) | (3 << 5) | 15, (13 << 11) | (45 << 5) | 15).unwrap();
-        assert_eq!(
-            t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs(),
-            1_710_510_330
-        );
-    }
-}
+#[path = "zip_tests.rs"]
+mod tests;

@@ -1,0 +1,225 @@
+//! Lazy integrity checks of mapped bytes: the CRC-32 of a stored ZIP member.
+//!
+//! A stored member is served straight from the archive's map (zero-copy), so nothing would ever
+//! notice a flipped byte. A [`Check`] guards such a blob: on the first access of the blob's
+//! bytes, a member of at most [`SYNC_CHECK_MAX`] bytes is verified before anything is returned
+//! (cheap: a few milliseconds at most), and a larger member is handed to one background thread
+//! that verifies it while the first reads are already served from the map. The outcome is
+//! sticky: once the CRC is found wrong, one error line naming archive and entry is logged and
+//! every later access of the blob (and of every slice of it) is an error, i.e. `EIO`.
+//!
+//! What this cannot undo: for a member larger than [`SYNC_CHECK_MAX`], bytes served before the
+//! background pass finished may already sit in the kernel's page cache (or in content derived
+//! from them). The FUSE layer opens a file whose check failed without `FOPEN_KEEP_CACHE`
+//! (`DafFs::failed_check`), so the kernel drops those pages at the next open; handles opened
+//! before may still be served them.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::mpsc::{channel, Sender};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use super::bytes::Bytes;
+use super::StoreError;
+
+/// Members up to this size are verified before their first byte is served.
+pub const SYNC_CHECK_MAX: u64 = 4 << 20;
+
+const UNVERIFIED: u8 = 0;
+const RUNNING: u8 = 1;
+const VERIFIED: u8 = 2;
+const BAD: u8 = 3;
+
+/// Where a check stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CheckState {
+    /// Not started (nothing read yet).
+    Unverified,
+    /// A background pass is running; bytes are served meanwhile.
+    Running,
+    /// The bytes match.
+    Verified,
+    /// The bytes do not match: every access is an error.
+    Bad,
+}
+
+/// The CRC-32 that a range of bytes must have.
+pub struct Check {
+    bytes: Bytes,
+    expected: u32,
+    what: String,
+    state: AtomicU8,
+}
+
+impl Check {
+    /// A check that `bytes` have CRC-32 `expected`; `what` names them (archive and entry).
+    pub fn new(bytes: Bytes, expected: u32, what: String) -> Check {
+        Check {
+            bytes,
+            expected,
+            what,
+            state: AtomicU8::new(UNVERIFIED),
+        }
+    }
+
+    /// Where the check stands.
+    pub fn state(&self) -> CheckState {
+        match self.state.load(Ordering::Acquire) {
+            UNVERIFIED => CheckState::Unverified,
+            RUNNING => CheckState::Running,
+            VERIFIED => CheckState::Verified,
+            _ => CheckState::Bad,
+        }
+    }
+
+    fn failure(&self) -> StoreError {
+        StoreError::Produce(format!(
+            "{}: stored entry fails its CRC-32 check",
+            self.what
+        ))
+    }
+
+    /// Before bytes are served: an error once the check failed; starts the check on first use
+    /// (synchronously for small members, in the background for large ones).
+    pub(super) fn gate(self: &Arc<Self>) -> Result<(), StoreError> {
+        match self.state.load(Ordering::Acquire) {
+            VERIFIED | RUNNING => Ok(()),
+            BAD => Err(self.failure()),
+            _ if self.bytes.len() <= SYNC_CHECK_MAX => self.verify_now(),
+            _ => {
+                let claimed = self
+                    .state
+                    .compare_exchange(UNVERIFIED, RUNNING, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok();
+                if claimed && !background(self.clone()) {
+                    return self.verify_now();
+                }
+                match self.state.load(Ordering::Acquire) {
+                    BAD => Err(self.failure()),
+                    _ => Ok(()),
+                }
+            }
+        }
+    }
+
+    /// Verifies now (unless already decided) and returns the outcome.
+    pub(super) fn verify_now(&self) -> Result<(), StoreError> {
+        match self.state.load(Ordering::Acquire) {
+            VERIFIED => return Ok(()),
+            BAD => return Err(self.failure()),
+            _ => {}
+        }
+        let found = crc32fast::hash(self.bytes.as_slice());
+        if found == self.expected {
+            // A concurrent pass cannot disagree: the same bytes give the same CRC.
+            self.state.store(VERIFIED, Ordering::Release);
+            return Ok(());
+        }
+        if self.state.swap(BAD, Ordering::AcqRel) != BAD {
+            log::error!(
+                "{}: stored entry fails its CRC-32 check (recorded {:08x}, data has {found:08x}); \
+                 reads give EIO from now on",
+                self.what,
+                self.expected
+            );
+        }
+        Err(self.failure())
+    }
+}
+
+/// Queues `check` for the background verifier; `false` when there is none (then the caller
+/// verifies synchronously).
+fn background(check: Arc<Check>) -> bool {
+    static QUEUE: OnceLock<Option<Mutex<Sender<Arc<Check>>>>> = OnceLock::new();
+    let queue = QUEUE.get_or_init(|| {
+        let (tx, rx) = channel::<Arc<Check>>();
+        std::thread::Builder::new()
+            .name("crc-check".into())
+            .spawn(move || {
+                for check in rx {
+                    let _ = check.verify_now();
+                }
+            })
+            .ok()
+            .map(|_| Mutex::new(tx))
+    });
+    match queue {
+        Some(tx) => tx
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .send(check)
+            .is_ok(),
+        None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stores::Blob;
+    use std::time::{Duration, Instant};
+
+    fn wait_decided(blob: &Blob) -> CheckState {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let state = blob.check_state().unwrap();
+            if matches!(state, CheckState::Verified | CheckState::Bad) || Instant::now() > deadline
+            {
+                return state;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn a_small_member_is_verified_before_its_first_byte() {
+        let data = b"hello world".to_vec();
+        let good = Blob::checked(
+            Bytes::from_vec(data.clone()),
+            crc32fast::hash(&data),
+            "a.zip: good".into(),
+        );
+        assert_eq!(good.check_state(), Some(CheckState::Unverified));
+        assert_eq!(good.bytes().unwrap().as_slice(), data.as_slice());
+        assert_eq!(good.check_state(), Some(CheckState::Verified));
+        let bad = Blob::checked(
+            Bytes::from_vec(data.clone()),
+            crc32fast::hash(&data) ^ 1,
+            "a.zip: bad".into(),
+        );
+        let err = bad.bytes().unwrap_err().to_string();
+        assert!(
+            err.contains("a.zip: bad") && err.contains("CRC-32"),
+            "{err}"
+        );
+        assert_eq!(bad.check_state(), Some(CheckState::Bad));
+        // Sticky, and slices answer for their parent.
+        assert!(bad.bytes().is_err());
+        assert!(Blob::slice(&bad, 1, 3).bytes().is_err());
+    }
+
+    #[test]
+    fn a_large_member_is_served_at_once_and_fails_after_the_background_pass() {
+        let data = vec![7u8; (SYNC_CHECK_MAX + 1) as usize];
+        let bad = Blob::checked(
+            Bytes::from_vec(data.clone()),
+            crc32fast::hash(&data) ^ 1,
+            "big.zip: big".into(),
+        );
+        let slice = Blob::slice(&bad, 10, 10);
+        // The first access is served (zero-copy) while the check runs.
+        let first = bad.bytes().unwrap();
+        assert_eq!(first.len(), data.len() as u64);
+        assert_eq!(slice.bytes().unwrap().as_slice(), &[7u8; 10]);
+        assert_eq!(wait_decided(&bad), CheckState::Bad);
+        assert!(bad.bytes().is_err());
+        assert!(slice.bytes().is_err(), "a produced slice must fail too");
+        let good = Blob::checked(
+            Bytes::from_vec(data.clone()),
+            crc32fast::hash(&data),
+            "big.zip: good".into(),
+        );
+        assert!(good.bytes().is_ok());
+        assert_eq!(wait_decided(&good), CheckState::Verified);
+        assert!(good.verify().is_ok());
+    }
+}

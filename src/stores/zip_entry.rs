@@ -1,0 +1,255 @@
+//! The blob of one ZIP entry, with every size the archive declares checked before it is used.
+//!
+//! - A stored entry is a range of the archive's map (zero-copy) guarded by a lazy CRC-32
+//!   [`Check`](super::check::Check): small members are verified before their first byte is served,
+//!   large ones by a background pass (see `check.rs`).
+//! - A deflate, bzip2 or zstd entry is decompressed on first access, into a buffer that grows with
+//!   the output (never allocated at the declared size up front) and never beyond the declared
+//!   size: a bomb stops one byte past it. The result must have exactly the declared size and CRC.
+//!   Decompressed members stay in memory while mounted, so together they may hold at most
+//!   [`DECODED`] bytes; past that, the next one gives an error instead.
+//! - An entry that can never be served (damaged local header, data outside its place, encrypted,
+//!   unknown method, a stored entry whose two sizes differ, a declared size that its compressed
+//!   data cannot reach or that is too large to hold in memory) is refused once, at mount, with one
+//!   log line naming archive and entry; its reads give `EIO` and the rest of the archive works.
+//!
+//! `st_size` of an entry is its declared size, capped at [`MAX_SHOWN`].
+
+use std::io::Read;
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+
+use super::bytes::Budget;
+use super::zip::{CentralRecord, METHOD_BZIP2, METHOD_DEFLATE, METHOD_STORED, METHOD_ZSTD};
+use super::{Blob, Bytes, StoreError};
+
+/// The largest size a compressed member may declare: it is decompressed whole into memory.
+pub const MAX_DECODED: u64 = 256 << 20;
+/// The most that decompressed members may hold together (they stay in memory while mounted).
+pub static DECODED: Budget = Budget::new(384 << 20);
+/// The largest `st_size` shown for an entry (sizes declared beyond it are absurd anyway).
+pub const MAX_SHOWN: u64 = 1 << 40;
+/// First allocation for a decompression, at most (the buffer then grows with the output).
+const FIRST_CHUNK: u64 = 1 << 20;
+
+/// Why the entry of `record` can never be served, if it cannot (checked without decompressing).
+pub fn entry_problem(record: &CentralRecord) -> Option<String> {
+    if let Some(defect) = &record.defect {
+        return Some(defect.clone());
+    }
+    if record.flags & 1 != 0 {
+        return Some("it is encrypted".into());
+    }
+    let (packed, size) = (record.compressed_size, record.size);
+    match record.method {
+        METHOD_STORED if packed != size => Some(format!(
+            "it is stored with {packed} bytes but declares {size}"
+        )),
+        METHOD_STORED => None,
+        METHOD_DEFLATE | METHOD_BZIP2 | METHOD_ZSTD => {
+            let most = max_expansion(record.method, packed);
+            if size > most {
+                Some(format!(
+                    "it declares {size} bytes, more than {packed} compressed bytes can expand to"
+                ))
+            } else if size > MAX_DECODED {
+                Some(format!(
+                    "it declares {size} bytes once decompressed; daf-mount decompresses ZIP \
+                     members of at most {MAX_DECODED} bytes (store large members uncompressed)"
+                ))
+            } else {
+                None
+            }
+        }
+        other => Some(format!(
+            "it uses ZIP compression method {other}; supported are 0 (stored), 8 (deflate), \
+             12 (bzip2) and 93 (zstd)"
+        )),
+    }
+}
+
+/// The most `packed` compressed bytes of `method` can expand to (with slack for headers).
+fn max_expansion(method: u16, packed: u64) -> u64 {
+    let ratio = match method {
+        // A deflate match of 258 bytes costs at least two bits: 1032:1.
+        METHOD_DEFLATE => 1032,
+        // A zstd RLE block: 3 header bytes and one byte give up to 128 KiB.
+        METHOD_ZSTD => 65_536,
+        // bzip2's run-length stages reach far higher ratios: only MAX_DECODED bounds it.
+        _ => u64::MAX,
+    };
+    packed.saturating_mul(ratio).saturating_add(1 << 16)
+}
+
+/// The blob of `record`'s entry in `archive` (the archive at `path`, mapped).
+pub fn entry_blob(path: &Path, archive: &Bytes, record: &CentralRecord) -> Arc<Blob> {
+    let what = format!("{}: entry {}", path.display(), record.name);
+    let shown = record.size.min(MAX_SHOWN);
+    if let Some(problem) = entry_problem(record) {
+        return failing(shown, format!("{what}: {problem}"));
+    }
+    let Some(raw) = archive.slice(record.data_offset, record.compressed_size) else {
+        return failing(shown, format!("{what}: it lies outside the archive"));
+    };
+    if record.method == METHOD_STORED {
+        return Blob::checked(raw, record.crc32, what);
+    }
+    let (method, size, crc) = (record.method, record.size, record.crc32);
+    let failure: OnceLock<String> = OnceLock::new();
+    Blob::lazy(Some(size), move || {
+        if let Some(message) = failure.get() {
+            return Err(StoreError::Produce(message.clone()));
+        }
+        // Not remembered as a failure: the budget may have room again later.
+        let reservation = DECODED.reserve(size).ok_or_else(|| {
+            StoreError::Produce(format!(
+                "{what}: decompressing its {size} bytes would exceed the {} MiB that \
+                 decompressed ZIP members may hold together",
+                DECODED.limit() >> 20
+            ))
+        })?;
+        decode(method, raw.as_slice(), size, crc)
+            .map(|out| Bytes::from_reserved(out, reservation))
+            .map_err(|why| {
+                let message = format!("{what}: {why}");
+                let _ = failure.set(message.clone());
+                StoreError::Produce(message)
+            })
+    })
+}
+
+/// A blob of `len` bytes (as shown by `stat`) whose every read fails with `message`.
+fn failing(len: u64, message: String) -> Arc<Blob> {
+    Blob::lazy(Some(len), move || Err(StoreError::Produce(message.clone())))
+}
+
+/// Decompresses `input` (method `method`) that must give exactly `size` bytes with CRC `crc`.
+pub fn decode(method: u16, input: &[u8], size: u64, crc: u32) -> Result<Vec<u8>, String> {
+    let out = match method {
+        METHOD_DEFLATE => bounded(flate2::read::DeflateDecoder::new(input), size),
+        METHOD_BZIP2 => bounded(bzip2::read::BzDecoder::new(input), size),
+        METHOD_ZSTD => zstd::stream::read::Decoder::with_buffer(input)
+            .map_err(|e| e.to_string())
+            .and_then(|d| bounded(d, size)),
+        other => Err(format!("unsupported compression method {other}")),
+    }?;
+    if out.len() as u64 != size {
+        return Err(format!(
+            "it decompresses to {} bytes, not the {size} it declares",
+            out.len()
+        ));
+    }
+    if crc32fast::hash(&out) != crc {
+        return Err("it fails its CRC check".into());
+    }
+    Ok(out)
+}
+
+/// Reads `reader` to its end, but never more than `size + 1` bytes: the buffer grows with the
+/// output (first [`FIRST_CHUNK`], then doubling, never past `size + 1`), so a forged size costs
+/// nothing and a bomb stops right after the declared size.
+fn bounded(reader: impl Read, size: u64) -> Result<Vec<u8>, String> {
+    let limit = size.saturating_add(1);
+    let mut reader = reader.take(limit);
+    let mut buf: Vec<u8> = Vec::new();
+    let mut filled = 0usize;
+    loop {
+        if filled == buf.len() {
+            let room = limit - filled as u64;
+            if room == 0 {
+                break;
+            }
+            let grow = room.min((filled as u64).max(FIRST_CHUNK));
+            let grow = usize::try_from(grow).map_err(|e| e.to_string())?;
+            buf.try_reserve_exact(grow)
+                .map_err(|_| format!("no memory to decompress {size} bytes"))?;
+            buf.resize(filled + grow, 0);
+        }
+        match reader.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(format!("it does not decompress: {e}")),
+        }
+    }
+    buf.truncate(filled);
+    if filled as u64 > size {
+        return Err(format!(
+            "it decompresses to more than the {size} bytes it declares"
+        ));
+    }
+    Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn deflate(data: &[u8]) -> Vec<u8> {
+        let mut e = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::best());
+        e.write_all(data).unwrap();
+        e.finish().unwrap()
+    }
+
+    #[test]
+    fn a_bomb_stops_one_byte_past_its_declared_size() {
+        let plain = vec![0u8; 64 << 20];
+        let packed = deflate(&plain);
+        let crc = crc32fast::hash(&plain);
+        assert!(decode(METHOD_DEFLATE, &packed, plain.len() as u64, crc).is_ok());
+        let err = decode(METHOD_DEFLATE, &packed, 1000, crc).unwrap_err();
+        assert!(err.contains("more than the 1000 bytes"), "{err}");
+        // The decoder was asked for no more than one byte past the declared size.
+        struct Counting<R>(R, std::rc::Rc<std::cell::Cell<usize>>);
+        impl<R: Read> Read for Counting<R> {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                let n = self.0.read(buf)?;
+                self.1.set(self.1.get() + n);
+                Ok(n)
+            }
+        }
+        let produced = std::rc::Rc::new(std::cell::Cell::new(0));
+        let decoder = flate2::read::DeflateDecoder::new(&packed[..]);
+        assert!(bounded(Counting(decoder, produced.clone()), 1000).is_err());
+        assert_eq!(produced.get(), 1001);
+    }
+
+    #[test]
+    fn a_forged_huge_size_is_never_allocated() {
+        let packed = deflate(b"tiny");
+        let crc = crc32fast::hash(b"tiny");
+        // 2^64-1 and 1 TiB: no allocation of that size (this would abort), a clear error.
+        for size in [u64::MAX, 1 << 40, MAX_DECODED] {
+            let err = decode(METHOD_DEFLATE, &packed, size, crc).unwrap_err();
+            assert!(err.contains("decompresses to 4 bytes"), "{err}");
+        }
+    }
+
+    #[test]
+    fn implausible_and_unservable_entries_are_named() {
+        let record = |method, packed, size, flags| CentralRecord {
+            name: "x".into(),
+            flags,
+            method,
+            crc32: 0,
+            compressed_size: packed,
+            size,
+            local_header_offset: 0,
+            data_offset: 30,
+            mtime: std::time::SystemTime::UNIX_EPOCH,
+            raw_range: (0, 0),
+            defect: None,
+        };
+        assert!(entry_problem(&record(METHOD_DEFLATE, 1000, 1_000_000, 0)).is_none());
+        let p = entry_problem(&record(METHOD_DEFLATE, 1000, 1 << 40, 0)).unwrap();
+        assert!(p.contains("more than 1000 compressed bytes"), "{p}");
+        let p = entry_problem(&record(METHOD_BZIP2, 1000, MAX_DECODED + 1, 0)).unwrap();
+        assert!(p.contains("at most"), "{p}");
+        assert!(entry_problem(&record(METHOD_STORED, 10, 11, 0)).is_some());
+        assert!(entry_problem(&record(METHOD_STORED, 10, 10, 1)).is_some());
+        assert!(entry_problem(&record(9, 10, 10, 0))
+            .unwrap()
+            .contains("method 9"));
+    }
+}

@@ -1,0 +1,127 @@
+//! CRC-32 checks of stored ZIP members, through a real mount: a corrupt member gives `EIO` in
+//! both views, small members before their first byte, large ones once the background pass has
+//! found the mismatch, and then also at their next open although the kernel had cached pages.
+
+mod common;
+
+use std::io::Read;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::{io_timeout, TestMount, VECTORS};
+use daf_mount::views::ViewSelection;
+
+/// Elements of the large vector: 4.8 MB of Float64, above the synchronous-check size (4 MiB).
+const BIG: usize = 600_000;
+
+/// A ZipDaf with a small vector (`score`, 12 bytes) and a large one (`big/v`), stored, with one
+/// byte flipped in each of the members named in `corrupt`.
+fn archive(dir: &Path, corrupt: &[&str]) -> String {
+    let path = dir.join("crc.daf.zip");
+    let script = r#"
+import sys, struct, zipfile
+src, out, corrupt = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
+n = int(sys.argv[4])
+with zipfile.ZipFile(src) as z, zipfile.ZipFile(out, "w") as o:
+    for i in z.infolist():
+        o.writestr(i.filename, z.read(i.filename))
+    o.writestr("axes/big.txt", "".join(f"b{k}\n" for k in range(n)))
+    o.writestr("vectors/big/v.json", '{"format":"dense","eltype":"Float64"}')
+    o.writestr("vectors/big/v.data", struct.pack(f"<{n}d", *range(n)))
+data = bytearray(open(out, "rb").read())
+with zipfile.ZipFile(out) as z:
+    for name in filter(None, corrupt):
+        i = z.getinfo(name)
+        nl, el = struct.unpack("<HH", data[i.header_offset + 26:i.header_offset + 30])
+        start = i.header_offset + 30 + nl + el
+        data[start + i.compress_size - 3] ^= 0x10
+open(out, "wb").write(data)
+"#;
+    let ok = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(Path::new(VECTORS).join("zipdaf_v1_0.daf.zip"))
+        .arg(&path)
+        .arg(corrupt.join(","))
+        .arg(BIG.to_string())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    path.display().to_string()
+}
+
+/// Reads the whole file at `path`: its length, or the errno.
+fn read(path: &Path) -> Result<usize, i32> {
+    let mut buf = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_to_end(&mut buf))
+        .map_err(|e| e.raw_os_error().unwrap_or(0))
+}
+
+#[test]
+fn a_corrupt_small_member_is_eio_in_both_views_from_its_first_read() {
+    require_fuse!();
+    let tmp = tempfile::tempdir().unwrap();
+    let source = archive(tmp.path(), &["vectors/cell/score.data"]);
+    let mount = TestMount::new(&source, ViewSelection::Both);
+    let root = mount.path.clone();
+    let (files, zarr, other) = io_timeout(&mount.path, move || {
+        (
+            read(&root.join("crc.daf/vectors/cell/score.data")),
+            read(&root.join("crc.daf.zarr/vectors/cell/score/0")),
+            read(&root.join("crc.daf/vectors/big/v.data")),
+        )
+    });
+    assert_eq!(files, Err(libc::EIO));
+    assert_eq!(zarr, Err(libc::EIO));
+    assert_eq!(other, Ok(BIG * 8), "the rest of the data set reads");
+}
+
+#[test]
+fn a_corrupt_large_member_is_eio_once_checked_even_after_the_kernel_cached_it() {
+    require_fuse!();
+    let tmp = tempfile::tempdir().unwrap();
+    let source = archive(tmp.path(), &["vectors/big/v.data"]);
+    let mount = TestMount::new(&source, ViewSelection::Both);
+    let files = mount.path.join("crc.daf/vectors/big/v.data");
+    let zarr = mount.path.join("crc.daf.zarr/vectors/big/v/0");
+    // The first read may be served while the background pass runs (and get cached).
+    let (first, keep) = (files.clone(), files.clone());
+    let handle = io_timeout(&mount.path, move || {
+        let _ = read(&first);
+        std::fs::File::open(&keep).unwrap()
+    });
+    let ino = mount.core.resolve("crc.daf/vectors/big/v.data").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while mount.core.content(ino).is_ok() {
+        assert!(
+            Instant::now() < deadline,
+            "the background pass never failed"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Let the page filler of the open handle finish what it stores.
+    std::thread::sleep(Duration::from_millis(500));
+    drop(handle);
+    let (again, zarr_view) = io_timeout(&mount.path, move || (read(&files), read(&zarr)));
+    assert_eq!(again, Err(libc::EIO), "next open of the FilesDaf view");
+    assert_eq!(zarr_view, Err(libc::EIO), "the Zarr view");
+}
+
+#[test]
+fn intact_members_read_in_full() {
+    require_fuse!();
+    let tmp = tempfile::tempdir().unwrap();
+    let source = archive(tmp.path(), &[]);
+    let mount = TestMount::new(&source, ViewSelection::Both);
+    let root = mount.path.clone();
+    let (big, small) = io_timeout(&mount.path, move || {
+        (
+            read(&root.join("crc.daf.zarr/vectors/big/v/0")),
+            read(&root.join("crc.daf/vectors/cell/score.data")),
+        )
+    });
+    assert_eq!(big, Ok(BIG * 8));
+    assert_eq!(small, Ok(12));
+}

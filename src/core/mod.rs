@@ -52,6 +52,10 @@ pub enum FsError {
     /// Staged files that are complete but inconsistent (the reason is logged).
     #[error("invalid: {0}")]
     Invalid(String),
+    /// Staged files that look inconsistent while the staging file system is full: a write was
+    /// cut short by the full disk (the reason is logged).
+    #[error("no space left: {0}")]
+    NoSpace(String),
     /// A modification this mount does not allow there (the reason is logged).
     #[error("not permitted: {0}")]
     NotPermitted(String),
@@ -143,6 +147,9 @@ struct State {
     /// Committed files and directories removed through a view (`--view both` paths) whose item
     /// is not deleted yet: hidden until it is.
     deleted: BTreeSet<String>,
+    /// Staged files found at recovery that can never be committed as they are (by `--view
+    /// both` path), with their size and time then: not tried again until they change.
+    stuck: BTreeMap<String, Option<(u64, SystemTime)>>,
     inodes: InodeTable,
     root_mtime: SystemTime,
     namespace: Arc<Namespace>,
@@ -319,6 +326,7 @@ impl DafFs {
             roots,
             staged,
             deleted: BTreeSet::new(),
+            stuck: BTreeMap::new(),
             inodes: InodeTable::default(),
             root_mtime,
             namespace: Arc::new(Namespace::build(

@@ -13,7 +13,7 @@ use std::sync::{Arc, MutexGuard, RwLockWriteGuard};
 use std::time::SystemTime;
 
 use crate::formats::source::Target;
-use crate::staging::item::writable_place;
+use crate::staging::item::{group_document_noop, is_group_document, refusal, writable_place};
 use crate::staging::StagingArea;
 use crate::stores::Bytes;
 use crate::views::join;
@@ -106,7 +106,47 @@ impl DafFs {
                 )));
             }
         }
+        if !is_dir {
+            Self::committable(state, &mount)?;
+        }
         Ok((mount, canonical))
+    }
+
+    /// Refuses a file at `mount` that could never be committed (see [`refusal`]).
+    pub(super) fn committable(state: &State, mount: &str) -> Result<(), FsError> {
+        match split_mount(&state.roots, mount).and_then(|(root, rel)| refusal(root.kind, rel)) {
+            Some(why) => Err(FsError::NotPermitted(why)),
+            None => Ok(()),
+        }
+    }
+
+    /// A staged document at `mount` whose content carries nothing for Daf (a group document,
+    /// or attributes): `Some(Ok)` if it is to be dropped as a no-op, `Some(Err)` if it is
+    /// refused; `None` for every other file. `old` is the committed document at that place.
+    /// Whether `mount` is a Zarr group document outside items, or attributes.
+    pub(super) fn is_document(state: &State, mount: &str) -> bool {
+        split_mount(&state.roots, mount).is_some_and(|(root, rel)| {
+            is_group_document(root.kind, rel)
+                || (root.kind == ViewKind::Zarr && rel.rsplit('/').next() == Some(".zattrs"))
+        })
+    }
+
+    pub(super) fn document_verdict(
+        state: &State,
+        mount: &str,
+        new: &[u8],
+        old: Option<&[u8]>,
+    ) -> Option<Result<(), FsError>> {
+        let (root, rel) = split_mount(&state.roots, mount)?;
+        if !Self::is_document(state, mount) {
+            return None;
+        }
+        let verdict = group_document_noop(rel, new, old).map_err(FsError::NotPermitted);
+        match verdict {
+            // Attributes of an item that carry nothing stay with the item's files.
+            Ok(()) if !is_group_document(root.kind, rel) => None,
+            verdict => Some(verdict),
+        }
     }
 
     pub(super) fn canonical(state: &State, mount: &str) -> Result<String, FsError> {
@@ -139,6 +179,7 @@ impl DafFs {
         let staging = self.staging_area()?;
         let mut state = self.lock_state();
         Self::replaceable(&state, mount)?;
+        Self::committable(&state, mount)?;
         let canonical = Self::canonical(&state, mount)?;
         let disk = staging.prepare_parent(&canonical)?;
         fs::write(&disk, content.as_ref().map_or(&[][..], Bytes::as_slice))?;
@@ -242,12 +283,21 @@ impl DafFs {
         Ok(data.len() as u32)
     }
 
-    /// Makes a staged file's data durable, and what earlier commits queued for ZIP sources.
-    pub fn fsync(&self, fh: u64) -> Result<(), FsError> {
+    /// Makes a staged file's data durable, and waits for what earlier commits queued for ZIP
+    /// sources. Fails only for the item of file `ino` itself: if its append to a ZIP source
+    /// failed (retried here first), with that error.
+    pub fn fsync(&self, ino: u64, fh: u64) -> Result<(), FsError> {
         if let Ok((_, file, _)) = self.handle_file(fh) {
             file.sync_all()?;
         }
-        self.appender.wait()
+        let item = {
+            let state = self.state.read().unwrap_or_else(|p| p.into_inner());
+            let path = state.namespace.node(ino).map(|n| n.path.clone());
+            path.and_then(|p| state.locate(&p))
+                .and_then(|(root, _, id)| Some((root.dataset, id?)))
+        };
+        self.appender
+            .wait(|dataset, id| item.as_ref().is_some_and(|(d, i)| *d == dataset && i == id))
     }
 
     /// Called on every `close` of a handle: a close after writes may complete an item, which is
@@ -368,10 +418,36 @@ impl DafFs {
         };
         let (disk, old_path) = (disk.clone(), node.path.clone());
         let (new_mount, new_canonical) = Self::place_new(&state, new_parent, new_name, false)?;
-        if let Some(Ok(target)) = state
+        let existing = state
             .namespace
             .child(new_parent, new_name.to_str().unwrap_or_default())
-        {
+            .and_then(Result::ok);
+        let committed = existing.and_then(|t| match state.namespace.node(t).map(|n| &n.kind) {
+            Some(NodeKind::File(blob)) => Some(blob.clone()),
+            _ => None,
+        });
+        let verdict = if Self::is_document(&state, &new_mount) {
+            let old_bytes = committed.as_ref().map(|b| b.bytes()).transpose()?;
+            Self::document_verdict(
+                &state,
+                &new_mount,
+                &fs::read(&disk)?,
+                old_bytes.as_ref().map(Bytes::as_slice),
+            )
+        } else {
+            None
+        };
+        match verdict {
+            Some(Ok(())) => {
+                // A group document that changes nothing (zarr re-saving a group, a writer's
+                // consolidated metadata, which is derived here): accepted and dropped.
+                log::info!("{new_mount}: a writer's copy that changes nothing dropped");
+                return Self::drop_staged(&mut state, &disk, &old_path);
+            }
+            Some(Err(refused)) => return Err(refused),
+            None => {}
+        }
+        if let Some(target) = existing {
             match state.namespace.node(target).map(|n| &n.kind) {
                 Some(NodeKind::Dir { .. }) => return Err(FsError::IsDir),
                 Some(NodeKind::File(blob)) => {
@@ -384,14 +460,6 @@ impl DafFs {
                 }
                 _ => {}
             }
-        }
-        if split_mount(&state.roots, &new_mount)
-            .is_some_and(|(r, rel)| r.kind == ViewKind::Zarr && rel == ".zmetadata")
-        {
-            // Consolidated metadata is derived from the data set and kept up to date here;
-            // a writer's copy (zarr after a change) is accepted and dropped.
-            log::info!("{new_mount}: a writer's consolidated metadata dropped (it is derived from the data set)");
-            return Self::drop_staged(&mut state, &disk, &old_path);
         }
         let new_disk = staging.prepare_parent(&new_canonical)?;
         fs::rename(&disk, &new_disk)?;
@@ -452,6 +520,13 @@ impl DafFs {
             .is_some()
         {
             return Err(FsError::Exists);
+        }
+        if Self::is_document(&state, &mount) {
+            if let Some(Err(refused)) =
+                Self::document_verdict(&state, &mount, &fs::read(&disk)?, None)
+            {
+                return Err(refused);
+            }
         }
         let new_disk = staging.prepare_parent(&canonical)?;
         fs::hard_link(&disk, &new_disk)?;

@@ -41,7 +41,10 @@ fn staged_files_behave_like_files_and_survive_a_remount() {
             std::fs::rename(cell.join(".tmp-notes"), cell.join("notes.data")).unwrap();
             assert!(!cell.join(".tmp-notes").exists());
             std::fs::hard_link(cell.join("notes.data"), cell.join("notes2.data")).unwrap();
-            assert_eq!(std::fs::read(cell.join("notes2.data")).unwrap(), b"hello world");
+            assert_eq!(
+                std::fs::read(cell.join("notes2.data")).unwrap(),
+                b"hello world"
+            );
             std::fs::remove_file(cell.join("notes2.data")).unwrap();
             // Directories: only where Daf data can go (a vectors directory for a new axis).
             let vectors = root.join("files_v1_0.daf/vectors");

@@ -8,7 +8,7 @@ use std::ffi::OsStr;
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, MutexGuard, RwLockWriteGuard};
 use std::time::SystemTime;
 
@@ -270,11 +270,26 @@ impl DafFs {
         Ok(self.new_handle(ino, file, write))
     }
 
-    /// Writes `data` at `offset` of the staged file open as `fh`.
+    /// The inode a handle is open on.
+    pub fn handle_ino(&self, fh: u64) -> Option<u64> {
+        self.handles().get(&fh).map(|h| h.ino)
+    }
+
+    /// Writes `data` at `offset` of the staged file open as `fh`. Once its item is committed,
+    /// the file is part of the data set (a ZIP source serves it until its append is done):
+    /// writes through handles still open on it are refused.
     pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> Result<u32, FsError> {
-        let (_, file, writable) = self.handle_file(fh)?;
+        let (ino, file, writable) = self.handle_file(fh)?;
         if !writable {
             return Err(FsError::NotPermitted("file not opened for writing".into()));
+        }
+        if !matches!(
+            self.namespace().node(ino).map(|n| &n.kind),
+            Some(NodeKind::Staged(_))
+        ) {
+            return Err(FsError::NotPermitted(
+                "its property is committed: the file is read-only now".into(),
+            ));
         }
         file.write_all_at(data, offset)?;
         if let Some(handle) = self.handles().get_mut(&fh) {
@@ -462,7 +477,28 @@ impl DafFs {
             }
         }
         let new_disk = staging.prepare_parent(&new_canonical)?;
-        fs::rename(&disk, &new_disk)?;
+        // A staged file the rename replaces is kept aside until the rename is known to stand.
+        let displaced = state
+            .staged
+            .get(&new_canonical)
+            .filter(|s| !s.is_dir)
+            .cloned();
+        let backup = match displaced {
+            Some(_) => {
+                static NEXT: AtomicU64 = AtomicU64::new(0);
+                let n = NEXT.fetch_add(1, Ordering::Relaxed);
+                let backup = staging.root().join(format!(".daf-mount-undo.{n}"));
+                fs::hard_link(&new_disk, &backup)?;
+                Some(backup)
+            }
+            None => None,
+        };
+        if let Err(e) = fs::rename(&disk, &new_disk) {
+            if let Some(backup) = &backup {
+                let _ = fs::remove_file(backup);
+            }
+            return Err(e.into());
+        }
         let old_canonical = Self::canonical(&state, &old_path)?;
         let moved = state.staged.remove(&old_canonical);
         state.staged.insert(
@@ -478,7 +514,8 @@ impl DafFs {
         drop(state);
         let committed = self.try_commit(&new_mount, None, false);
         if committed.is_err() {
-            // A rename that fails changes nothing: put the file back under its old name.
+            // A rename that fails changes nothing: put the file back under its old name, and
+            // the file it replaced back under the new one.
             let mut state = self.lock_state();
             if fs::rename(&new_disk, &disk).is_ok() {
                 state.staged.remove(&new_canonical);
@@ -486,8 +523,16 @@ impl DafFs {
                     state.staged.insert(old_canonical, moved);
                 }
                 state.inodes.rename(&new_mount, &old_path);
+                if let (Some(backup), Some(displaced)) = (&backup, displaced) {
+                    if fs::rename(backup, &new_disk).is_ok() {
+                        state.staged.insert(new_canonical, displaced);
+                    }
+                }
                 state.rebuild();
             }
+        }
+        if let Some(backup) = &backup {
+            let _ = fs::remove_file(backup);
         }
         committed
     }

@@ -197,12 +197,11 @@ impl Model {
         Some(match op {
             Op::Create(p) => {
                 let path = PATHS[*p];
-                if REFUSED.contains(&path) {
-                    Err(Err::NotPermitted)
-                } else if self.zip
+                // Refused names, and committed files of a ZIP source (append-only).
+                let committed_in_zip = self.zip
                     && self.committed.contains_key(path)
-                    && !self.staged.contains_key(path)
-                {
+                    && !self.staged.contains_key(path);
+                if REFUSED.contains(&path) || committed_in_zip {
                     Err(Err::NotPermitted)
                 } else {
                     self.staged.insert(path.to_string(), Vec::new());

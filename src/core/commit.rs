@@ -70,30 +70,6 @@ impl DafFs {
         self.try_commit(&path, Some(fh), false)
     }
 
-    /// A staged group document or attributes written in place: dropped if it changes nothing,
-    /// else dropped and refused (it could never be committed). `true` if it was dropped.
-    fn settle_document(&self, mount: &str, disk: &Path) -> Result<bool, FsError> {
-        let mut state = self.lock_state();
-        if !Self::is_document(&state, mount) {
-            return Ok(false);
-        }
-        // The committed group documents are Zarr's constants, which are no-ops anyway.
-        let Some(verdict) = Self::document_verdict(&state, mount, &fs::read(disk)?, None) else {
-            return Ok(false);
-        };
-        let canonical = Self::canonical(&state, mount)?;
-        fs::remove_file(disk)?;
-        state.staged.remove(&canonical);
-        state.rebuild();
-        match verdict {
-            Ok(()) => {
-                log::info!("{mount}: a rewrite that changes nothing dropped");
-                Ok(true)
-            }
-            Err(refused) => Err(refused),
-        }
-    }
-
     /// Commits the item `mount` belongs to if all its staged files are there, closed (but for
     /// the handle `closing`), and consistent.
     pub(super) fn try_commit(

@@ -2,13 +2,15 @@
 //! views and the staging area, with no dependency on the kernel (unit tests drive it directly).
 //!
 //! Reads go to shared blobs (committed content) or to staged files on disk. Writes (`write.rs`)
-//! only ever create or change staged files; turning them into properties is the staging layer's
-//! job. Every change builds a new tree and swaps it in; inode numbers stay stable. Errors are
-//! [`FsError`]s; the adapter maps them to errno values in one place.
+//! only ever create or change staged files (and refuse, in `refusals.rs`, what could never be
+//! committed); turning them into properties is the staging layer's job. Every change builds a
+//! new tree and swaps it in; inode numbers stay stable. Errors are [`FsError`]s; the adapter maps
+//! them to errno values in one place.
 
 mod appender;
 mod commit;
 pub mod namespace;
+mod refusals;
 mod remove;
 mod write;
 

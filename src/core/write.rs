@@ -13,11 +13,10 @@ use std::sync::{Arc, MutexGuard, RwLockWriteGuard};
 use std::time::SystemTime;
 
 use crate::formats::source::Target;
-use crate::staging::item::{group_document_noop, is_group_document, refusal, writable_place};
+use crate::staging::item::writable_place;
 use crate::staging::StagingArea;
 use crate::stores::Bytes;
 use crate::views::join;
-use crate::views::ViewKind;
 
 use super::namespace::NodeKind;
 use super::{split_mount, Attr, DafFs, FsError, Handle, Staged, State};
@@ -110,43 +109,6 @@ impl DafFs {
             Self::committable(state, &mount)?;
         }
         Ok((mount, canonical))
-    }
-
-    /// Refuses a file at `mount` that could never be committed (see [`refusal`]).
-    pub(super) fn committable(state: &State, mount: &str) -> Result<(), FsError> {
-        match split_mount(&state.roots, mount).and_then(|(root, rel)| refusal(root.kind, rel)) {
-            Some(why) => Err(FsError::NotPermitted(why)),
-            None => Ok(()),
-        }
-    }
-
-    /// A staged document at `mount` whose content carries nothing for Daf (a group document,
-    /// or attributes): `Some(Ok)` if it is to be dropped as a no-op, `Some(Err)` if it is
-    /// refused; `None` for every other file. `old` is the committed document at that place.
-    /// Whether `mount` is a Zarr group document outside items, or attributes.
-    pub(super) fn is_document(state: &State, mount: &str) -> bool {
-        split_mount(&state.roots, mount).is_some_and(|(root, rel)| {
-            is_group_document(root.kind, rel)
-                || (root.kind == ViewKind::Zarr && rel.rsplit('/').next() == Some(".zattrs"))
-        })
-    }
-
-    pub(super) fn document_verdict(
-        state: &State,
-        mount: &str,
-        new: &[u8],
-        old: Option<&[u8]>,
-    ) -> Option<Result<(), FsError>> {
-        let (root, rel) = split_mount(&state.roots, mount)?;
-        if !Self::is_document(state, mount) {
-            return None;
-        }
-        let verdict = group_document_noop(rel, new, old).map_err(FsError::NotPermitted);
-        match verdict {
-            // Attributes of an item that carry nothing stay with the item's files.
-            Ok(()) if !is_group_document(root.kind, rel) => None,
-            verdict => Some(verdict),
-        }
     }
 
     pub(super) fn canonical(state: &State, mount: &str) -> Result<String, FsError> {

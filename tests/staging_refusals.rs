@@ -448,3 +448,58 @@ fn recovery_drops_copies_already_appended_and_reports_leftovers_once() {
     assert!(names_after.iter().any(|n| n.starts_with("scalars/done2/")));
     assert_eq!(files_under(&staging), Vec::<String>::new());
 }
+
+#[test]
+fn a_leftover_that_can_never_commit_is_reported_once_by_the_daemon() {
+    require_fuse!();
+    let (tmp, source) = copy_fixture("files_v1_0.daf");
+    let cell = staging_of(&source).join("files_v1_0.daf/vectors/cell");
+    std::fs::create_dir_all(&cell).unwrap();
+    std::fs::write(cell.join("empty.json"), b"").unwrap();
+    let mnt = tmp.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let log = tmp.path().join("log");
+    let stderr = std::fs::File::create(&log).unwrap();
+    let mut child = common::start_foreground(
+        &[source.to_str().unwrap(), mnt.to_str().unwrap()],
+        stderr.into(),
+    );
+    // Recovery runs right after the mount is ready.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let root = mnt.clone();
+    let synced = io_timeout(&mnt, move || {
+        (0..3)
+            .map(|_| {
+                fsync_dir(&root)
+                    .and_then(|()| fsync_dir(&root.join("files_v1_0.daf/vectors/cell")))
+                    .and_then(|()| {
+                        std::fs::File::open(root.join("files_v1_0.daf/vectors/cell/score.data"))?
+                            .sync_all()
+                    })
+            })
+            .collect::<Vec<_>>()
+    });
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            common::force_abort(&mnt);
+            panic!("daf-mount did not exit");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    for result in synced {
+        result.unwrap();
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    let naming: Vec<&str> = text.lines().filter(|l| l.contains("empty.json")).collect();
+    assert_eq!(naming.len(), 1, "{text}");
+    assert!(naming[0].contains("can never be committed"), "{text}");
+    // Left in place for its owner.
+    assert!(cell.join("empty.json").exists());
+}

@@ -249,6 +249,51 @@ mod tests {
     }
 
     #[test]
+    fn names_that_could_never_commit_are_refused() {
+        use ViewKind::{Files, Zarr};
+        for (kind, rel) in [
+            (Files, "vectors/cell/score.data"),
+            (Files, "scalars/n.json"),
+            (Files, "vectors/cell/.score.data.partial"),
+            (Files, "scalars/.t"),
+            (Zarr, "vectors/cell/size/.zarray"),
+            (Zarr, "vectors/cell/size/0.1234.partial"),
+            (Zarr, ".zattrs"),
+            (Zarr, ".zmetadata"),
+            (Zarr, "matrices/cell/gene/.zgroup"),
+            (Zarr, "vectors/cell/.zattrs.1234.partial"),
+        ] {
+            assert_eq!(refusal(kind, rel), None, "{rel}");
+        }
+        for (kind, rel) in [
+            (Files, "daf.json"),
+            (Files, "scalars/notes.txt"),
+            (Files, "vectors/cell/score.csv"),
+            (Files, "scalars/..json"),
+            (Files, "scalars/...json"),
+            (Files, "vectors/cell/...data"),
+            (Zarr, "daf/.zattrs"),
+            (Zarr, "vectors/.zmetadata"),
+            (Zarr, "vectors/cell/0"),
+            (Zarr, "notes"),
+        ] {
+            assert!(refusal(kind, rel).is_some(), "{rel}");
+        }
+    }
+
+    #[test]
+    fn group_documents_are_accepted_only_when_they_change_nothing() {
+        assert!(group_document_noop(".zattrs", b"{}", None).is_ok());
+        assert!(group_document_noop(".zattrs", b"{\"_ARRAY_DIMENSIONS\":[\"x\"]}", None).is_ok());
+        assert!(group_document_noop("vectors/.zgroup", b"{\n \"zarr_format\": 2\n}", None).is_ok());
+        assert!(group_document_noop(".zmetadata", b"anything", None).is_ok());
+        assert!(group_document_noop(".zattrs", b"{\"a\":1}", Some(b"{ \"a\": 1 }")).is_ok());
+        assert!(group_document_noop(".zattrs", b"{\"a\":1}", None).is_err());
+        assert!(group_document_noop(".zattrs", b"", None).is_err());
+        assert!(group_document_noop(".zgroup", b"{\"zarr_format\":3}", None).is_err());
+    }
+
+    #[test]
     fn paths_map_to_their_items() {
         let v = |axis: &str, name: &str| {
             Some(PropertyId::Vector {

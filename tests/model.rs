@@ -21,25 +21,50 @@ use daf_mount::views::ViewSelection;
 use proptest::prelude::*;
 use serde_json::Value;
 
-/// The paths the operations use, relative to the FilesDaf view of the data set.
-const PATHS: [&str; 8] = [
-    "scalars/a.json",
-    "scalars/b.json",
-    "vectors/cell/v.json",
-    "vectors/cell/v.data",
-    "scalars/.t",
-    "vectors/cell/.t",
-    "scalars/x.txt",
-    "scalars/..json",
+/// The paths the operations use: `files/` is the FilesDaf view of the data set, `zarr/` its Zarr
+/// view. Files-view items a, b (scalars) and v (a vector); Zarr-view item z (a scalar array),
+/// attributes, temporaries, and names that are refused.
+const PATHS: [&str; 13] = [
+    "files/scalars/a.json",
+    "files/scalars/b.json",
+    "files/vectors/cell/v.json",
+    "files/vectors/cell/v.data",
+    "files/scalars/.t",
+    "files/vectors/cell/.t",
+    "files/scalars/x.txt",
+    "files/scalars/..json",
+    "zarr/scalars/z/.zarray",
+    "zarr/scalars/z/0",
+    "zarr/scalars/z/.zattrs",
+    "zarr/scalars/z/.zarray.9.partial",
+    "zarr/.zattrs",
 ];
 /// Names refused at creation (they could never be committed).
-const REFUSED: [&str; 2] = ["scalars/x.txt", "scalars/..json"];
+const REFUSED: [&str; 2] = ["files/scalars/x.txt", "files/scalars/..json"];
+/// Group documents and attributes: judged by their content at every close and rename.
+const DOCUMENTS: [&str; 2] = ["zarr/scalars/z/.zattrs", "zarr/.zattrs"];
+/// The Zarr node of item z.
+const ZDIR: &str = "zarr/scalars/z";
 const SCALAR_A: &[u8] = b"{\"value\":1,\"type\":\"Int64\"}";
 const SCALAR_B: &[u8] = b"{\"value\":22,\"type\":\"Int64\"}";
 const DESCRIPTOR: &[u8] = b"{\"format\":\"dense\",\"eltype\":\"UInt8\"}";
+const ZARRAY: &[u8] = b"{\"dtype\":\"<f8\",\"filters\":null,\"shape\":[1],\"order\":\"C\",\"zarr_format\":2,\"chunks\":[1],\"fill_value\":null,\"compressor\":null}";
+const CHUNK: &[u8] = &[0, 0, 0, 0, 0, 0, 4, 64]; // 2.5
 /// What the writes write (at offset 0): valid and invalid scalars, the vector's descriptor, a
-/// payload of the right size (the `cell` axis has 3 entries) and one too short.
-const CONTENTS: [&[u8]; 6] = [SCALAR_A, SCALAR_B, b"{", DESCRIPTOR, &[1, 2, 3], &[9, 9]];
+/// payload of the right size (the `cell` axis has 3 entries) and one too short, a scalar
+/// array's metadata and chunk, empty and non-empty attributes.
+const CONTENTS: [&[u8]; 10] = [
+    SCALAR_A,
+    SCALAR_B,
+    b"{",
+    DESCRIPTOR,
+    &[1, 2, 3],
+    &[9, 9],
+    ZARRAY,
+    CHUNK,
+    b"{}",
+    b"{\"a\":1}",
+];
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -50,6 +75,8 @@ enum Op {
     FsyncRoot,
     Rename(usize, usize),
     Unlink(usize),
+    /// `mkdir` of the Zarr node of item z.
+    Mkdir,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -62,6 +89,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::FsyncRoot),
         2 => (path.clone(), path.clone()).prop_map(|(a, b)| Op::Rename(a, b)),
         1 => path.prop_map(Op::Unlink),
+        1 => Just(Op::Mkdir),
     ]
 }
 
@@ -71,23 +99,33 @@ enum Item {
     A,
     B,
     V,
+    Z,
 }
 
+const ITEMS: [Item; 4] = [Item::A, Item::B, Item::V, Item::Z];
+
 fn item_of(path: &str) -> Option<Item> {
-    match path {
-        "scalars/a.json" => Some(Item::A),
-        "scalars/b.json" => Some(Item::B),
-        "vectors/cell/v.json" | "vectors/cell/v.data" => Some(Item::V),
-        _ => None,
-    }
+    ITEMS
+        .into_iter()
+        .find(|item| files_of(*item).contains(&path))
 }
 
 fn files_of(item: Item) -> &'static [&'static str] {
     match item {
-        Item::A => &["scalars/a.json"],
-        Item::B => &["scalars/b.json"],
-        Item::V => &["vectors/cell/v.json", "vectors/cell/v.data"],
+        Item::A => &["files/scalars/a.json"],
+        Item::B => &["files/scalars/b.json"],
+        Item::V => &["files/vectors/cell/v.json", "files/vectors/cell/v.data"],
+        Item::Z => &[
+            "zarr/scalars/z/.zarray",
+            "zarr/scalars/z/0",
+            "zarr/scalars/z/.zattrs",
+        ],
     }
+}
+
+/// Attributes that carry nothing.
+fn empty_attributes(content: &[u8]) -> bool {
+    json(content).is_some_and(|v| v.as_object().is_some_and(|o| o.is_empty()))
 }
 
 /// What an error is, for comparison.
@@ -96,6 +134,7 @@ enum Err {
     NotFound,
     NotPermitted,
     Invalid,
+    Exists,
 }
 
 fn kind(e: &FsError) -> Err {
@@ -103,6 +142,7 @@ fn kind(e: &FsError) -> Err {
         FsError::NotFound => Err::NotFound,
         FsError::NotPermitted(_) => Err::NotPermitted,
         FsError::Invalid(_) => Err::Invalid,
+        FsError::Exists => Err::Exists,
         other => panic!("unexpected error {other:?}"),
     }
 }
@@ -110,6 +150,9 @@ fn kind(e: &FsError) -> Err {
 #[derive(Clone, Debug)]
 struct ModelHandle {
     path: String,
+    /// Which file at `path` it is open on: a handle stays on its file when the name is removed
+    /// and made again (its writes then go to the removed file).
+    generation: u64,
     dirty: bool,
 }
 
@@ -123,6 +166,11 @@ struct Model {
     committed: BTreeMap<String, Vec<u8>>,
     /// Open handles, in opening order.
     handles: Vec<ModelHandle>,
+    /// Whether the Zarr node of z was made by `mkdir` (staged).
+    zdir: bool,
+    /// The file each staged path is (see [`ModelHandle::generation`]).
+    generations: BTreeMap<String, u64>,
+    next_generation: u64,
 }
 
 fn json(bytes: &[u8]) -> Option<Value> {
@@ -130,9 +178,18 @@ fn json(bytes: &[u8]) -> Option<Value> {
 }
 
 impl Model {
-    /// The content of `path` of an item: staged over committed.
+    /// The content of `path`: staged over committed.
     fn file(&self, path: &str) -> Option<&Vec<u8>> {
         self.staged.get(path).or_else(|| self.committed.get(path))
+    }
+
+    fn committed_item(&self, item: Item) -> bool {
+        self.committed.contains_key(files_of(item)[0])
+    }
+
+    /// Whether the Zarr node directory of z exists.
+    fn zdir_exists(&self) -> bool {
+        self.zdir || self.committed_item(Item::Z)
     }
 
     /// Whether another dirty handle (not `closing`) is on a staged file of `item`.
@@ -145,49 +202,122 @@ impl Model {
         })
     }
 
-    /// A commit attempt of `item`, as a close, a rename or an fsync of a directory makes it.
-    fn try_commit(&mut self, item: Item, closing: Option<usize>) -> Result<(), Err> {
-        let staged: Vec<&str> = files_of(item)
-            .iter()
-            .copied()
-            .filter(|p| self.staged.contains_key(*p))
-            .collect();
-        if staged.is_empty() || self.busy(item, closing) {
-            return Ok(());
-        }
-        let valid = match item {
+    /// Whether `item`'s files (staged over committed) are complete and valid: `Ok(None)` if
+    /// incomplete, `Ok(Some(files))` with what the views show once committed.
+    fn judge(
+        &self,
+        item: Item,
+        finalize: bool,
+    ) -> Result<Option<Vec<(&'static str, Vec<u8>)>>, Err> {
+        Ok(Some(match item {
             Item::A | Item::B => {
-                let text = self.file(files_of(item)[0]).cloned().unwrap_or_default();
-                let value = json(&text);
-                [SCALAR_A, SCALAR_B]
-                    .iter()
-                    .any(|s| json(s) == value && value.is_some())
-            }
-            Item::V => {
-                let Some(descriptor) = self.file("vectors/cell/v.json") else {
-                    return Ok(()); // incomplete
-                };
-                if json(descriptor) != json(DESCRIPTOR) || json(descriptor).is_none() {
+                let path = files_of(item)[0];
+                let value = json(self.file(path).map_or(&[][..], Vec::as_slice));
+                let valid =
+                    [SCALAR_A, SCALAR_B].iter().any(|s| json(s) == value) && value.is_some();
+                if !valid {
                     return Err(Err::Invalid);
                 }
-                let Some(data) = self.file("vectors/cell/v.data") else {
-                    return Ok(()); // incomplete
+                vec![(path, self.file(path).cloned().unwrap_or_default())]
+            }
+            Item::V => {
+                let Some(descriptor) = self.file("files/vectors/cell/v.json") else {
+                    return Ok(None);
                 };
-                data.len() >= 3
+                if json(descriptor).is_none() || json(descriptor) != json(DESCRIPTOR) {
+                    return Err(Err::Invalid);
+                }
+                let Some(data) = self.file("files/vectors/cell/v.data") else {
+                    return Ok(None);
+                };
+                if data.len() < 3 {
+                    return Err(Err::Invalid);
+                }
+                vec![
+                    ("files/vectors/cell/v.json", DESCRIPTOR.to_vec()),
+                    ("files/vectors/cell/v.data", data[..3].to_vec()),
+                ]
             }
-        };
-        if !valid {
-            return Err(Err::Invalid);
+            Item::Z => {
+                if let Some(attrs) = self.staged.get("zarr/scalars/z/.zattrs") {
+                    if !empty_attributes(attrs) {
+                        return Err(Err::NotPermitted);
+                    }
+                }
+                let Some(zarray) = self.file("zarr/scalars/z/.zarray") else {
+                    return Ok(None);
+                };
+                if json(zarray).is_none() || json(zarray) != json(ZARRAY) {
+                    return Err(Err::Invalid);
+                }
+                let chunk = match self.file("zarr/scalars/z/0") {
+                    None if !finalize => return Ok(None),
+                    None => vec![0; 8], // a missing chunk holds the fill value
+                    Some(chunk) if chunk.len() != 8 => return Err(Err::Invalid),
+                    Some(chunk) => chunk.clone(),
+                };
+                vec![
+                    ("zarr/scalars/z/.zarray", ZARRAY.to_vec()),
+                    ("zarr/scalars/z/0", chunk),
+                    ("zarr/scalars/z/.zattrs", b"{}".to_vec()),
+                ]
+            }
+        }))
+    }
+
+    /// A commit attempt of `item`, as a close, a rename or an fsync of a directory makes it.
+    fn try_commit(
+        &mut self,
+        item: Item,
+        closing: Option<usize>,
+        finalize: bool,
+    ) -> Result<(), Err> {
+        let staged = files_of(item).iter().any(|p| self.staged.contains_key(*p));
+        if !staged || self.busy(item, closing) {
+            return Ok(());
         }
+        let Some(files) = self.judge(item, finalize)? else {
+            return Ok(());
+        };
         for path in files_of(item) {
-            let mut content = self.file(path).cloned().unwrap_or_default();
-            if path.ends_with(".data") {
-                content.truncate(3);
-            }
-            self.committed.insert(path.to_string(), content);
             self.staged.remove(*path);
         }
+        for (path, content) in files {
+            self.committed.insert(path.to_string(), content);
+        }
+        // A directory made for the item is the committed node now (unless it still holds a
+        // staged file).
+        if item == Item::Z
+            && !self
+                .staged
+                .keys()
+                .any(|k| k.starts_with(&format!("{ZDIR}/")))
+        {
+            self.zdir = false;
+        }
         Ok(())
+    }
+
+    /// A group document or attributes at its close or rename: dropped, or dropped and refused.
+    fn settle(&mut self, path: &str) -> Option<Result<(), Err>> {
+        if !DOCUMENTS.contains(&path) {
+            return None;
+        }
+        let content = self.staged.get(path)?.clone();
+        if empty_attributes(&content) {
+            if path == "zarr/.zattrs" {
+                self.staged.remove(path);
+                return Some(Ok(()));
+            }
+            return None; // attributes of an item that carry nothing stay with it
+        }
+        self.staged.remove(path);
+        Some(Err(Err::NotPermitted))
+    }
+
+    /// Whether the parent directory of `path` exists.
+    fn parent_exists(&self, path: &str) -> bool {
+        !path.starts_with(&format!("{ZDIR}/")) || self.zdir_exists()
     }
 
     /// Applies `op`; returns the expected result, or `None` if the op is not applicable.
@@ -201,12 +331,20 @@ impl Model {
                 let committed_in_zip = self.zip
                     && self.committed.contains_key(path)
                     && !self.staged.contains_key(path);
-                if REFUSED.contains(&path) || committed_in_zip {
+                if !self.parent_exists(path) {
+                    Err(Err::NotFound)
+                } else if REFUSED.contains(&path) || committed_in_zip {
                     Err(Err::NotPermitted)
                 } else {
+                    if !self.staged.contains_key(path) {
+                        self.next_generation += 1;
+                        self.generations
+                            .insert(path.to_string(), self.next_generation);
+                    }
                     self.staged.insert(path.to_string(), Vec::new());
                     self.handles.push(ModelHandle {
                         path: path.to_string(),
+                        generation: self.generations[path],
                         dirty: false,
                     });
                     Ok(())
@@ -216,9 +354,13 @@ impl Model {
                 let h = handle(*h, &self.handles)?;
                 let path = self.handles[h].path.clone();
                 let Some(old) = self.staged.get(&path) else {
-                    // The item was committed meanwhile: its files are no longer writable.
+                    // Committed (or dropped) meanwhile: no longer writable.
                     return Some(Err(Err::NotPermitted));
                 };
+                self.handles[h].dirty = true;
+                if self.generations.get(&path) != Some(&self.handles[h].generation) {
+                    return Some(Ok(())); // written into a removed file
+                }
                 let data = CONTENTS[*c];
                 let mut new = data.to_vec();
                 if old.len() > data.len() {
@@ -233,11 +375,16 @@ impl Model {
                 let was_dirty = self.handles[h].dirty;
                 let path = self.handles[h].path.clone();
                 self.handles[h].dirty = false;
-                let result = match item_of(&path) {
-                    Some(item) if was_dirty && self.staged.contains_key(&path) => {
-                        self.try_commit(item, Some(h))
+                let staged = self.staged.contains_key(&path);
+                let result = if !staged || (!was_dirty && !DOCUMENTS.contains(&path.as_str())) {
+                    Ok(())
+                } else if let Some(settled) = self.settle(&path) {
+                    settled
+                } else {
+                    match item_of(&path) {
+                        Some(item) => self.try_commit(item, Some(h), false),
+                        None => Ok(()),
                     }
-                    _ => Ok(()),
                 };
                 self.handles.remove(h);
                 result
@@ -247,8 +394,8 @@ impl Model {
                 Ok(())
             }
             Op::FsyncRoot => {
-                for item in [Item::A, Item::B, Item::V] {
-                    let _ = self.try_commit(item, None);
+                for item in ITEMS {
+                    let _ = self.try_commit(item, None, true);
                 }
                 Ok(())
             }
@@ -257,6 +404,10 @@ impl Model {
                 let open = |p: &str| self.handles.iter().any(|h| h.path == p);
                 if from == to || open(from) || open(to) {
                     return None;
+                }
+                // (Both directories are looked up first, as the kernel does.)
+                if !self.parent_exists(from) || !self.parent_exists(to) {
+                    return Some(Err(Err::NotFound));
                 }
                 let Some(content) = self.staged.get(from).cloned() else {
                     return Some(Err(if self.committed.contains_key(from) {
@@ -267,6 +418,19 @@ impl Model {
                 };
                 if REFUSED.contains(&to) {
                     return Some(Err(Err::NotPermitted));
+                }
+                if DOCUMENTS.contains(&to) {
+                    let committed = self.committed.get(to);
+                    let same =
+                        committed.is_some_and(|c| json(c).is_some() && json(c) == json(&content));
+                    if empty_attributes(&content) || same {
+                        if to == "zarr/.zattrs" || same {
+                            self.staged.remove(from);
+                            return Some(Ok(()));
+                        }
+                    } else {
+                        return Some(Err(Err::NotPermitted));
+                    }
                 }
                 if !self.staged.contains_key(to) {
                     if let Some(committed) = self.committed.get(to) {
@@ -284,7 +448,10 @@ impl Model {
                 let before = self.clone();
                 self.staged.remove(from);
                 self.staged.insert(to.to_string(), content);
-                match item_of(to).map(|item| self.try_commit(item, None)) {
+                if let Some(generation) = self.generations.get(from).copied() {
+                    self.generations.insert(to.to_string(), generation);
+                }
+                match item_of(to).map(|item| self.try_commit(item, None, false)) {
                     Some(Err(e)) => {
                         *self = before;
                         Err(e)
@@ -297,7 +464,9 @@ impl Model {
                 if self.handles.iter().any(|h| h.path == path) {
                     return None;
                 }
-                if self.staged.remove(path).is_some() {
+                if !self.parent_exists(path) {
+                    Err(Err::NotFound)
+                } else if self.staged.remove(path).is_some() {
                     Ok(())
                 } else if self.committed.contains_key(path) {
                     if !self.zip {
@@ -306,6 +475,14 @@ impl Model {
                     Err(Err::NotPermitted)
                 } else {
                     Err(Err::NotFound)
+                }
+            }
+            Op::Mkdir => {
+                if self.zdir_exists() {
+                    Err(Err::Exists)
+                } else {
+                    self.zdir = true;
+                    Ok(())
                 }
             }
         })
@@ -326,6 +503,14 @@ fn split(path: &str) -> (&str, &str) {
     path.rsplit_once('/').unwrap_or(("", path))
 }
 
+/// Directories whose listings are compared.
+const LISTED: [&str; 4] = [
+    "files/scalars",
+    "files/vectors/cell",
+    "zarr/scalars",
+    "zarr",
+];
+
 impl Subject {
     fn open(source: &Path, base: &str) -> Subject {
         let opened = open_source(source.to_str().unwrap()).unwrap();
@@ -344,40 +529,50 @@ impl Subject {
             handles: Vec::new(),
             initial: BTreeMap::new(),
         };
-        for dir in ["scalars", "vectors/cell"] {
-            let names = subject.listing(dir);
+        for dir in LISTED {
+            let names = subject.listing(dir).unwrap();
             subject.initial.insert(dir, names);
         }
         subject
     }
 
+    /// The mount path of a path of the alphabet.
+    fn mount(&self, path: &str) -> String {
+        match path.split_once('/') {
+            Some(("files", rel)) => format!("{}/{rel}", self.files),
+            Some(("zarr", rel)) => format!("{}/{rel}", self.zarr),
+            _ if path == "zarr" => self.zarr.clone(),
+            _ => panic!("{path}"),
+        }
+    }
+
     fn ino(&self, path: &str) -> Result<u64, FsError> {
-        self.fs.resolve(path)
+        self.fs.resolve(&self.mount(path))
     }
 
-    fn parent_and_name(&self, path: &str) -> (u64, String) {
+    fn parent_and_name(&self, path: &str) -> Result<(u64, String), Err> {
         let (dir, name) = split(path);
-        (
-            self.ino(&format!("{}/{dir}", self.files)).unwrap(),
-            name.to_string(),
-        )
+        let parent = self.ino(dir).map_err(|e| kind(&e))?;
+        Ok((parent, name.to_string()))
     }
 
-    fn listing(&self, dir: &str) -> BTreeSet<String> {
-        let ino = self.ino(&format!("{}/{dir}", self.files)).unwrap();
-        self.fs
-            .readdir(ino, 2, usize::MAX)
-            .unwrap()
-            .into_iter()
-            .map(|e| e.name)
-            .collect()
+    fn listing(&self, dir: &str) -> Option<BTreeSet<String>> {
+        let ino = self.ino(dir).ok()?;
+        Some(
+            self.fs
+                .readdir(ino, 2, usize::MAX)
+                .unwrap()
+                .into_iter()
+                .map(|e| e.name)
+                .collect(),
+        )
     }
 
     fn apply(&mut self, op: &Op) -> Result<(), Err> {
         let handle = |h: &usize, handles: &Vec<u64>| handles[h % handles.len()];
         match op {
             Op::Create(p) => {
-                let (parent, name) = self.parent_and_name(PATHS[*p]);
+                let (parent, name) = self.parent_and_name(PATHS[*p])?;
                 let (_, fh) = self
                     .fs
                     .create(parent, OsStr::new(&name), false)
@@ -406,36 +601,47 @@ impl Subject {
             }
             Op::FsyncRoot => self.fs.finalize("").map_err(|e| kind(&e)),
             Op::Rename(from, to) => {
-                let (p1, n1) = self.parent_and_name(PATHS[*from]);
-                let (p2, n2) = self.parent_and_name(PATHS[*to]);
+                let (p1, n1) = self.parent_and_name(PATHS[*from])?;
+                let (p2, n2) = self.parent_and_name(PATHS[*to])?;
                 self.fs
                     .rename(p1, OsStr::new(&n1), p2, OsStr::new(&n2))
                     .map_err(|e| kind(&e))
             }
             Op::Unlink(p) => {
-                let (parent, name) = self.parent_and_name(PATHS[*p]);
+                let (parent, name) = self.parent_and_name(PATHS[*p])?;
                 self.fs
                     .unlink(parent, OsStr::new(&name))
+                    .map_err(|e| kind(&e))
+            }
+            Op::Mkdir => {
+                let (parent, name) = self.parent_and_name(ZDIR)?;
+                self.fs
+                    .mkdir(parent, OsStr::new(&name))
+                    .map(|_| ())
                     .map_err(|e| kind(&e))
             }
         }
     }
 
+    fn shown(&self, path: &str, step: &str) -> Result<Option<Vec<u8>>, TestCaseError> {
+        let Ok(ino) = self.ino(path) else {
+            return Ok(None);
+        };
+        let bytes = self.fs.content(ino).unwrap().as_slice().to_vec();
+        let size = self.fs.getattr(ino).unwrap().size;
+        prop_assert_eq!(size, bytes.len() as u64, "{}: {}: st_size", step, path);
+        Ok(Some(bytes))
+    }
+
     /// Compares every observable of the alphabet with the model.
     fn check(&self, model: &Model, step: &str) -> Result<(), TestCaseError> {
+        let texts = |b: Option<&Vec<u8>>| b.map(|b| String::from_utf8_lossy(b).into_owned());
         for path in PATHS {
-            let shown = self.ino(&format!("{}/{path}", self.files)).ok().map(|ino| {
-                let bytes = self.fs.content(ino).unwrap().as_slice().to_vec();
-                let size = self.fs.getattr(ino).unwrap().size;
-                prop_assert_eq!(size, bytes.len() as u64, "{}: {}: st_size", step, path);
-                Ok(bytes)
-            });
-            let shown = shown.transpose()?;
+            let shown = self.shown(path, step)?;
             let expected = model.file(path);
             let same = match (&shown, expected) {
-                (Some(a), Some(b))
-                    if path.ends_with(".json") && !model.staged.contains_key(path) =>
-                {
+                // Committed documents are the views' own serialisation: equal as JSON.
+                (Some(a), Some(b)) if !model.staged.contains_key(path) && json(b).is_some() => {
                     json(a) == json(b)
                 }
                 (a, b) => a.as_ref() == b,
@@ -445,39 +651,62 @@ impl Subject {
                 "{}: {}: shown {:?}, model {:?}",
                 step,
                 path,
-                shown.map(|b| String::from_utf8_lossy(&b).into_owned()),
-                expected.map(|b| String::from_utf8_lossy(b).into_owned())
+                texts(shown.as_ref()),
+                texts(expected)
             );
         }
-        // The Zarr view shows committed items only.
+        // Each view shows the items committed through the other.
         for (item, node) in [
-            (Item::A, "scalars/a"),
-            (Item::B, "scalars/b"),
-            (Item::V, "vectors/cell/v"),
+            (Item::A, "zarr/scalars/a"),
+            (Item::B, "zarr/scalars/b"),
+            (Item::V, "zarr/vectors/cell/v"),
+            (Item::Z, "files/scalars/z.json"),
         ] {
-            let committed = model.committed.contains_key(files_of(item)[0]);
-            let shown = self.ino(&format!("{}/{node}/.zarray", self.zarr)).is_ok();
-            prop_assert_eq!(shown, committed, "{}: Zarr {}", step, node);
+            let target = if node.starts_with("zarr/") {
+                format!("{node}/.zarray")
+            } else {
+                node.to_string()
+            };
+            let shown = self.ino(&target).is_ok();
+            prop_assert_eq!(shown, model.committed_item(item), "{}: {}", step, node);
         }
-        if let Some(data) = model.committed.get("vectors/cell/v.data") {
-            let ino = self
-                .ino(&format!("{}/vectors/cell/v/0", self.zarr))
-                .unwrap();
-            let chunk = self.fs.content(ino).unwrap();
-            prop_assert_eq!(chunk.as_slice(), &data[..], "{}: Zarr chunk", step);
+        if let Some(data) = model.committed.get("files/vectors/cell/v.data") {
+            let chunk = self.shown("zarr/vectors/cell/v/0", step)?;
+            prop_assert_eq!(chunk.as_ref(), Some(data), "{}: Zarr chunk", step);
+        }
+        if let Some(chunk) = model.committed.get("zarr/scalars/z/0") {
+            let value = f64::from_le_bytes(chunk.as_slice().try_into().unwrap());
+            let shown = self
+                .shown("files/scalars/z.json", step)?
+                .and_then(|b| json(&b));
+            let expected = serde_json::json!({"value": value, "type": "Float64"});
+            prop_assert_eq!(shown, Some(expected), "{}: z.json", step);
         }
         // Listings: what was there, plus what is staged or committed.
         for (dir, initial) in &self.initial {
             let mut expected = initial.clone();
             for path in model.staged.keys().chain(model.committed.keys()) {
-                let (d, name) = split(path);
-                if d == *dir {
+                if let Some(rest) = path.strip_prefix(&format!("{dir}/")) {
+                    expected.insert(rest.split('/').next().unwrap_or(rest).to_string());
+                }
+            }
+            let committed_nodes = [
+                ("zarr/scalars", Item::A, "a"),
+                ("zarr/scalars", Item::B, "b"),
+                ("files/scalars", Item::Z, "z.json"),
+            ];
+            for (d, item, name) in committed_nodes {
+                if d == *dir && model.committed_item(item) {
                     expected.insert(name.to_string());
                 }
             }
+            if *dir == "zarr/scalars" && model.zdir_exists() {
+                expected.insert("z".to_string());
+            }
+            let listed = self.listing(dir);
             prop_assert_eq!(
-                &self.listing(dir),
-                &expected,
+                listed.as_ref(),
+                Some(&expected),
                 "{}: listing of {}",
                 step,
                 dir
@@ -495,7 +724,15 @@ fn run(fixture: &str, base: &str, zip: bool, ops: &[Op]) -> Result<(), TestCaseE
         staged: BTreeMap::new(),
         committed: BTreeMap::new(),
         handles: Vec::new(),
+        zdir: false,
+        generations: BTreeMap::new(),
+        next_generation: 0,
     };
+    // The root's attributes are there from the start.
+    let attributes = subject.shown("zarr/.zattrs", "start")?.unwrap();
+    model
+        .committed
+        .insert("zarr/.zattrs".to_string(), attributes);
     subject.check(&model, "start")?;
     for (i, op) in ops.iter().enumerate() {
         let Some(expected) = model.apply(op) else {

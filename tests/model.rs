@@ -173,6 +173,9 @@ struct Model {
     next_generation: u64,
 }
 
+/// The files of a committed item (path, content as the views show it).
+type CommittedFiles = Vec<(&'static str, Vec<u8>)>;
+
 fn json(bytes: &[u8]) -> Option<Value> {
     serde_json::from_slice(bytes).ok()
 }
@@ -204,11 +207,7 @@ impl Model {
 
     /// Whether `item`'s files (staged over committed) are complete and valid: `Ok(None)` if
     /// incomplete, `Ok(Some(files))` with what the views show once committed.
-    fn judge(
-        &self,
-        item: Item,
-        finalize: bool,
-    ) -> Result<Option<Vec<(&'static str, Vec<u8>)>>, Err> {
+    fn judge(&self, item: Item, finalize: bool) -> Result<Option<CommittedFiles>, Err> {
         Ok(Some(match item {
             Item::A | Item::B => {
                 let path = files_of(item)[0];

@@ -224,6 +224,7 @@ pub fn commit(
         }
         match zarr_complete(&index, id) {
             Ok(false) if !finalize => return Ok(Outcome::Incomplete),
+            Err(FormatError::Store(e)) => return Err(e.into()),
             Err(e) => return Err(CommitError::Invalid(e.to_string())),
             _ => {}
         }
@@ -239,7 +240,10 @@ pub fn commit(
         (Item::Property(p), Some(shape)) => check_payload(&p.payload, shape),
         _ => Ok(()),
     };
-    checked.map_err(|e| CommitError::Invalid(e.to_string()))?;
+    checked.map_err(|e| match e {
+        FormatError::Store(e) => CommitError::Store(e),
+        e => CommitError::Invalid(e.to_string()),
+    })?;
     let item = match (&ds.target, ds.dataset.contains(id)) {
         (Target::Zip { .. }, true) => {
             return if same_item(&mut ds.dataset, id, item) {
@@ -302,11 +306,20 @@ pub fn commit(
     };
     // Serve the source's bytes from now on, not the staged files'.
     let stored = read_item(target_layout, &ds.dataset, id, &written)
-        .map_err(|e| CommitError::Invalid(format!("reading back {}: {e}", id.path())))?;
+        .map_err(|e| read_back_error(id, e))?;
     ds.dataset
         .insert(id, stored)
         .map_err(CommitError::Invalid)?;
     Ok(Outcome::Committed)
+}
+
+/// An error reading back what a commit wrote: an I/O error stays one (its errno reaches the
+/// caller: `ENOSPC`, `EIO`), anything else means the written item is not what was validated.
+pub(super) fn read_back_error(id: &PropertyId, e: FormatError) -> CommitError {
+    match e {
+        FormatError::Store(e) => CommitError::Store(e),
+        e => CommitError::Invalid(format!("reading back {}: {e}", id.path())),
+    }
 }
 
 /// Whether `item` has the same content as the data set's item `id`: every FilesDaf file of

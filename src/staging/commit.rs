@@ -305,8 +305,8 @@ pub fn commit(
         Target::Zip { layout, .. } => layout,
     };
     // Serve the source's bytes from now on, not the staged files'.
-    let stored = read_item(target_layout, &ds.dataset, id, &written)
-        .map_err(|e| read_back_error(id, e))?;
+    let stored =
+        read_item(target_layout, &ds.dataset, id, &written).map_err(|e| read_back_error(id, e))?;
     ds.dataset
         .insert(id, stored)
         .map_err(CommitError::Invalid)?;
@@ -530,4 +530,25 @@ fn refresh_zmetadata(root: &std::path::Path) -> Result<(), CommitError> {
     let text = zarr::consolidated(&documents)?;
     write_atomic(root, ".zmetadata", text.as_slice())?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_errors_reading_back_stay_io_errors() {
+        let id = PropertyId::Scalar("n".into());
+        let full = StoreError::io("/x", std::io::Error::from_raw_os_error(libc::ENOSPC));
+        match read_back_error(&id, FormatError::Store(full)) {
+            CommitError::Store(StoreError::Io { source, .. }) => {
+                assert_eq!(source.raw_os_error(), Some(libc::ENOSPC))
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            read_back_error(&id, FormatError::Bad("x".into())),
+            CommitError::Invalid(_)
+        ));
+    }
 }

@@ -154,7 +154,7 @@ fn a_new_axis_appears_in_both_views_with_its_directories() {
         assert!(root.join("files_v1_0.daf/matrices/gene/batch").is_dir());
         let zarray =
             std::fs::read_to_string(root.join("files_v1_0.daf.zarr/axes/batch/.zarray")).unwrap();
-        assert!(zarray.contains("\"shape\":[3]"));
+        assert!(zarray.contains("\"shape\":[3]"), "{zarray}");
         assert!(root
             .join("files_v1_0.daf.zarr/matrices/batch/batch/.zgroup")
             .exists());

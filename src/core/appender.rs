@@ -7,7 +7,9 @@
 //! central directory), swaps the item over to the archive's bytes, and deletes the staged files.
 //! Until then the staged files stay on disk, so a daemon killed meanwhile loses nothing: they
 //! are shown (and committed) again at the next mount. [`Appender::wait`] is the durability
-//! point: `fsync`, `fsyncdir` and unmount wait for the queue and report a failed append.
+//! point: `fsync`, `fsyncdir` and unmount wait for the queue. A failed append (a full disk) is
+//! kept with its errno and retried by each later wait that covers its item, which fails until
+//! the append succeeds; failed appends of other items do not make it fail.
 
 use std::path::PathBuf;
 use std::sync::mpsc::{channel, Sender};
@@ -46,6 +48,7 @@ struct Progress {
     /// `fsync` of such an item fails until its append succeeds.
     failed: Vec<(Job, Failure)>,
 }
+
 /// The queue of appends of one mount.
 #[derive(Debug, Default)]
 pub(super) struct Appender {

@@ -315,10 +315,21 @@ fn a_failed_append_fails_every_fsync_of_its_item_until_it_is_done() {
             f.write_all(b"{\"value\":1.5,\"type\":\"Float64\"}")
                 .unwrap();
             fill(&fill_at);
+            let free = || {
+                nix::sys::statvfs::statvfs(fill_at.parent().unwrap())
+                    .map(|s| s.blocks_available())
+                    .ok()
+            };
+            assert_eq!(free(), Some(0), "the disk is full");
             close(f).unwrap();
             let file = || std::fs::File::open(root.join("scalars/big.json")).unwrap();
             for attempt in 0..2 {
-                assert_eq!(errno(file().sync_all()), Some(libc::ENOSPC), "{attempt}");
+                assert_eq!(
+                    errno(file().sync_all()),
+                    Some(libc::ENOSPC),
+                    "attempt {attempt}, free blocks {:?}",
+                    free()
+                );
                 assert_eq!(
                     errno(fsync_dir(&root.join("scalars"))),
                     Some(libc::ENOSPC),

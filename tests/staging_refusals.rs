@@ -310,9 +310,12 @@ fn a_failed_append_fails_every_fsync_of_its_item_until_it_is_done() {
         let fill_at = filler.clone();
         io_timeout(&mount.path, move || {
             // The scalar is staged and closed while there is room, so its close succeeds;
-            // the disk is then full before its append runs.
+            // the disk is then full before its append runs. (The value is large, so that the
+            // append needs many pages: the test does not depend on the page or two tmpfs may
+            // give back meanwhile.)
             let mut f = std::fs::File::create(root.join("scalars/big.json")).unwrap();
-            f.write_all(b"{\"value\":1.5,\"type\":\"Float64\"}")
+            let value = "x".repeat(200_000);
+            f.write_all(format!("{{\"value\":\"{value}\",\"type\":\"String\"}}").as_bytes())
                 .unwrap();
             fill(&fill_at);
             let free = || {

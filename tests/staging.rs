@@ -31,11 +31,21 @@ fn staged_files_behave_like_files_and_survive_a_remount() {
                 std::fs::metadata(cell.join(".tmp-notes")).unwrap().len(),
                 11
             );
-            std::fs::rename(cell.join(".tmp-notes"), cell.join("notes")).unwrap();
+            // A name no Daf item has could never be committed: refused, the file stays.
+            assert_eq!(
+                std::fs::rename(cell.join(".tmp-notes"), cell.join("notes"))
+                    .unwrap_err()
+                    .raw_os_error(),
+                Some(libc::EPERM)
+            );
+            std::fs::rename(cell.join(".tmp-notes"), cell.join("notes.data")).unwrap();
             assert!(!cell.join(".tmp-notes").exists());
-            std::fs::hard_link(cell.join("notes"), cell.join("notes2")).unwrap();
-            assert_eq!(std::fs::read(cell.join("notes2")).unwrap(), b"hello world");
-            std::fs::remove_file(cell.join("notes2")).unwrap();
+            std::fs::hard_link(cell.join("notes.data"), cell.join("notes2.data")).unwrap();
+            assert_eq!(
+                std::fs::read(cell.join("notes2.data")).unwrap(),
+                b"hello world"
+            );
+            std::fs::remove_file(cell.join("notes2.data")).unwrap();
             // Directories: only where Daf data can go (a vectors directory for a new axis).
             let vectors = root.join("files_v1_0.daf/vectors");
             std::fs::create_dir(vectors.join("newaxis")).unwrap();
@@ -57,17 +67,17 @@ fn staged_files_behave_like_files_and_survive_a_remount() {
             // Truncate and append.
             let f = std::fs::OpenOptions::new()
                 .write(true)
-                .open(cell.join("notes"))
+                .open(cell.join("notes.data"))
                 .unwrap();
             f.set_len(5).unwrap();
             drop(f);
             std::fs::OpenOptions::new()
                 .append(true)
-                .open(cell.join("notes"))
+                .open(cell.join("notes.data"))
                 .unwrap()
                 .write_all(b"!")
                 .unwrap();
-            assert_eq!(std::fs::read(cell.join("notes")).unwrap(), b"hello!");
+            assert_eq!(std::fs::read(cell.join("notes.data")).unwrap(), b"hello!");
             // Refusals: outside a view, committed files, committed directories.
             let refused = |r: std::io::Result<()>| r.unwrap_err().raw_os_error();
             assert_eq!(
@@ -106,16 +116,16 @@ fn staged_files_behave_like_files_and_survive_a_remount() {
     let staged = source
         .parent()
         .unwrap()
-        .join(".files_v1_0.daf.daf-mount/files_v1_0.daf/vectors/cell/notes");
+        .join(".files_v1_0.daf.daf-mount/files_v1_0.daf/vectors/cell/notes.data");
     assert_eq!(std::fs::read(&staged).unwrap(), b"hello!");
     let mount = TestMount::writable(source.to_str().unwrap(), ViewSelection::Files);
     let root = mount.path.clone();
     io_timeout(&mount.path, move || {
         assert_eq!(
-            std::fs::read(root.join("vectors/cell/notes")).unwrap(),
+            std::fs::read(root.join("vectors/cell/notes.data")).unwrap(),
             b"hello!"
         );
-        std::fs::remove_file(root.join("vectors/cell/notes")).unwrap();
+        std::fs::remove_file(root.join("vectors/cell/notes.data")).unwrap();
     });
 }
 

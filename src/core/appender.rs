@@ -7,14 +7,18 @@
 //! central directory), swaps the item over to the archive's bytes, and deletes the staged files.
 //! Until then the staged files stay on disk, so a daemon killed meanwhile loses nothing: they
 //! are shown (and committed) again at the next mount. [`Appender::wait`] is the durability
-//! point: `fsync`, `fsyncdir` and unmount wait for the queue and report a failed append.
+//! point: `fsync`, `fsyncdir` and unmount wait for the queue. A failed append (a full disk) is
+//! kept with its errno and retried by each later wait that covers its item, which fails until
+//! the append succeeds; failed appends of other items do not make it fail.
 
 use std::path::PathBuf;
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, RwLock};
 
-use crate::staging::commit::PendingAppend;
+use crate::formats::model::PropertyId;
+use crate::staging::commit::{CommitError, PendingAppend};
 use crate::staging::StagingArea;
+use crate::stores::StoreError;
 
 use super::{FsError, State};
 
@@ -28,11 +32,21 @@ pub(super) struct Job {
     pub staged: Vec<(String, PathBuf)>,
 }
 
+/// Why an append failed: the OS error number when it was an I/O error (`ENOSPC` stays
+/// `ENOSPC`), and the message.
+#[derive(Debug)]
+struct Failure {
+    errno: Option<i32>,
+    message: String,
+}
+
 #[derive(Debug, Default)]
 struct Progress {
     queued: usize,
-    /// The first append that failed since the last [`Appender::wait`].
-    failed: Option<String>,
+    /// Appends that failed and are still to be done (their items are served from their staged
+    /// files): kept, and retried by the next [`Appender::wait`] that covers them, so every
+    /// `fsync` of such an item fails until its append succeeds.
+    failed: Vec<(Job, Failure)>,
 }
 
 /// The queue of appends of one mount.
@@ -67,11 +81,18 @@ impl Appender {
                         let mut progress = lock(progress);
                         if let Err(e) = result {
                             log::error!(
-                                "appending {} to {}: {e}; its staged files stay for the next mount",
+                                "appending {} to {}: {e}; its staged files stay (retried at the next fsync, or at the next mount)",
                                 job.append.id.path(),
                                 job.append.archive.display()
                             );
-                            progress.failed.get_or_insert(e.to_string());
+                            let errno = match &e {
+                                CommitError::Store(StoreError::Io { source, .. }) => {
+                                    source.raw_os_error()
+                                }
+                                _ => None,
+                            };
+                            let message = e.to_string();
+                            progress.failed.push((job, Failure { errno, message }));
                         }
                         progress.queued -= 1;
                         done.notify_all();
@@ -96,33 +117,59 @@ impl Appender {
         Ok(())
     }
 
-    /// Waits until every queued append is in its archive; fails if one could not be.
-    pub(super) fn wait(&self) -> Result<(), FsError> {
+    /// Waits until every queued append is done. Failed appends that `covers` selects (by data
+    /// set index and item) are retried first; if one of them fails again, so does the wait,
+    /// with its error. Failed appends of other items do not make it fail.
+    pub(super) fn wait(&self, covers: impl Fn(usize, &PropertyId) -> bool) -> Result<(), FsError> {
         let (progress, done) = &*self.progress;
         let mut progress = lock(progress);
+        let (retry, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut progress.failed)
+            .into_iter()
+            .partition(|(job, _)| covers(job.dataset, &job.append.id));
+        progress.failed = keep;
+        if let Some(Some(queue)) = self.queue.get() {
+            let queue = lock(queue);
+            for (job, failure) in retry {
+                progress.queued += 1;
+                if let Err(unsent) = queue.send(job) {
+                    progress.queued -= 1;
+                    progress.failed.push((unsent.0, failure));
+                }
+            }
+        }
         while progress.queued > 0 {
             progress = done.wait(progress).unwrap_or_else(|p| p.into_inner());
         }
-        match progress.failed.take() {
-            Some(why) => Err(FsError::Internal(format!("a ZIP append failed: {why}"))),
+        let failed = progress
+            .failed
+            .iter()
+            .find(|(job, _)| covers(job.dataset, &job.append.id));
+        match failed {
             None => Ok(()),
+            Some((
+                job,
+                Failure {
+                    errno: Some(errno), ..
+                },
+            )) => Err(FsError::Content(StoreError::io(
+                &job.append.archive,
+                std::io::Error::from_raw_os_error(*errno),
+            ))),
+            Some((_, Failure { message, .. })) => {
+                Err(FsError::Internal(format!("a ZIP append failed: {message}")))
+            }
         }
     }
 }
 
-fn run(job: &Job, state: &RwLock<State>, staging: &StagingArea) -> Result<(), FsError> {
-    let written = job
-        .append
-        .write()
-        .map_err(|e| FsError::Internal(e.to_string()))?;
+fn run(job: &Job, state: &RwLock<State>, staging: &StagingArea) -> Result<(), CommitError> {
+    let written = job.append.write()?;
     let mut state = state.write().unwrap_or_else(|p| p.into_inner());
     let ds = state
         .datasets
         .get_mut(job.dataset)
-        .ok_or_else(|| FsError::Internal("data set gone".into()))?;
-    job.append
-        .serve_from(ds, &written)
-        .map_err(|e| FsError::Internal(e.to_string()))?;
+        .ok_or_else(|| CommitError::Invalid("data set gone".into()))?;
+    job.append.serve_from(ds, &written)?;
     state.rebuild();
     log::info!(
         "appended {} to {}",

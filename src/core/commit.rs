@@ -57,10 +57,16 @@ impl DafFs {
     }
 
     pub(super) fn commit_staged(&self, ino: u64, fh: u64) -> Result<(), FsError> {
-        let path = match self.namespace().node(ino) {
-            Some(node) if matches!(node.kind, NodeKind::Staged(_)) => node.path.clone(),
-            _ => return Ok(()),
+        let (path, disk) = match self.namespace().node(ino) {
+            Some(node) => match &node.kind {
+                NodeKind::Staged(disk) => (node.path.clone(), disk.clone()),
+                _ => return Ok(()),
+            },
+            None => return Ok(()),
         };
+        if self.settle_document(&path, &disk)? {
+            return Ok(());
+        }
         self.try_commit(&path, Some(fh), false)
     }
 
@@ -125,7 +131,29 @@ impl DafFs {
         let appending = match outcome {
             Ok(Outcome::Incomplete) => return Ok(()),
             Ok(Outcome::Committed) => None,
+            Ok(Outcome::Unchanged) => {
+                log::info!(
+                    "staged copies of {} equal what {} has: dropped",
+                    id.path(),
+                    root.canonical
+                );
+                for (path, _) in &members {
+                    state.staged.remove(path);
+                }
+                let files = members
+                    .iter()
+                    .map(|(path, f)| (path.as_str(), f.disk.as_path()));
+                discard_staged(&state, staging, files);
+                state.rebuild();
+                return Ok(());
+            }
             Ok(Outcome::Appending(append)) => Some(append),
+            Err(CommitError::Invalid(why)) if staging_full(staging) => {
+                return Err(FsError::NoSpace(format!(
+                    "{}: {why} (the staging file system is full: a write was cut short)",
+                    id.path()
+                )))
+            }
             Err(CommitError::Invalid(why)) => {
                 return Err(FsError::Invalid(format!("{}: {why}", id.path())))
             }
@@ -185,13 +213,14 @@ impl DafFs {
     }
 
     /// The mount paths of the staged files under `mount` (the whole mount for "") that belong
-    /// to an item.
+    /// to an item (but for leftovers found stuck at recovery and not written since).
     fn staged_item_files(&self, mount: &str) -> Vec<String> {
         let state = self.state.read().unwrap_or_else(|p| p.into_inner());
         state
             .staged
             .iter()
             .filter(|(_, s)| !s.is_dir)
+            .filter(|(path, s)| state.stuck.get(*path) != Some(&stamp(&s.disk)))
             .filter_map(|(path, _)| {
                 let (root, rel) = split_canonical(&state.roots, path)?;
                 let at = root.mount_path(rel);
@@ -206,26 +235,77 @@ impl DafFs {
     /// what a writer may legitimately leave out: Zarr chunks that are all fill value, or the
     /// `nzval` of an all-true Bool property. Called by `fsync` on a directory and at unmount;
     /// returns once every append queued for a ZIP source is done.
+    ///
+    /// It fails only for items under `mount` that could not be made durable: an I/O error
+    /// (`ENOSPC` writing into the source, a failed append), or, for the directory of an item's
+    /// own Zarr node, that item being refused. An item that is invalid or refused never makes
+    /// the `fsync` of another item's directory, a parent directory or the root fail (it is
+    /// logged), and leftovers found at recovery are not tried again.
     pub fn finalize(&self, mount: &str) -> Result<(), FsError> {
+        let own_item = {
+            let state = self.state.read().unwrap_or_else(|p| p.into_inner());
+            state
+                .locate(&format!("{mount}/.zarray"))
+                .and_then(|(root, _, id)| Some((root.dataset, id?)))
+        };
         let mut first_error = None;
         for path in self.staged_item_files(mount) {
             if let Err(e) = self.try_commit(&path, None, true) {
+                let item = {
+                    let state = self.state.read().unwrap_or_else(|p| p.into_inner());
+                    state
+                        .locate(&path)
+                        .and_then(|(root, _, id)| Some((root.dataset, id?)))
+                };
+                let refused = matches!(e, FsError::Invalid(_) | FsError::NotPermitted(_));
+                if refused && item != own_item {
+                    log::warn!("{path} stays staged: {e}");
+                    continue;
+                }
                 log::warn!("finalizing {path}: {e}");
                 first_error.get_or_insert(e);
             }
         }
         // What these commits and earlier ones queued for ZIP sources is in the archives now.
-        let appended = self.appender.wait();
+        let roots = self
+            .state
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .roots
+            .clone();
+        let appended = self.appender.wait(|dataset, id| {
+            mount.is_empty()
+                || roots.iter().filter(|r| r.dataset == dataset).any(|root| {
+                    let at = root.mount_path(&id.path());
+                    at == mount || at.starts_with(&format!("{mount}/"))
+                })
+        });
         first_error.map_or(appended, Err)
     }
 
     /// Commits the staged items that are complete: what a killed daemon had accepted (its
-    /// `close` succeeded) but not yet appended to a ZIP source. Call once after mounting (and
-    /// forking into the background: appends run on a thread of their own).
+    /// `close` succeeded) but not yet appended to a ZIP source. Staged copies of an item that
+    /// is already in the source with the same content (a daemon killed after an append's
+    /// commit point, before the staged files were deleted) are dropped. Staged files that can
+    /// never be committed (an empty descriptor left by a killed writer) are reported once by
+    /// name and left alone: later `fsync`s do not try them again until they are written.
+    /// Call once after mounting (and forking into the background: appends run on a thread of
+    /// their own).
     pub fn recover(&self) {
         for path in self.staged_item_files("") {
-            if let Err(e) = self.try_commit(&path, None, false) {
-                log::warn!("staged {path} stays staged: {e}");
+            match self.try_commit(&path, None, false) {
+                Ok(()) => {}
+                Err(e @ (FsError::Invalid(_) | FsError::NotPermitted(_))) => {
+                    log::warn!("staged {path} can never be committed as it is ({e}); left in place, remove or rewrite it");
+                    let mut state = self.lock_state();
+                    if let Ok(canonical) = Self::canonical(&state, &path) {
+                        let seen = state.staged.get(&canonical).map(|s| stamp(&s.disk));
+                        if let Some(seen) = seen {
+                            state.stuck.insert(canonical, seen);
+                        }
+                    }
+                }
+                Err(e) => log::warn!("staged {path} stays staged: {e}"),
             }
         }
     }
@@ -234,6 +314,24 @@ impl DafFs {
     pub fn path_of(&self, ino: u64) -> Option<String> {
         self.namespace().node(ino).map(|n| n.path.clone())
     }
+}
+
+/// Whether the file system of the staging area has no free blocks left.
+fn staging_full(staging: &StagingArea) -> bool {
+    let mut dir = staging.root();
+    while !dir.exists() {
+        match dir.parent() {
+            Some(parent) => dir = parent,
+            None => return false,
+        }
+    }
+    nix::sys::statvfs::statvfs(dir).is_ok_and(|s| s.blocks_available() == 0)
+}
+
+/// What identifies the content of a staged file without reading it: size and modification time.
+pub(super) fn stamp(disk: &Path) -> Option<(u64, SystemTime)> {
+    let meta = fs::metadata(disk).ok()?;
+    Some((meta.len(), meta.modified().ok()?))
 }
 
 /// Deletes staged files (`--view both` path, disk path) whose item is in its source now, and the

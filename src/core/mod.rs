@@ -2,13 +2,15 @@
 //! views and the staging area, with no dependency on the kernel (unit tests drive it directly).
 //!
 //! Reads go to shared blobs (committed content) or to staged files on disk. Writes (`write.rs`)
-//! only ever create or change staged files; turning them into properties is the staging layer's
-//! job. Every change builds a new tree and swaps it in; inode numbers stay stable. Errors are
-//! [`FsError`]s; the adapter maps them to errno values in one place.
+//! only ever create or change staged files (and refuse, in `refusals.rs`, what could never be
+//! committed); turning them into properties is the staging layer's job. Every change builds a
+//! new tree and swaps it in; inode numbers stay stable. Errors are [`FsError`]s; the adapter maps
+//! them to errno values in one place.
 
 mod appender;
 mod commit;
 pub mod namespace;
+mod refusals;
 mod remove;
 mod write;
 
@@ -53,6 +55,10 @@ pub enum FsError {
     /// Staged files that are complete but inconsistent (the reason is logged).
     #[error("invalid: {0}")]
     Invalid(String),
+    /// Staged files that look inconsistent while the staging file system is full: a write was
+    /// cut short by the full disk (the reason is logged).
+    #[error("no space left: {0}")]
+    NoSpace(String),
     /// A modification this mount does not allow there (the reason is logged).
     #[error("not permitted: {0}")]
     NotPermitted(String),
@@ -144,6 +150,9 @@ struct State {
     /// Committed files and directories removed through a view (`--view both` paths) whose item
     /// is not deleted yet: hidden until it is.
     deleted: BTreeSet<String>,
+    /// Staged files found at recovery that can never be committed as they are (by `--view
+    /// both` path), with their size and time then: not tried again until they change.
+    stuck: BTreeMap<String, Option<(u64, SystemTime)>>,
     inodes: InodeTable,
     root_mtime: SystemTime,
     namespace: Arc<Namespace>,
@@ -320,6 +329,7 @@ impl DafFs {
             roots,
             staged,
             deleted: BTreeSet::new(),
+            stuck: BTreeMap::new(),
             inodes: InodeTable::default(),
             root_mtime,
             namespace: Arc::new(Namespace::build(

@@ -8,7 +8,7 @@ use std::ffi::OsStr;
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, MutexGuard, RwLockWriteGuard};
 use std::time::SystemTime;
 
@@ -17,7 +17,6 @@ use crate::staging::item::writable_place;
 use crate::staging::StagingArea;
 use crate::stores::Bytes;
 use crate::views::join;
-use crate::views::ViewKind;
 
 use super::namespace::NodeKind;
 use super::{split_mount, Attr, DafFs, FsError, Handle, Staged, State};
@@ -106,6 +105,9 @@ impl DafFs {
                 )));
             }
         }
+        if !is_dir {
+            Self::committable(state, &mount)?;
+        }
         Ok((mount, canonical))
     }
 
@@ -139,6 +141,7 @@ impl DafFs {
         let staging = self.staging_area()?;
         let mut state = self.lock_state();
         Self::replaceable(&state, mount)?;
+        Self::committable(&state, mount)?;
         let canonical = Self::canonical(&state, mount)?;
         let disk = staging.prepare_parent(&canonical)?;
         fs::write(&disk, content.as_ref().map_or(&[][..], Bytes::as_slice))?;
@@ -229,11 +232,26 @@ impl DafFs {
         Ok(self.new_handle(ino, file, write))
     }
 
-    /// Writes `data` at `offset` of the staged file open as `fh`.
+    /// The inode a handle is open on.
+    pub fn handle_ino(&self, fh: u64) -> Option<u64> {
+        self.handles().get(&fh).map(|h| h.ino)
+    }
+
+    /// Writes `data` at `offset` of the staged file open as `fh`. Once its item is committed,
+    /// the file is part of the data set (a ZIP source serves it until its append is done):
+    /// writes through handles still open on it are refused.
     pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> Result<u32, FsError> {
-        let (_, file, writable) = self.handle_file(fh)?;
+        let (ino, file, writable) = self.handle_file(fh)?;
         if !writable {
             return Err(FsError::NotPermitted("file not opened for writing".into()));
+        }
+        if !matches!(
+            self.namespace().node(ino).map(|n| &n.kind),
+            Some(NodeKind::Staged(_))
+        ) {
+            return Err(FsError::NotPermitted(
+                "its property is committed: the file is read-only now".into(),
+            ));
         }
         file.write_all_at(data, offset)?;
         if let Some(handle) = self.handles().get_mut(&fh) {
@@ -242,25 +260,47 @@ impl DafFs {
         Ok(data.len() as u32)
     }
 
-    /// Makes a staged file's data durable, and what earlier commits queued for ZIP sources.
-    pub fn fsync(&self, fh: u64) -> Result<(), FsError> {
+    /// Makes a staged file's data durable, and waits for what earlier commits queued for ZIP
+    /// sources. Fails only for the item of file `ino` itself: if its append to a ZIP source
+    /// failed (retried here first), with that error.
+    pub fn fsync(&self, ino: u64, fh: u64) -> Result<(), FsError> {
         if let Ok((_, file, _)) = self.handle_file(fh) {
             file.sync_all()?;
         }
-        self.appender.wait()
+        let item = {
+            let state = self.state.read().unwrap_or_else(|p| p.into_inner());
+            let path = state.namespace.node(ino).map(|n| n.path.clone());
+            path.and_then(|p| state.locate(&p))
+                .and_then(|(root, _, id)| Some((root.dataset, id?)))
+        };
+        self.appender
+            .wait(|dataset, id| item.as_ref().is_some_and(|(d, i)| *d == dataset && i == id))
     }
 
     /// Called on every `close` of a handle: a close after writes may complete an item, which is
     /// then committed (or refused, failing the `close`). A close with nothing written since the
     /// last one (a shell's redirection dance) does nothing.
+    ///
+    /// A group document or attributes opened for writing is judged at every close, written or
+    /// not (an empty one left staged would hide the committed document).
     pub fn flush(&self, fh: u64) -> Result<(), FsError> {
-        let ino = match self.handles().get_mut(&fh) {
+        // (The handles' lock is released before the state's is taken: commits lock the state
+        // first, then the handles.)
+        let (ino, written) = match self.handles().get_mut(&fh) {
             Some(handle) if handle.dirty || handle.passthrough => {
                 handle.dirty = false;
-                handle.ino
+                (handle.ino, true)
             }
+            Some(handle) if handle.writable => (handle.ino, false),
             _ => return Ok(()),
         };
+        if !written {
+            let state = self.state.read().unwrap_or_else(|p| p.into_inner());
+            let path = state.namespace.node(ino).map(|n| n.path.clone());
+            if !path.is_some_and(|p| Self::is_document(&state, &p)) {
+                return Ok(());
+            }
+        }
         self.commit_staged(ino, fh)
     }
 
@@ -368,10 +408,36 @@ impl DafFs {
         };
         let (disk, old_path) = (disk.clone(), node.path.clone());
         let (new_mount, new_canonical) = Self::place_new(&state, new_parent, new_name, false)?;
-        if let Some(Ok(target)) = state
+        let existing = state
             .namespace
             .child(new_parent, new_name.to_str().unwrap_or_default())
-        {
+            .and_then(Result::ok);
+        let committed = existing.and_then(|t| match state.namespace.node(t).map(|n| &n.kind) {
+            Some(NodeKind::File(blob)) => Some(blob.clone()),
+            _ => None,
+        });
+        let verdict = if Self::is_document(&state, &new_mount) {
+            let old_bytes = committed.as_ref().map(|b| b.bytes()).transpose()?;
+            Self::document_verdict(
+                &state,
+                &new_mount,
+                &fs::read(&disk)?,
+                old_bytes.as_ref().map(Bytes::as_slice),
+            )
+        } else {
+            None
+        };
+        match verdict {
+            Some(Ok(())) => {
+                // A group document that changes nothing (zarr re-saving a group, a writer's
+                // consolidated metadata, which is derived here): accepted and dropped.
+                log::info!("{new_mount}: a writer's copy that changes nothing dropped");
+                return Self::drop_staged(&mut state, &disk, &old_path);
+            }
+            Some(Err(refused)) => return Err(refused),
+            None => {}
+        }
+        if let Some(target) = existing {
             match state.namespace.node(target).map(|n| &n.kind) {
                 Some(NodeKind::Dir { .. }) => return Err(FsError::IsDir),
                 Some(NodeKind::File(blob)) => {
@@ -385,16 +451,29 @@ impl DafFs {
                 _ => {}
             }
         }
-        if split_mount(&state.roots, &new_mount)
-            .is_some_and(|(r, rel)| r.kind == ViewKind::Zarr && rel == ".zmetadata")
-        {
-            // Consolidated metadata is derived from the data set and kept up to date here;
-            // a writer's copy (zarr after a change) is accepted and dropped.
-            log::info!("{new_mount}: a writer's consolidated metadata dropped (it is derived from the data set)");
-            return Self::drop_staged(&mut state, &disk, &old_path);
-        }
         let new_disk = staging.prepare_parent(&new_canonical)?;
-        fs::rename(&disk, &new_disk)?;
+        // A staged file the rename replaces is kept aside until the rename is known to stand.
+        let displaced = state
+            .staged
+            .get(&new_canonical)
+            .filter(|s| !s.is_dir)
+            .cloned();
+        let backup = match displaced {
+            Some(_) => {
+                static NEXT: AtomicU64 = AtomicU64::new(0);
+                let n = NEXT.fetch_add(1, Ordering::Relaxed);
+                let backup = staging.root().join(format!(".daf-mount-undo.{n}"));
+                fs::hard_link(&new_disk, &backup)?;
+                Some(backup)
+            }
+            None => None,
+        };
+        if let Err(e) = fs::rename(&disk, &new_disk) {
+            if let Some(backup) = &backup {
+                let _ = fs::remove_file(backup);
+            }
+            return Err(e.into());
+        }
         let old_canonical = Self::canonical(&state, &old_path)?;
         let moved = state.staged.remove(&old_canonical);
         state.staged.insert(
@@ -410,7 +489,8 @@ impl DafFs {
         drop(state);
         let committed = self.try_commit(&new_mount, None, false);
         if committed.is_err() {
-            // A rename that fails changes nothing: put the file back under its old name.
+            // A rename that fails changes nothing: put the file back under its old name, and
+            // the file it replaced back under the new one.
             let mut state = self.lock_state();
             if fs::rename(&new_disk, &disk).is_ok() {
                 state.staged.remove(&new_canonical);
@@ -418,8 +498,16 @@ impl DafFs {
                     state.staged.insert(old_canonical, moved);
                 }
                 state.inodes.rename(&new_mount, &old_path);
+                if let (Some(backup), Some(displaced)) = (&backup, displaced) {
+                    if fs::rename(backup, &new_disk).is_ok() {
+                        state.staged.insert(new_canonical, displaced);
+                    }
+                }
                 state.rebuild();
             }
+        }
+        if let Some(backup) = &backup {
+            let _ = fs::remove_file(backup);
         }
         committed
     }
@@ -452,6 +540,13 @@ impl DafFs {
             .is_some()
         {
             return Err(FsError::Exists);
+        }
+        if Self::is_document(&state, &mount) {
+            if let Some(Err(refused)) =
+                Self::document_verdict(&state, &mount, &fs::read(&disk)?, None)
+            {
+                return Err(refused);
+            }
         }
         let new_disk = staging.prepare_parent(&canonical)?;
         fs::hard_link(&disk, &new_disk)?;

@@ -6,6 +6,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use fuser::{Errno, ReplyEmpty};
 
 use crate::core::FsError;
+use crate::stores::StoreError;
 
 /// The errno for each core error: the one place where this mapping is decided.
 pub fn errno(error: &FsError) -> Errno {
@@ -18,10 +19,31 @@ pub fn errno(error: &FsError) -> Errno {
         FsError::ReadOnly => Errno::EROFS,
         FsError::NotPermitted(_) => Errno::EPERM,
         FsError::Invalid(_) => Errno::EINVAL,
+        FsError::NoSpace(_) => Errno::ENOSPC,
         FsError::Io(e) => Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO)),
+        FsError::Content(StoreError::Io { source, .. }) => Errno::from_i32(
+            source
+                .raw_os_error()
+                .filter(|e| PASSED_ON.contains(e))
+                .unwrap_or(libc::EIO),
+        ),
         FsError::Content(_) | FsError::Internal(_) => Errno::EIO,
     }
 }
+
+/// I/O errors of the source or the staging area that reach the caller as they are (a full
+/// disk is `ENOSPC`, not `EIO`); any other I/O error on content is `EIO`.
+const PASSED_ON: [i32; 9] = [
+    libc::ENOSPC,
+    libc::EDQUOT,
+    libc::EFBIG,
+    libc::EIO,
+    libc::ENAMETOOLONG,
+    libc::EROFS,
+    libc::ENOMEM,
+    libc::EMFILE,
+    libc::ENFILE,
+];
 
 /// Runs one operation; a panic becomes [`FsError::Internal`], and errors worth knowing are logged.
 pub(super) fn guarded<T>(what: &str, op: impl FnOnce() -> Result<T, FsError>) -> Result<T, Errno> {
@@ -35,7 +57,7 @@ pub(super) fn guarded<T>(what: &str, op: impl FnOnce() -> Result<T, FsError>) ->
     });
     result.map_err(|e| {
         match &e {
-            FsError::Content(_) | FsError::Internal(_) | FsError::Io(_) => {
+            FsError::Content(_) | FsError::Internal(_) | FsError::Io(_) | FsError::NoSpace(_) => {
                 log::error!("{what}: {e}")
             }
             FsError::NotPermitted(_) | FsError::Invalid(_) => log::warn!("{what} refused: {e}"),
@@ -63,6 +85,13 @@ mod tests {
         assert_eq!(answer.map_err(|e| e.code()), Err(libc::EIO));
     }
 
+    fn io_content(errno: i32) -> FsError {
+        FsError::Content(StoreError::Io {
+            path: "/x".into(),
+            source: std::io::Error::from_raw_os_error(errno),
+        })
+    }
+
     #[test]
     fn errors_map_to_their_errno() {
         for (error, code) in [
@@ -74,6 +103,14 @@ mod tests {
             (FsError::Exists, libc::EEXIST),
             (FsError::NotEmpty, libc::ENOTEMPTY),
             (FsError::Internal("x".into()), libc::EIO),
+            (FsError::NoSpace("x".into()), libc::ENOSPC),
+            (io_content(libc::ENOSPC), libc::ENOSPC),
+            (io_content(libc::EDQUOT), libc::EDQUOT),
+            (io_content(libc::ENOENT), libc::EIO),
+            (
+                FsError::Io(std::io::Error::from_raw_os_error(libc::ENOSPC)),
+                libc::ENOSPC,
+            ),
         ] {
             assert_eq!(errno(&error).code(), code);
         }

@@ -376,12 +376,12 @@ impl Filesystem for FuseAdapter {
     fn fsync(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        answer(reply, guarded("fsync", || self.core.fsync(fh.0)));
+        answer(reply, guarded("fsync", || self.core.fsync(ino.0, fh.0)));
     }
 
     fn fsyncdir(

@@ -37,6 +37,9 @@ pub enum Outcome {
     Incomplete,
     /// The item is now part of the source.
     Committed,
+    /// The staged files hold what the source already has for the item (a ZIP source whose
+    /// append finished just before a daemon was killed): nothing to do, they can go.
+    Unchanged,
     /// The item is part of the data set, served from its staged files, until the entries
     /// appended to the ZIP source (a slow copy, done after the commit returns) replace them.
     Appending(PendingAppend),
@@ -197,12 +200,7 @@ pub fn commit(
     let mut files: BTreeMap<String, Entry> = entries.collect::<Result<_, StoreError>>()?;
     if ds.dataset.contains(id) {
         // Replacing: the staged files go over the item's committed files (in the view's layout).
-        if matches!(ds.target, Target::Zip { .. }) {
-            return Err(CommitError::Refused(format!(
-                "{}: ZIP sources are append-only; it cannot be replaced",
-                id.path()
-            )));
-        }
+        // (ZIP sources only accept staged files equal to what they have: see below.)
         for entry in item_entries(&ds.dataset, id, kind, FilesVersion::V1_0) {
             if let (ViewNode::File(blob), false) = (entry.node, files.contains_key(&entry.path)) {
                 files.insert(
@@ -223,6 +221,7 @@ pub fn commit(
         }
         match zarr_complete(&index, id) {
             Ok(false) if !finalize => return Ok(Outcome::Incomplete),
+            Err(FormatError::Store(e)) => return Err(e.into()),
             Err(e) => return Err(CommitError::Invalid(e.to_string())),
             _ => {}
         }
@@ -238,7 +237,23 @@ pub fn commit(
         (Item::Property(p), Some(shape)) => check_payload(&p.payload, shape),
         _ => Ok(()),
     };
-    checked.map_err(|e| CommitError::Invalid(e.to_string()))?;
+    checked.map_err(|e| match e {
+        FormatError::Store(e) => CommitError::Store(e),
+        e => CommitError::Invalid(e.to_string()),
+    })?;
+    let item = match (&ds.target, ds.dataset.contains(id)) {
+        (Target::Zip { .. }, true) => {
+            return if same_item(&mut ds.dataset, id, item) {
+                Ok(Outcome::Unchanged)
+            } else {
+                Err(CommitError::Refused(format!(
+                    "{}: ZIP sources are append-only; it cannot be replaced",
+                    id.path()
+                )))
+            }
+        }
+        _ => item,
+    };
     if let (PropertyId::Axis(name), Item::Axis(axis)) = (id, &item) {
         let current = ds.dataset.axes.get(name).map(Axis::len);
         if current.is_some_and(|n| n != axis.len()) && ds.dataset.axis_in_use(name) {
@@ -287,12 +302,44 @@ pub fn commit(
         Target::Zip { layout, .. } => layout,
     };
     // Serve the source's bytes from now on, not the staged files'.
-    let stored = read_item(target_layout, &ds.dataset, id, &written)
-        .map_err(|e| CommitError::Invalid(format!("reading back {}: {e}", id.path())))?;
+    let stored =
+        read_item(target_layout, &ds.dataset, id, &written).map_err(|e| read_back_error(id, e))?;
     ds.dataset
         .insert(id, stored)
         .map_err(CommitError::Invalid)?;
     Ok(Outcome::Committed)
+}
+
+/// An error reading back what a commit wrote: an I/O error stays one (its errno reaches the
+/// caller: `ENOSPC`, `EIO`), anything else means the written item is not what was validated.
+pub(super) fn read_back_error(id: &PropertyId, e: FormatError) -> CommitError {
+    match e {
+        FormatError::Store(e) => CommitError::Store(e),
+        e => CommitError::Invalid(format!("reading back {}: {e}", id.path())),
+    }
+}
+
+/// Whether `item` has the same content as the data set's item `id`: every FilesDaf file of
+/// both is equal (which covers descriptors, payloads and text). The data set is left as it was.
+fn same_item(dataset: &mut Dataset, id: &PropertyId, item: Item) -> bool {
+    let files = |dataset: &Dataset| -> Option<Vec<(String, Vec<u8>)>> {
+        files::item_entries(dataset, id, FilesVersion::V1_0)
+            .into_iter()
+            .filter_map(|e| match e.node {
+                ViewNode::File(blob) => Some((e.path, blob)),
+                ViewNode::Dir => None,
+            })
+            .map(|(path, blob)| Some((path, blob.bytes().ok()?.as_slice().to_vec())))
+            .collect()
+    };
+    let before = files(dataset);
+    let Some(previous) = dataset.take(id) else {
+        return false;
+    };
+    let after = dataset.insert(id, item).ok().and_then(|()| files(dataset));
+    dataset.take(id);
+    let restored = dataset.insert(id, previous);
+    restored.is_ok() && before.is_some() && before == after
 }
 
 /// The files of item `id` in a directory source (relative to its root), as they are on disk.
@@ -480,4 +527,25 @@ fn refresh_zmetadata(root: &std::path::Path) -> Result<(), CommitError> {
     let text = zarr::consolidated(&documents)?;
     write_atomic(root, ".zmetadata", text.as_slice())?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_errors_reading_back_stay_io_errors() {
+        let id = PropertyId::Scalar("n".into());
+        let full = StoreError::io("/x", std::io::Error::from_raw_os_error(libc::ENOSPC));
+        match read_back_error(&id, FormatError::Store(full)) {
+            CommitError::Store(StoreError::Io { source, .. }) => {
+                assert_eq!(source.raw_os_error(), Some(libc::ENOSPC))
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            read_back_error(&id, FormatError::Bad("x".into())),
+            CommitError::Invalid(_)
+        ));
+    }
 }

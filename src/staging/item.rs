@@ -99,6 +99,127 @@ pub fn writable_place(kind: ViewKind, rel: &str, is_dir: bool) -> bool {
     }
 }
 
+/// Documents of a Zarr group that writers rewrite with no change (`.zgroup`, `{}` attributes):
+/// they may be written where a group of the Daf layout is, and are then dropped if they carry
+/// nothing ([`group_document_noop`]).
+fn group_document_place(rel: &str) -> bool {
+    let parts: Vec<&str> = rel.split('/').collect();
+    let Some((last, dirs)) = parts.split_last() else {
+        return false;
+    };
+    [".zgroup", ".zattrs", ".zmetadata"].contains(last)
+        && match dirs {
+            [] => true,
+            ["scalars" | "axes" | "vectors" | "matrices"] => *last != ".zmetadata",
+            ["vectors" | "matrices", _] | ["matrices", _, _] => *last != ".zmetadata",
+            _ => false,
+        }
+}
+
+/// Whether the file name at `rel` is a temporary of a writer (renamed into place later): a
+/// hidden name in the FilesDaf view; in the Zarr view a hidden name that is not a Zarr document,
+/// or a `*.partial` name (zarr-python 3).
+pub fn is_temporary(kind: ViewKind, rel: &str) -> bool {
+    let name = rel.rsplit('/').next().unwrap_or(rel);
+    match kind {
+        ViewKind::Files => name.starts_with('.') && property_stem(name).is_none(),
+        ViewKind::Zarr => {
+            name.ends_with(".partial")
+                || (name.starts_with('.')
+                    && ![".zarray", ".zattrs", ".zgroup", ".zmetadata"].contains(&name))
+        }
+    }
+}
+
+/// `.` or `..` as the name of a FilesDaf file's property (`..json`, `...data`).
+fn property_stem(name: &str) -> Option<&str> {
+    let (stem, ext) = name.rsplit_once('.')?;
+    ([".", ".."].contains(&stem) && is_daf_extension(ext)).then_some(stem)
+}
+
+fn is_daf_extension(ext: &str) -> bool {
+    VECTOR_FILES.contains(&ext) || MATRIX_FILES.contains(&ext)
+}
+
+/// Why a file of a view cannot be written at `rel` (`None`: it may be). A file may sit only
+/// where it can become part of an item (or be a writer's temporary, or a group document that
+/// is dropped when it carries nothing): anything else could never be committed, so it is
+/// refused when it is created, renamed or linked there, instead of staying staged forever.
+/// Property names `.` and `..` are refused too.
+pub fn refusal(kind: ViewKind, rel: &str) -> Option<String> {
+    let name = rel.rsplit('/').next().unwrap_or(rel);
+    if name == "."
+        || name == ".."
+        || rel
+            .split('/')
+            .any(|c| c == "." || c == ".." || c.is_empty())
+    {
+        return Some(format!("{rel}: not a valid file name"));
+    }
+    if kind == ViewKind::Files {
+        if let Some(stem) = property_stem(name) {
+            return Some(format!("{rel}: a property cannot be named {stem:?}"));
+        }
+    }
+    if item_of(kind, rel).is_some() || is_temporary(kind, rel) {
+        return None;
+    }
+    if kind == ViewKind::Zarr && group_document_place(rel) {
+        return None;
+    }
+    Some(format!(
+        "{rel}: not a file of a Daf item (a scalar, axis, vector or matrix); it could never be committed"
+    ))
+}
+
+/// Whether the group document `rel` (not part of an item) with content `new` changes nothing,
+/// given the committed document `old` at that place: equal JSON, a `.zgroup` of Zarr v2, `{}`
+/// attributes, or xarray's `_ARRAY_DIMENSIONS` alone; a writer's `.zmetadata` is derived data
+/// and always dropped. `Err` says why it is refused.
+pub fn group_document_noop(rel: &str, new: &[u8], old: Option<&[u8]>) -> Result<(), String> {
+    let name = rel.rsplit('/').next().unwrap_or(rel);
+    let parsed: Option<serde_json::Value> = serde_json::from_slice(new).ok();
+    if name == ".zmetadata" || old == Some(new) {
+        return Ok(());
+    }
+    if let (Some(old), Some(new)) = (old, &parsed) {
+        if serde_json::from_slice::<serde_json::Value>(old)
+            .ok()
+            .as_ref()
+            == Some(new)
+        {
+            return Ok(());
+        }
+    }
+    let object = parsed.as_ref().and_then(serde_json::Value::as_object);
+    let noop = match name {
+        ".zgroup" => object.is_some_and(|o| {
+            o.get("zarr_format") == Some(&serde_json::Value::from(2)) && o.len() == 1
+        }),
+        ".zattrs" => object.is_some_and(|attrs| {
+            attrs.iter().all(|(key, names)| {
+                key == "_ARRAY_DIMENSIONS"
+                    && names
+                        .as_array()
+                        .is_some_and(|a| a.iter().all(serde_json::Value::is_string))
+            })
+        }),
+        _ => false,
+    };
+    if noop {
+        Ok(())
+    } else {
+        Err(format!(
+            "{rel}: attributes and group documents other than Daf's are not part of a Daf data set (only {{}} is accepted)"
+        ))
+    }
+}
+
+/// Whether `rel` is a group document outside any item (see [`group_document_noop`]).
+pub fn is_group_document(kind: ViewKind, rel: &str) -> bool {
+    kind == ViewKind::Zarr && item_of(kind, rel).is_none() && group_document_place(rel)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,6 +246,51 @@ mod tests {
             false
         ));
         assert!(!writable_place(ViewKind::Zarr, "foo", true));
+    }
+
+    #[test]
+    fn names_that_could_never_commit_are_refused() {
+        use ViewKind::{Files, Zarr};
+        for (kind, rel) in [
+            (Files, "vectors/cell/score.data"),
+            (Files, "scalars/n.json"),
+            (Files, "vectors/cell/.score.data.partial"),
+            (Files, "scalars/.t"),
+            (Zarr, "vectors/cell/size/.zarray"),
+            (Zarr, "vectors/cell/size/0.1234.partial"),
+            (Zarr, ".zattrs"),
+            (Zarr, ".zmetadata"),
+            (Zarr, "matrices/cell/gene/.zgroup"),
+            (Zarr, "vectors/cell/.zattrs.1234.partial"),
+        ] {
+            assert_eq!(refusal(kind, rel), None, "{rel}");
+        }
+        for (kind, rel) in [
+            (Files, "daf.json"),
+            (Files, "scalars/notes.txt"),
+            (Files, "vectors/cell/score.csv"),
+            (Files, "scalars/..json"),
+            (Files, "scalars/...json"),
+            (Files, "vectors/cell/...data"),
+            (Zarr, "daf/.zattrs"),
+            (Zarr, "vectors/.zmetadata"),
+            (Zarr, "vectors/cell/0"),
+            (Zarr, "notes"),
+        ] {
+            assert!(refusal(kind, rel).is_some(), "{rel}");
+        }
+    }
+
+    #[test]
+    fn group_documents_are_accepted_only_when_they_change_nothing() {
+        assert!(group_document_noop(".zattrs", b"{}", None).is_ok());
+        assert!(group_document_noop(".zattrs", b"{\"_ARRAY_DIMENSIONS\":[\"x\"]}", None).is_ok());
+        assert!(group_document_noop("vectors/.zgroup", b"{\n \"zarr_format\": 2\n}", None).is_ok());
+        assert!(group_document_noop(".zmetadata", b"anything", None).is_ok());
+        assert!(group_document_noop(".zattrs", b"{\"a\":1}", Some(b"{ \"a\": 1 }")).is_ok());
+        assert!(group_document_noop(".zattrs", b"{\"a\":1}", None).is_err());
+        assert!(group_document_noop(".zattrs", b"", None).is_err());
+        assert!(group_document_noop(".zgroup", b"{\"zarr_format\":3}", None).is_err());
     }
 
     #[test]

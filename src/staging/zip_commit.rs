@@ -15,7 +15,7 @@ use crate::formats::source::{Layout, NamedDataset, Target};
 use crate::stores::{zip_append, Bytes, Entry, StoreIndex};
 use crate::views::{item_entries, ViewNode};
 
-use super::commit::{parent_group_documents, read_item, CommitError};
+use super::commit::{parent_group_documents, read_back_error, read_item, CommitError};
 
 /// An item committed into the model of a ZIP source whose entries are still to be appended.
 #[derive(Debug)]
@@ -90,7 +90,7 @@ impl PendingAppend {
         written: &StoreIndex,
     ) -> Result<(), CommitError> {
         let stored = read_item(self.layout, &ds.dataset, &self.id, written)
-            .map_err(|e| CommitError::Invalid(format!("reading back {}: {e}", self.id.path())))?;
+            .map_err(|e| read_back_error(&self.id, e))?;
         ds.dataset.take(&self.id);
         ds.dataset
             .insert(&self.id, stored)

@@ -177,18 +177,18 @@ pub fn mapped_file(path: PathBuf, len: u64) -> Arc<Blob> {
     })
 }
 
-/// Writes `data` to `root/rel` atomically: a temporary name in the same directory, `fsync`, then
+/// Writes `data` to `root/rel` atomically: a temporary name in the same directory (short and
+/// fixed-length: `.daf-mount-tmp.PID.N`), `fsync`, then
 /// a rename over the target and an `fsync` of the directory. A crash never leaves a partial file
 /// under the real name. Returns the new file as an entry (mapped on first access).
 pub fn write_atomic(root: &Path, rel: &str, data: &[u8]) -> Result<Entry, StoreError> {
     let path = root.join(rel);
     let parent = path.parent().unwrap_or(root).to_path_buf();
     fs::create_dir_all(&parent).map_err(|e| StoreError::io(&parent, e))?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let temp = parent.join(format!(".{name}.daf-mount-tmp"));
+    // A short temporary name of fixed form, so any name that fits NAME_MAX can be written.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let temp = parent.join(format!(".daf-mount-tmp.{}.{n}", std::process::id()));
     let result = (|| {
         let mut file = File::create(&temp)?;
         std::io::Write::write_all(&mut file, data)?;
@@ -277,6 +277,14 @@ mod tests {
             idx.get("ok").unwrap().blob.bytes().unwrap().as_slice(),
             b"inside"
         );
+    }
+
+    #[test]
+    fn names_up_to_name_max_can_be_written() {
+        let tmp = tempfile::tempdir().unwrap();
+        let name = format!("{}.json", "n".repeat(250));
+        write_atomic(tmp.path(), &format!("a/{name}"), b"{}").unwrap();
+        assert_eq!(fs::read(tmp.path().join("a").join(&name)).unwrap(), b"{}");
     }
 
     #[test]

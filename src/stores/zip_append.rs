@@ -32,7 +32,7 @@ use crate::sys::{fork, Forked};
 enum TailWriter {
     /// Write in this process (tests, and before a helper is started).
     InProcess,
-    /// Jobs go to a forked helper over a pipe; it answers one byte per job.
+    /// Jobs go to a forked helper over a pipe; it answers 4 bytes per job (0 or the errno).
     Helper(Mutex<(File, File)>),
 }
 
@@ -66,7 +66,8 @@ pub fn start_tail_writer(keep: &[std::os::fd::RawFd]) -> std::io::Result<()> {
     }
 }
 
-/// The helper's loop: read a complete job, perform it, answer. Exits when the daemon is gone.
+/// The helper's loop: read a complete job, perform it, answer (0 or the errno). Exits when the
+/// daemon is gone.
 fn serve_tail_jobs(mut jobs: File, mut acks: File) {
     loop {
         let mut header = [0u8; 8];
@@ -77,8 +78,13 @@ fn serve_tail_jobs(mut jobs: File, mut acks: File) {
         if jobs.read_exact(&mut job).is_err() {
             return; // a partial job is never performed
         }
-        let ok = perform(&job).is_ok();
-        let _ = acks.write_all(&[u8::from(ok)]);
+        // The answer: 0 for success, else the OS error number (the daemon reports ENOSPC as
+        // ENOSPC), as 4 little-endian bytes.
+        let errno = match perform(&job) {
+            Ok(()) => 0,
+            Err(e) => e.raw_os_error().unwrap_or(libc::EIO),
+        };
+        let _ = acks.write_all(&errno.to_le_bytes());
     }
 }
 
@@ -129,12 +135,11 @@ fn tail_write(path: &Path, offset: u64, data: &[u8]) -> std::io::Result<()> {
             let mut message = (job.len() as u64).to_le_bytes().to_vec();
             message.extend_from_slice(&job);
             jobs.write_all(&message)?;
-            let mut ack = [0u8; 1];
+            let mut ack = [0u8; 4];
             acks.read_exact(&mut ack)?;
-            if ack[0] == 1 {
-                Ok(())
-            } else {
-                Err(std::io::Error::other("the tail writer could not write"))
+            match i32::from_le_bytes(ack) {
+                0 => Ok(()),
+                errno => Err(std::io::Error::from_raw_os_error(errno)),
             }
         }
     }

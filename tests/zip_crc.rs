@@ -110,6 +110,41 @@ fn a_corrupt_large_member_is_eio_once_checked_even_after_the_kernel_cached_it() 
 }
 
 #[test]
+fn a_handle_open_before_the_check_failed_reads_eio_after_it() {
+    require_fuse!();
+    use std::os::unix::fs::FileExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let source = archive(tmp.path(), &["vectors/big/v.data"]);
+    let mount = TestMount::new(&source, ViewSelection::Both);
+    let path = mount.path.join("crc.daf/vectors/big/v.data");
+    let handle = io_timeout(&mount.path, move || {
+        let file = std::fs::File::open(&path).unwrap();
+        // Served (and cached by the kernel) while the background pass may still run.
+        let _ = file.read_at(&mut [0u8; 4096], 0);
+        file
+    });
+    let ino = mount.core.resolve("crc.daf/vectors/big/v.data").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let handle = handle.try_clone().unwrap();
+        let got = io_timeout(&mount.path, move || {
+            handle
+                .read_at(&mut [0u8; 4096], 0)
+                .map_err(|e| e.raw_os_error())
+        });
+        if got == Err(Some(libc::EIO)) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the still-open handle kept reading the corrupt member: {got:?} (check failed: {})",
+            mount.core.content(ino).is_err()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
 fn intact_members_read_in_full() {
     require_fuse!();
     let tmp = tempfile::tempdir().unwrap();

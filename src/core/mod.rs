@@ -460,6 +460,16 @@ impl DafFs {
         )
     }
 
+    /// Waits until the integrity check of committed file `ino` is decided (if it has one):
+    /// `false` when its bytes were found corrupt.
+    pub fn settle_check(&self, ino: u64) -> bool {
+        let blob = match self.namespace().node(ino).map(|n| &n.kind) {
+            Some(NodeKind::File(blob)) => blob.clone(),
+            _ => return true,
+        };
+        blob.verify().is_ok()
+    }
+
     /// Up to `size` bytes of file `ino` from `offset`: for committed files a range of the shared
     /// content (no copy); staged files are read from disk through the handle `fh`.
     pub fn read(&self, ino: u64, fh: u64, offset: u64, size: u32) -> Result<Bytes, FsError> {

@@ -162,7 +162,9 @@ impl Filesystem for FuseAdapter {
                     // Committed content never changes under an open handle: keep the page cache.
                     reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE);
                     let content = || self.core.content(ino.0).ok();
-                    self.page_fill.opened(ino.0, fh, a.size, content);
+                    let core = self.core.clone();
+                    let settle = move || core.settle_check(ino.0);
+                    self.page_fill.opened(ino.0, fh, a.size, content, settle);
                 }
             },
             Err(e) => reply.error(e),

@@ -18,6 +18,11 @@
 //! (a page the kernel dropped under memory pressure is simply read again). A commit that changes a
 //! file drops its state before the kernel's pages are invalidated, and a store never runs between
 //! those two steps, so stale bytes are never stored.
+//!
+//! A large stored ZIP member is served (and stored) while its CRC-32 is still being checked in
+//! the background (`stores::check`). Once a file is filled, or its last handle closed, the filler
+//! waits for that check; if the member is corrupt, it drops every page the kernel holds of it, so
+//! even a handle that is still open reads `EIO` from then on.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -41,7 +46,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// What the kernel holds of one file, as far as the daemon knows.
-#[derive(Debug)]
 struct FileFill {
     ino: u64,
     content: Bytes,
@@ -53,6 +57,14 @@ struct FileFill {
     queued: AtomicBool,
     /// False once a commit changed the file; the filler holds it while it stores.
     alive: Mutex<bool>,
+    /// Waits for the content's integrity check: false when the content is corrupt.
+    settle: Box<dyn Fn() -> bool + Send + Sync>,
+}
+
+impl std::fmt::Debug for FileFill {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileFill").field("ino", &self.ino).finish()
+    }
 }
 
 impl FileFill {
@@ -148,6 +160,7 @@ impl PageFill {
         fh: u64,
         size: u64,
         content: impl FnOnce() -> Option<Bytes>,
+        settle: impl Fn() -> bool + Send + Sync + 'static,
     ) {
         if size < FILL_MIN {
             return;
@@ -168,6 +181,7 @@ impl PageFill {
                         handles: AtomicUsize::new(0),
                         queued: AtomicBool::new(false),
                         alive: Mutex::new(true),
+                        settle: Box::new(settle),
                     });
                     files.insert(ino, fill.clone());
                     fill
@@ -217,6 +231,15 @@ fn fill_files(files: &Receiver<Arc<FileFill>>, notifier: &NotifierSlot) {
             let reopened = fill.handles.load(Ordering::SeqCst) > 0;
             if filled || !reopened || fill.queued.swap(true, Ordering::SeqCst) {
                 break;
+            }
+        }
+        if !(fill.settle)() && *lock(&fill.alive) {
+            // Pages of a corrupt member may be cached (stored here or read before the check
+            // ended): drop them all, so every later read reaches the daemon and gets EIO.
+            if let Some(notifier) = &notifier {
+                if let Err(e) = notifier.inval_inode(INodeNo(fill.ino), 0, 0) {
+                    log::debug!("dropping the pages of inode {}: {e}", fill.ino);
+                }
             }
         }
     }

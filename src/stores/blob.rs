@@ -75,7 +75,7 @@ impl Blob {
     /// pass in progress); the result of [`Blob::bytes`] from then on.
     pub fn verify(&self) -> Result<(), StoreError> {
         match &self.check {
-            Some(check) => check.verify_now(),
+            Some(check) => check.settle(),
             None => Ok(()),
         }
     }

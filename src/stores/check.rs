@@ -9,10 +9,10 @@
 //! every later access of the blob (and of every slice of it) is an error, i.e. `EIO`.
 //!
 //! What this cannot undo: for a member larger than [`SYNC_CHECK_MAX`], bytes served before the
-//! background pass finished may already sit in the kernel's page cache (or in content derived
-//! from them). The FUSE layer opens a file whose check failed without `FOPEN_KEEP_CACHE`
-//! (`DafFs::failed_check`), so the kernel drops those pages at the next open; handles opened
-//! before may still be served them.
+//! background pass finished were served (and may sit in content derived from them). The FUSE
+//! layer makes the kernel forget its cached pages once the check failed: the page filler of an
+//! open handle waits for the outcome ([`Check::settle`]) and drops them, and a file whose check
+//! failed is opened without `FOPEN_KEEP_CACHE` (`DafFs::failed_check`).
 
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::mpsc::{channel, Sender};
@@ -99,6 +99,14 @@ impl Check {
                 }
             }
         }
+    }
+
+    /// The outcome, waiting for a background pass in progress (or verifying now if none ran).
+    pub(super) fn settle(&self) -> Result<(), StoreError> {
+        while self.state.load(Ordering::Acquire) == RUNNING {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        self.verify_now()
     }
 
     /// Verifies now (unless already decided) and returns the outcome.

@@ -214,12 +214,31 @@ pub fn view_roots(datasets: &[NamedDataset], selection: ViewSelection) -> Vec<Vi
 }
 
 /// The entries of one view of a data set.
+///
+/// A file whose name would exceed `NAME_MAX` (a sparse property with a name of 249 or 250 bytes
+/// has FilesDaf files like `NAME.colptr` of 256 or more) is left out with a warning: the kernel
+/// could list it but never look it up.
 pub fn view_entries(dataset: &Dataset, root: &ViewRoot) -> Vec<ViewEntry> {
-    match root.kind {
+    let mut entries = match root.kind {
         ViewKind::Files => files::files_view(dataset, &root.mount),
         ViewKind::Zarr => zarr::zarr_view(dataset, &root.mount),
-    }
+    };
+    entries.retain(|e| {
+        let name = e.path.rsplit('/').next().unwrap_or(&e.path);
+        let fits = name.len() <= NAME_MAX;
+        if !fits {
+            log::warn!(
+                "not showing {}: its name is longer than {NAME_MAX} bytes",
+                e.path
+            );
+        }
+        fits
+    });
+    entries
 }
+
+/// The longest file name the kernel accepts, in bytes.
+const NAME_MAX: usize = 255;
 
 /// The time synthesised whole-data-set files and directories show.
 pub(crate) fn dataset_mtime(dataset: &Dataset) -> SystemTime {

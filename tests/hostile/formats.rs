@@ -34,6 +34,11 @@ pub fn link(root: &Path, rel: &str, target: impl AsRef<Path>) {
 }
 
 /// A mount that works, with these EIO suffixes, log texts, absent and present paths.
+/// `files_v1_0.daf/vectors/cell/NNN…N.EXT` with a 250-byte name.
+fn long_vector(ext: &str) -> &'static str {
+    Box::leak(format!("files_v1_0.daf/vectors/cell/{}.{ext}", "n".repeat(250)).into_boxed_str())
+}
+
 pub fn mounted(
     eio: &[&'static str],
     log: &[&'static str],
@@ -299,13 +304,18 @@ fn name_cases() -> Vec<Case> {
             move |r| put(r, "scalars/a\u{1b}[2Jb.json", scalar),
         ),
         fcase(
-            "vector name of 249 bytes",
-            mounted(&[], &["longer than 248 bytes"], &[], &[]),
+            "vector name of 250 bytes (the longest that fits NAME.json) is kept",
+            mounted(&[], &[], &[], &[long_vector("json"), long_vector("data")]),
             |r| {
-                let name = "n".repeat(249);
+                let name = "n".repeat(250);
                 std::fs::copy(
                     r.join("vectors/cell/score.json"),
                     r.join(format!("vectors/cell/{name}.json")),
+                )
+                .unwrap();
+                std::fs::copy(
+                    r.join("vectors/cell/score.data"),
+                    r.join(format!("vectors/cell/{name}.data")),
                 )
                 .unwrap();
             },

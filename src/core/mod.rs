@@ -8,6 +8,7 @@
 //! them to errno values in one place.
 
 mod appender;
+mod close;
 mod commit;
 pub mod namespace;
 mod refusals;
@@ -29,6 +30,7 @@ use crate::stores::blob::CheckState;
 use crate::stores::{Bytes, StoreError};
 use crate::views::{view_entries, view_roots, ViewEntry, ViewNode, ViewRoot, ViewSelection};
 
+pub use close::Process;
 use namespace::{Entry, EntryKind, InodeTable, Namespace, NodeKind, ROOT};
 
 /// Errors of filesystem operations.
@@ -276,6 +278,11 @@ struct Handle {
     dirty: bool,
     /// Written by the kernel directly (passthrough): every flush may complete an item.
     passthrough: bool,
+    /// The process that opened the handle, when known: only its closes commit.
+    opener: Option<Process>,
+    /// Another process closed the handle after writes the opener's closes have not committed
+    /// yet: the release commits them if the opener does not.
+    foreign_close: bool,
 }
 
 /// A mounted tree of views over opened data sets.

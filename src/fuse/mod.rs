@@ -42,8 +42,13 @@ const READDIR_BATCH: usize = 256;
 /// The same for files being written, whose size changes under other handles.
 const STAGED_TTL: Duration = Duration::from_secs(1);
 
+/// Attributes of a file that could not be produced: not cached, so each `stat` asks again.
+const NO_TTL: Duration = Duration::ZERO;
+
 fn ttl(attr: &Attr) -> &'static Duration {
-    if attr.volatile {
+    if attr.unknown_size {
+        &NO_TTL
+    } else if attr.volatile {
         &STAGED_TTL
     } else {
         &TTL
@@ -169,6 +174,8 @@ impl Filesystem for FuseAdapter {
                 }
                 // Without FOPEN_KEEP_CACHE the kernel drops its pages: a file found corrupt
                 // after pages of it were cached reads as EIO from its next open on.
+                // Its size shows 0: direct I/O, so that reads reach us (and fail) anyway.
+                None if a.unknown_size => reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO),
                 None if a.volatile || self.core.failed_check(ino.0) => {
                     reply.opened(FileHandle(fh), FopenFlags::empty())
                 }

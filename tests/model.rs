@@ -589,7 +589,7 @@ impl Subject {
             Op::Close(h) => {
                 let i = h % self.handles.len();
                 let fh = self.handles.remove(i);
-                let result = self.fs.flush(fh).map_err(|e| kind(&e));
+                let result = self.fs.flush(fh, None).map_err(|e| kind(&e));
                 self.fs.release(fh);
                 result
             }

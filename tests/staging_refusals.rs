@@ -10,15 +10,6 @@ use std::path::{Path, PathBuf};
 use common::{copy_fixture, io_timeout, TestMount};
 use daf_mount::views::ViewSelection;
 
-/// Runs the tests of this binary that take it one at a time. A process forked by one test (`cp`,
-/// `python3`, `mount`, the daemon) inherits every open file of the others until it execs, and
-/// its exec closes them: each such close is a FUSE `FLUSH`, which can commit a file another test
-/// is still writing (and answer that test's own `close` with success).
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 fn errno<T>(r: std::io::Result<T>) -> Option<i32> {
     r.err().and_then(|e| e.raw_os_error())
 }
@@ -85,7 +76,6 @@ fn zip_names(archive: &Path) -> Vec<String> {
 #[test]
 fn documents_outside_items_and_dot_names_are_refused_when_written() {
     require_fuse!();
-    let _serial = serial();
     let (_tmp, source) = copy_fixture("files_v1_0.daf");
     let staging = staging_of(&source);
     {
@@ -201,7 +191,6 @@ fn long_name() -> String {
 #[test]
 fn names_up_to_name_max_are_committed_in_directory_and_zip_sources() {
     require_fuse!();
-    let _serial = serial();
     let name = long_name();
     for fixture in ["files_v1_0.daf", "zarr_v2.daf.zarr", "zarr_v2.daf.zarr.zip"] {
         let (_tmp, source) = copy_fixture(fixture);
@@ -307,7 +296,6 @@ impl Drop for Tmpfs {
 #[test]
 fn a_failed_append_fails_every_fsync_of_its_item_until_it_is_done() {
     require_fuse!();
-    let _serial = serial();
     let disk = Tmpfs::new("2M");
     let source = disk.path().join("x.daf.zarr.zip");
     std::fs::copy(
@@ -376,7 +364,6 @@ fn a_failed_append_fails_every_fsync_of_its_item_until_it_is_done() {
 #[test]
 fn a_staged_file_cut_short_by_a_full_disk_fails_with_enospc() {
     require_fuse!();
-    let _serial = serial();
     let disk = Tmpfs::new("1M");
     let source = disk.path().join("files_v1_0.daf");
     let copied = std::process::Command::new("cp")
@@ -408,7 +395,6 @@ fn a_staged_file_cut_short_by_a_full_disk_fails_with_enospc() {
 #[test]
 fn recovery_drops_copies_already_appended_and_reports_leftovers_once() {
     require_fuse!();
-    let _serial = serial();
     let (_tmp, source) = copy_fixture("zarr_v2.daf.zarr.zip");
     let json = b"{\"format\":\"dense\",\"eltype\":\"UInt8\"}";
     {
@@ -480,7 +466,6 @@ fn recovery_drops_copies_already_appended_and_reports_leftovers_once() {
 #[test]
 fn a_leftover_that_can_never_commit_is_reported_once_by_the_daemon() {
     require_fuse!();
-    let _serial = serial();
     let (tmp, source) = copy_fixture("files_v1_0.daf");
     let cell = staging_of(&source).join("files_v1_0.daf/vectors/cell");
     std::fs::create_dir_all(&cell).unwrap();

@@ -9,15 +9,6 @@ use std::path::Path;
 use common::{assert_same_files, copy_fixture, io_timeout, read_tree, TestMount, VECTORS};
 use daf_mount::views::ViewSelection;
 
-/// Runs the tests of this binary that take it one at a time. A process forked by one test (`cp`,
-/// `python3`, `mount`, the daemon) inherits every open file of the others until it execs, and
-/// its exec closes them: each such close is a FUSE `FLUSH`, which can commit a file another test
-/// is still writing (and answer that test's own `close` with success).
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// The FilesDaf files of the properties the tests remove and write back, in writing order.
 const WRITTEN: [&[&str]; 7] = [
     &["scalars/title.json"],
@@ -95,7 +86,6 @@ fn check_views(root: &Path, name: &str) {
 #[test]
 fn properties_written_through_the_files_view_land_in_a_filesdaf_directory() {
     require_fuse!();
-    let _serial = serial();
     let (_tmp, source) = copy_fixture("files_v1_0.daf");
     for files in WRITTEN {
         for rel in files.iter() {
@@ -130,7 +120,6 @@ fn properties_written_through_the_files_view_land_in_a_filesdaf_directory() {
 #[test]
 fn properties_written_through_the_files_view_land_in_a_zarr_directory() {
     require_fuse!();
-    let _serial = serial();
     let (_tmp, source) = copy_fixture("zarr_v2.daf.zarr");
     for node in ZARR_NODES {
         std::fs::remove_dir_all(source.join(node)).unwrap();
@@ -155,7 +144,6 @@ fn properties_written_through_the_files_view_land_in_a_zarr_directory() {
 #[test]
 fn a_new_axis_appears_in_both_views_with_its_directories() {
     require_fuse!();
-    let _serial = serial();
     let (_tmp, source) = copy_fixture("files_v1_0.daf");
     let mount = TestMount::writable(source.to_str().unwrap(), ViewSelection::Both);
     let root = mount.path.clone();
@@ -188,7 +176,6 @@ fn write_and_close(path: &Path, bytes: &[u8]) -> nix::Result<()> {
 #[test]
 fn inconsistent_properties_fail_their_close_and_stay_staged() {
     require_fuse!();
-    let _serial = serial();
     let (_tmp, source) = copy_fixture("files_v1_0.daf");
     let mount = TestMount::writable(source.to_str().unwrap(), ViewSelection::Both);
     let root = mount.path.clone();
@@ -271,7 +258,6 @@ fn archive_passes_zip_tools(archive: &Path) {
 #[test]
 fn properties_written_through_the_files_view_are_appended_to_zip_sources() {
     require_fuse!();
-    let _serial = serial();
     let tmp = tempfile::tempdir().unwrap();
     for (archive, source, name) in [
         (
@@ -319,7 +305,6 @@ fn properties_written_through_the_files_view_are_appended_to_zip_sources() {
 #[test]
 fn replacing_a_property_of_a_directory_source_shows_at_once_in_both_views() {
     require_fuse!();
-    let _serial = serial();
     let (_tmp, source) = copy_fixture("files_v1_0.daf");
     let mount = TestMount::writable(source.to_str().unwrap(), ViewSelection::Both);
     let root = mount.path.clone();
@@ -366,7 +351,6 @@ fn replacing_a_property_of_a_directory_source_shows_at_once_in_both_views() {
 #[test]
 fn make_derives_a_vector_from_a_matrix_and_respects_timestamps() {
     require_fuse!();
-    let _serial = serial();
     let (tmp, source) = copy_fixture("files_v1_0.daf");
     let mount = TestMount::writable(source.to_str().unwrap(), ViewSelection::Both);
     let view = mount.path.join("files_v1_0.daf");
@@ -451,7 +435,6 @@ fn mount_path_of(view: &Path) -> std::path::PathBuf {
 #[test]
 fn deleting_properties_of_directory_sources_through_either_view() {
     require_fuse!();
-    let _serial = serial();
     for (fixture, name) in [
         ("files_v1_0.daf", "files_v1_0"),
         ("zarr_v2.daf.zarr", "zarr_v2"),
@@ -527,7 +510,6 @@ fn deleting_properties_of_directory_sources_through_either_view() {
 #[test]
 fn sparse_strings_and_1_1_descriptors_are_accepted() {
     require_fuse!();
-    let _serial = serial();
     let (_tmp, source) = copy_fixture("zarr_v2.daf.zarr");
     let mount = TestMount::writable(source.to_str().unwrap(), ViewSelection::Both);
     let root = mount.path.clone();
@@ -618,7 +600,6 @@ fn write_zarr_nodes(view: &Path) {
 #[test]
 fn every_property_kind_written_through_the_zarr_view_lands_in_every_source_kind() {
     require_fuse!();
-    let _serial = serial();
     let tmp = tempfile::tempdir().unwrap();
     let (_files_tmp, files_dir) = copy_fixture("files_v1_0.daf");
     for files in WRITTEN {
@@ -691,7 +672,6 @@ fn zip_names(archive: &Path) -> Vec<String> {
 #[test]
 fn a_zip_commit_shows_at_close_and_is_in_the_archive_after_fsync() {
     require_fuse!();
-    let _serial = serial();
     let (tmp, archive) = copy_fixture("zarr_v2.daf.zarr.zip");
     let mount = TestMount::writable(archive.to_str().unwrap(), ViewSelection::Both);
     let root = mount.path.clone();

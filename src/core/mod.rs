@@ -8,8 +8,10 @@
 //! them to errno values in one place.
 
 mod appender;
+mod close;
 mod commit;
 pub mod namespace;
+mod produce;
 mod refusals;
 mod remove;
 mod write;
@@ -29,6 +31,7 @@ use crate::stores::blob::CheckState;
 use crate::stores::{Bytes, StoreError};
 use crate::views::{view_entries, view_roots, ViewEntry, ViewNode, ViewRoot, ViewSelection};
 
+pub use close::Process;
 use namespace::{Entry, EntryKind, InodeTable, Namespace, NodeKind, ROOT};
 
 /// Errors of filesystem operations.
@@ -108,6 +111,9 @@ pub struct Attr {
     pub mtime: SystemTime,
     /// Whether the content may still change (a staged file): cache it briefly.
     pub volatile: bool,
+    /// The size is only known by producing the content, and producing it failed: `size` shows
+    /// 0, the attribute must not be cached, and reads fail (see `produce`).
+    pub unknown_size: bool,
 }
 
 /// One `readdir` entry.
@@ -276,6 +282,11 @@ struct Handle {
     dirty: bool,
     /// Written by the kernel directly (passthrough): every flush may complete an item.
     passthrough: bool,
+    /// The process that opened the handle, when known: only its closes commit.
+    opener: Option<Process>,
+    /// Another process closed the handle after writes the opener's closes have not committed
+    /// yet: the release commits them if the opener does not.
+    foreign_close: bool,
 }
 
 /// A mounted tree of views over opened data sets.
@@ -288,6 +299,8 @@ pub struct DafFs {
     staging: Option<StagingArea>,
     handles: Mutex<HashMap<u64, Handle>>,
     next_handle: AtomicU64,
+    /// Producers that failed for good, not run again.
+    failures: produce::Failures,
     /// What commits and deletes changed, for the kernel to forget.
     invalidations: Mutex<Vec<Invalidation>>,
 }
@@ -344,6 +357,7 @@ impl DafFs {
             appender: appender::Appender::default(),
             staging,
             handles: Mutex::new(HashMap::new()),
+            failures: produce::Failures::default(),
             next_handle: AtomicU64::new(1),
             invalidations: Mutex::new(Vec::new()),
         }
@@ -376,16 +390,23 @@ impl DafFs {
                 nlink: 2 + ns.subdirs(node),
                 mtime: node.mtime,
                 volatile: false,
+                unknown_size: false,
             },
-            NodeKind::File(blob) => Attr {
-                ino,
-                kind: Kind::File,
-                size: blob.len()?,
-                perm: 0o444,
-                nlink: 1,
-                mtime: node.mtime,
-                volatile: false,
-            },
+            NodeKind::File(blob) => {
+                // A file that cannot be produced is still listed and stat-able (size 0);
+                // reading it fails.
+                let size = self.failures.len(blob).ok();
+                Attr {
+                    ino,
+                    kind: Kind::File,
+                    size: size.unwrap_or(0),
+                    perm: 0o444,
+                    nlink: 1,
+                    mtime: node.mtime,
+                    volatile: false,
+                    unknown_size: size.is_none(),
+                }
+            }
             NodeKind::Staged(disk) => {
                 let meta = std::fs::metadata(disk)?;
                 Attr {
@@ -396,6 +417,7 @@ impl DafFs {
                     nlink: 1,
                     mtime: meta.modified()?,
                     volatile: true,
+                    unknown_size: false,
                 }
             }
         })
@@ -445,7 +467,7 @@ impl DafFs {
     /// of a staged file's current bytes.
     pub fn content(&self, ino: u64) -> Result<Bytes, FsError> {
         match &self.namespace().node(ino).ok_or(FsError::NotFound)?.kind {
-            NodeKind::File(blob) => Ok(blob.bytes()?),
+            NodeKind::File(blob) => Ok(self.failures.bytes(blob)?),
             NodeKind::Staged(disk) => Ok(Bytes::from_vec(std::fs::read(disk)?)),
             NodeKind::Dir { .. } => Err(FsError::IsDir),
         }

@@ -42,6 +42,8 @@ impl DafFs {
             writable,
             dirty: false,
             passthrough: false,
+            opener: None,
+            foreign_close: false,
         };
         self.handles().insert(fh, handle);
         fh
@@ -275,45 +277,6 @@ impl DafFs {
         };
         self.appender
             .wait(|dataset, id| item.as_ref().is_some_and(|(d, i)| *d == dataset && i == id))
-    }
-
-    /// Called on every `close` of a handle: a close after writes may complete an item, which is
-    /// then committed (or refused, failing the `close`). A close with nothing written since the
-    /// last one (a shell's redirection dance) does nothing.
-    ///
-    /// A group document or attributes opened for writing is judged at every close, written or
-    /// not (an empty one left staged would hide the committed document).
-    pub fn flush(&self, fh: u64) -> Result<(), FsError> {
-        // (The handles' lock is released before the state's is taken: commits lock the state
-        // first, then the handles.)
-        let (ino, written) = match self.handles().get_mut(&fh) {
-            Some(handle) if handle.dirty || handle.passthrough => {
-                handle.dirty = false;
-                (handle.ino, true)
-            }
-            Some(handle) if handle.writable => (handle.ino, false),
-            _ => return Ok(()),
-        };
-        if !written {
-            let state = self.state.read().unwrap_or_else(|p| p.into_inner());
-            let path = state.namespace.node(ino).map(|n| n.path.clone());
-            if !path.is_some_and(|p| Self::is_document(&state, &p)) {
-                return Ok(());
-            }
-        }
-        self.commit_staged(ino, fh)
-    }
-
-    /// The kernel writes handle `fh`'s file directly (passthrough), without telling us.
-    pub fn written_by_kernel(&self, fh: u64) {
-        if let Some(handle) = self.handles().get_mut(&fh) {
-            handle.passthrough = handle.writable;
-        }
-    }
-
-    /// Forgets a handle.
-    pub fn release(&self, fh: u64) {
-        self.handles().remove(&fh);
     }
 
     /// Truncates a staged file or sets its time; for committed files and directories only the

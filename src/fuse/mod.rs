@@ -24,12 +24,14 @@ mod config;
 mod errors;
 mod kernel_cache;
 mod page_fill;
+mod process;
 
 pub use config::{mount_config, MountSettings};
 pub use errors::errno;
 use errors::{answer, guarded};
 pub use kernel_cache::NotifierSlot;
 use page_fill::PageFill;
+use process::process_of;
 
 /// How long the kernel may cache names and attributes of committed content (a commit that
 /// changes them invalidates the kernel's copy).
@@ -40,8 +42,13 @@ const READDIR_BATCH: usize = 256;
 /// The same for files being written, whose size changes under other handles.
 const STAGED_TTL: Duration = Duration::from_secs(1);
 
+/// Attributes of a file that could not be produced: not cached, so each `stat` asks again.
+const NO_TTL: Duration = Duration::ZERO;
+
 fn ttl(attr: &Attr) -> &'static Duration {
-    if attr.volatile {
+    if attr.unknown_size {
+        &NO_TTL
+    } else if attr.volatile {
         &STAGED_TTL
     } else {
         &TTL
@@ -101,6 +108,15 @@ impl FuseAdapter {
     }
 }
 
+impl FuseAdapter {
+    /// Records which process opened `fh` for writing (only its closes commit).
+    fn record_opener(&self, req: &Request, fh: u64) {
+        if let Some(opener) = process_of(req.pid()) {
+            self.core.opened_by(fh, opener);
+        }
+    }
+}
+
 fn file_type(kind: Kind) -> FileType {
     match kind {
         Kind::Dir => FileType::Directory,
@@ -138,7 +154,7 @@ impl Filesystem for FuseAdapter {
         }
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let write = flags.acc_mode() != OpenAccMode::O_RDONLY;
         let truncate = flags.0 & libc::O_TRUNC != 0;
         let opened = guarded("open", || {
@@ -147,6 +163,9 @@ impl Filesystem for FuseAdapter {
                 self.core.getattr(ino.0)?,
             ))
         });
+        if let (true, Ok((fh, _))) = (write, &opened) {
+            self.record_opener(req, *fh);
+        }
         match opened {
             Ok((fh, a)) => match self.backing_for(ino.0, fh, |file| reply.open_backing(file)) {
                 Some(id) => {
@@ -155,6 +174,8 @@ impl Filesystem for FuseAdapter {
                 }
                 // Without FOPEN_KEEP_CACHE the kernel drops its pages: a file found corrupt
                 // after pages of it were cached reads as EIO from its next open on.
+                // Its size shows 0: direct I/O, so that reads reach us (and fail) anyway.
+                None if a.unknown_size => reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO),
                 None if a.volatile || self.core.failed_check(ino.0) => {
                     reply.opened(FileHandle(fh), FopenFlags::empty())
                 }
@@ -295,7 +316,7 @@ impl Filesystem for FuseAdapter {
 
     fn create(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         _mode: u32,
@@ -306,6 +327,7 @@ impl Filesystem for FuseAdapter {
         let exclusive = flags & libc::O_EXCL != 0;
         match guarded("create", || self.core.create(parent.0, name, exclusive)) {
             Ok((a, fh)) => {
+                self.record_opener(req, fh);
                 let attr = self.attr(&a);
                 match self.backing_for(a.ino, fh, |file| reply.open_backing(file)) {
                     Some(id) => {
@@ -344,13 +366,19 @@ impl Filesystem for FuseAdapter {
 
     fn flush(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        let result = guarded("flush", || self.core.flush(fh.0));
+        // A forked child's close (its exec or exit) does not commit: only the opener's does.
+        let closer = if self.core.close_needs_closer(fh.0) {
+            process_of(req.pid())
+        } else {
+            None
+        };
+        let result = guarded("flush", || self.core.flush(fh.0, closer));
         self.send_invalidations(&[]);
         answer(reply, result);
     }
@@ -365,7 +393,11 @@ impl Filesystem for FuseAdapter {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.core.release(fh.0);
+        // Commits what a close by another process than the opener left (errors are logged).
+        let _ = guarded("release", || {
+            self.core.release(fh.0);
+            Ok(())
+        });
         self.page_fill.release(fh.0);
         self.backing_by_fh
             .lock()

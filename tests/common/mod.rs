@@ -125,13 +125,18 @@ impl TestMount {
             SystemTime::UNIX_EPOCH,
             staging,
         ));
+        TestMount::serving(core, writable, source)
+    }
+
+    /// A mount of a core built by the test.
+    pub fn serving(core: Arc<DafFs>, writable: bool, fsname: &str) -> TestMount {
         let dir = tempfile::Builder::new()
             .prefix("daf-mount-test-")
             .tempdir()
             .unwrap();
         let path = dir.path().to_path_buf();
         let settings = MountSettings {
-            fsname: source.to_string(),
+            fsname: fsname.to_string(),
             allow_other: false,
             allow_root: false,
             auto_unmount: false,

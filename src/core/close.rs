@@ -1,0 +1,203 @@
+//! Closes of file handles: which close commits what was written.
+//!
+//! Every `close(2)` of a descriptor sends a flush, including the implicit closes of descriptors a
+//! forked child inherited (its `execve` closes the `O_CLOEXEC` ones, its exit closes the rest).
+//! Such a close says nothing about the writer being done, so only a close by the process that
+//! opened the handle commits (its errors fail that `close`). When the last close is another
+//! process's (the opener closed first, a child kept writing), the release commits instead; its
+//! errors can only be logged. The caller tells who opens and who closes ([`Process`]): the core
+//! reads nothing from the kernel.
+
+use super::{DafFs, FsError};
+
+/// A process, as the FUSE layer identifies it: its thread-group id (what `getpid` returns in it).
+///
+/// A process that reuses a dead opener's id is taken for the opener. It could only close the
+/// handle if it holds the same open file, inherited from a child of the opener: that needs the
+/// pid counter to wrap around (`pid_max`) while the file is written, and the harm is the
+/// behaviour without this check (a commit at that close).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Process {
+    pub tgid: u32,
+}
+
+/// Whether a close by `closer` (`None`: unknown) counts as the opener's. A handle whose opener
+/// is not known treats every close as its opener's.
+fn by_opener(opener: Option<Process>, closer: Option<Process>) -> bool {
+    opener.is_none() || opener == closer
+}
+
+impl DafFs {
+    /// Records the process that opened (or created) handle `fh`.
+    pub fn opened_by(&self, fh: u64, opener: Process) {
+        if let Some(handle) = self.handles().get_mut(&fh) {
+            handle.opener = Some(opener);
+        }
+    }
+
+    /// Whether a close of `fh` needs to know its closer (it was opened for writing).
+    pub fn close_needs_closer(&self, fh: u64) -> bool {
+        self.handles().get(&fh).is_some_and(|h| h.writable)
+    }
+
+    /// Called on every `close` of a handle, by `closer`: a close by the opener after writes may
+    /// complete an item, which is then committed (or refused, failing the `close`). A close with
+    /// nothing written since the last one (a shell's redirection dance) does nothing; so does a
+    /// close by another process (a forked child), which leaves the writes for the opener's close
+    /// or the release.
+    ///
+    /// A group document or attributes opened for writing is judged at every close by its
+    /// opener, written or not (an empty one left staged would hide the committed document).
+    pub fn flush(&self, fh: u64, closer: Option<Process>) -> Result<(), FsError> {
+        // (The handles' lock is released before the state's is taken: commits lock the state
+        // first, then the handles.)
+        let (ino, written) = match self.handles().get_mut(&fh) {
+            Some(handle) if !handle.writable => return Ok(()),
+            Some(handle) if !by_opener(handle.opener, closer) => {
+                if handle.dirty || handle.passthrough {
+                    handle.foreign_close = true;
+                }
+                return Ok(());
+            }
+            Some(handle) => {
+                let written = handle.dirty || handle.passthrough;
+                handle.dirty = false;
+                handle.foreign_close = false;
+                (handle.ino, written)
+            }
+            None => return Ok(()),
+        };
+        if !written {
+            let state = self.state.read().unwrap_or_else(|p| p.into_inner());
+            let path = state.namespace.node(ino).map(|n| n.path.clone());
+            if !path.is_some_and(|p| Self::is_document(&state, &p)) {
+                return Ok(());
+            }
+        }
+        self.commit_staged(ino, fh)
+    }
+
+    /// The kernel writes handle `fh`'s file directly (passthrough), without telling us.
+    pub fn written_by_kernel(&self, fh: u64) {
+        if let Some(handle) = self.handles().get_mut(&fh) {
+            handle.passthrough = handle.writable;
+        }
+    }
+
+    /// Forgets a handle, after its last close. Writes that no close by the opener committed
+    /// (written after the opener's last close, or closed only by other processes since) are
+    /// committed now; a refusal is logged, as nothing can report it any more.
+    pub fn release(&self, fh: u64) {
+        let pending = match self.handles().get(&fh) {
+            Some(h) if h.writable && (h.dirty || h.foreign_close) => Some(h.ino),
+            _ => None,
+        };
+        if let Some(ino) = pending {
+            if let Err(e) = self.commit_staged(ino, fh) {
+                let path = self.path_of(ino).unwrap_or_default();
+                log::warn!("{path}: not committed at its last close (not by its opener): {e}");
+            }
+        }
+        self.handles().remove(&fh);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsStr;
+    use std::path::Path;
+    use std::time::SystemTime;
+
+    use super::{by_opener, Process};
+    use crate::core::{DafFs, ROOT};
+    use crate::formats::source::open_source;
+    use crate::staging::StagingArea;
+    use crate::views::ViewSelection;
+
+    const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/vectors");
+    const OPENER: Process = Process { tgid: 10 };
+    const CHILD: Process = Process { tgid: 11 };
+
+    #[test]
+    fn only_the_opener_or_an_unknown_opener_closes() {
+        assert!(by_opener(Some(OPENER), Some(OPENER)));
+        assert!(!by_opener(Some(OPENER), Some(CHILD)));
+        assert!(!by_opener(Some(OPENER), None));
+        assert!(by_opener(None, Some(CHILD)));
+        assert!(by_opener(None, None));
+    }
+
+    /// A writable mount of a copy of the FilesDaf fixture, and the inode of its `axes`.
+    fn writable() -> (tempfile::TempDir, DafFs, u64) {
+        let tmp = tempfile::tempdir().unwrap();
+        let copy = tmp.path().join("files_v1_0.daf");
+        let copied = std::process::Command::new("cp")
+            .arg("-r")
+            .arg(Path::new(VECTORS).join("files_v1_0.daf"))
+            .arg(&copy)
+            .status()
+            .unwrap();
+        assert!(copied.success());
+        let opened = open_source(copy.to_str().unwrap()).unwrap();
+        let staging = StagingArea::for_source(&opened.path);
+        let fs = DafFs::with_staging(
+            opened.datasets,
+            ViewSelection::Both,
+            SystemTime::UNIX_EPOCH,
+            Some(staging),
+        );
+        let view = fs.lookup(ROOT, OsStr::new("files_v1_0.daf")).unwrap().ino;
+        let axes = fs.lookup(view, OsStr::new("axes")).unwrap().ino;
+        (tmp, fs, axes)
+    }
+
+    /// Whether the new axis is committed (the Zarr view shows only committed axes).
+    fn committed(fs: &DafFs) -> bool {
+        let zarr = fs
+            .lookup(ROOT, OsStr::new("files_v1_0.daf.zarr"))
+            .unwrap()
+            .ino;
+        let axes = fs.lookup(zarr, OsStr::new("axes")).unwrap().ino;
+        fs.lookup(axes, OsStr::new("new")).is_ok()
+    }
+
+    #[test]
+    fn a_close_by_another_process_leaves_the_commit_to_the_openers_close() {
+        let (_tmp, fs, axes) = writable();
+        let (_, fh) = fs.create(axes, OsStr::new("new.txt"), false).unwrap();
+        fs.opened_by(fh, OPENER);
+        fs.write(fh, 0, b"a\n").unwrap();
+        fs.flush(fh, Some(CHILD)).unwrap();
+        fs.flush(fh, None).unwrap();
+        assert!(!committed(&fs), "committed at a child's close");
+        // The child's closes did not clear the written state: more writes, then the opener's.
+        fs.write(fh, 2, b"b\n").unwrap();
+        fs.flush(fh, Some(OPENER)).unwrap();
+        assert!(committed(&fs), "not committed at the opener's close");
+        fs.release(fh);
+    }
+
+    #[test]
+    fn the_release_commits_what_only_other_processes_closed() {
+        let (_tmp, fs, axes) = writable();
+        let (_, fh) = fs.create(axes, OsStr::new("new.txt"), false).unwrap();
+        fs.opened_by(fh, OPENER);
+        // The opener hands the file to a child and closes it first, having written nothing.
+        fs.flush(fh, Some(OPENER)).unwrap();
+        fs.write(fh, 0, b"a\nb\n").unwrap();
+        fs.flush(fh, Some(CHILD)).unwrap();
+        assert!(!committed(&fs));
+        fs.release(fh);
+        assert!(committed(&fs), "not committed at the release");
+    }
+
+    #[test]
+    fn a_handle_whose_opener_is_unknown_commits_at_any_close() {
+        let (_tmp, fs, axes) = writable();
+        let (_, fh) = fs.create(axes, OsStr::new("new.txt"), false).unwrap();
+        fs.write(fh, 0, b"a\n").unwrap();
+        fs.flush(fh, Some(CHILD)).unwrap();
+        assert!(committed(&fs));
+        fs.release(fh);
+    }
+}

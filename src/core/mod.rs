@@ -11,7 +11,6 @@ mod appender;
 mod close;
 mod commit;
 pub mod namespace;
-mod produce;
 mod refusals;
 mod remove;
 mod write;
@@ -112,7 +111,7 @@ pub struct Attr {
     /// Whether the content may still change (a staged file): cache it briefly.
     pub volatile: bool,
     /// The size is only known by producing the content, and producing it failed: `size` shows
-    /// 0, the attribute must not be cached, and reads fail (see `produce`).
+    /// 0, the attribute must not be cached, and reads fail (the blob keeps the failure).
     pub unknown_size: bool,
 }
 
@@ -300,7 +299,6 @@ pub struct DafFs {
     handles: Mutex<HashMap<u64, Handle>>,
     next_handle: AtomicU64,
     /// Producers that failed for good, not run again.
-    failures: produce::Failures,
     /// What commits and deletes changed, for the kernel to forget.
     invalidations: Mutex<Vec<Invalidation>>,
 }
@@ -357,7 +355,6 @@ impl DafFs {
             appender: appender::Appender::default(),
             staging,
             handles: Mutex::new(HashMap::new()),
-            failures: produce::Failures::default(),
             next_handle: AtomicU64::new(1),
             invalidations: Mutex::new(Vec::new()),
         }
@@ -395,7 +392,7 @@ impl DafFs {
             NodeKind::File(blob) => {
                 // A file that cannot be produced is still listed and stat-able (size 0);
                 // reading it fails.
-                let size = self.failures.len(blob).ok();
+                let size = blob.len().ok();
                 Attr {
                     ino,
                     kind: Kind::File,
@@ -467,7 +464,7 @@ impl DafFs {
     /// of a staged file's current bytes.
     pub fn content(&self, ino: u64) -> Result<Bytes, FsError> {
         match &self.namespace().node(ino).ok_or(FsError::NotFound)?.kind {
-            NodeKind::File(blob) => Ok(self.failures.bytes(blob)?),
+            NodeKind::File(blob) => Ok(blob.bytes()?),
             NodeKind::Staged(disk) => Ok(Bytes::from_vec(std::fs::read(disk)?)),
             NodeKind::Dir { .. } => Err(FsError::IsDir),
         }

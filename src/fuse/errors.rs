@@ -57,6 +57,7 @@ pub(super) fn guarded<T>(what: &str, op: impl FnOnce() -> Result<T, FsError>) ->
     });
     result.map_err(|e| {
         match &e {
+            FsError::Content(_) if !first_time(&e.to_string()) => log::debug!("{what}: {e}"),
             FsError::Content(_) | FsError::Internal(_) | FsError::Io(_) | FsError::NoSpace(_) => {
                 log::error!("{what}: {e}")
             }
@@ -65,6 +66,20 @@ pub(super) fn guarded<T>(what: &str, op: impl FnOnce() -> Result<T, FsError>) ->
         }
         errno(&e)
     })
+}
+
+/// Whether a content error with this message is seen for the first time: a bad property is one
+/// log line, however often it is read (the kernel retries a failed read, readers loop). Remembers
+/// up to 65,536 messages (by hash), then logs every one.
+fn first_time(message: &str) -> bool {
+    use std::hash::{BuildHasher, Hasher};
+    static SEEN: std::sync::Mutex<Option<std::collections::HashSet<u64>>> =
+        std::sync::Mutex::new(None);
+    let mut hasher = foldhash::fast::FixedState::with_seed(0).build_hasher();
+    hasher.write(message.as_bytes());
+    let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
+    let seen = seen.get_or_insert_with(Default::default);
+    seen.len() >= 1 << 16 || seen.insert(hasher.finish())
 }
 
 /// Answers an operation that returns nothing.

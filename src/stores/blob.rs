@@ -26,6 +26,9 @@ pub struct Blob {
     /// The whole of this source file is the blob (the kernel can read it directly).
     backing: Option<std::path::PathBuf>,
     value: OnceLock<Bytes>,
+    /// A failure of the producer that depends only on the source's bytes: kept and answered
+    /// from then on (the producer is not run again).
+    failed: OnceLock<String>,
     producer: Option<Producer>,
     producing: Mutex<()>,
     /// The integrity check guarding this blob's bytes (its own, or its parent's for a slice).
@@ -42,6 +45,7 @@ impl Blob {
             known_len,
             backing: None,
             value,
+            failed: OnceLock::new(),
             producer: None,
             producing: Mutex::new(()),
             check: None,
@@ -60,6 +64,7 @@ impl Blob {
             known_len,
             backing: None,
             value,
+            failed: OnceLock::new(),
             producer: None,
             producing: Mutex::new(()),
             check: Some(check),
@@ -90,6 +95,7 @@ impl Blob {
             known_len: len,
             backing: None,
             value: OnceLock::new(),
+            failed: OnceLock::new(),
             producer: Some(Box::new(producer)),
             producing: Mutex::new(()),
             check: None,
@@ -106,6 +112,7 @@ impl Blob {
             known_len: Some(len),
             backing: Some(path),
             value: OnceLock::new(),
+            failed: OnceLock::new(),
             producer: Some(Box::new(producer)),
             producing: Mutex::new(()),
             check: None,
@@ -133,6 +140,7 @@ impl Blob {
             known_len: Some(len),
             backing: None,
             value: OnceLock::new(),
+            failed: OnceLock::new(),
             producer: Some(Box::new(producer)),
             producing: Mutex::new(()),
             // A slice answers for its parent's check: once that fails, the slice fails too.
@@ -174,21 +182,38 @@ impl Blob {
         if let Some(bytes) = self.value.get() {
             return Ok(bytes.clone());
         }
+        if let Some(what) = self.failed.get() {
+            return Err(StoreError::Produce(what.clone()));
+        }
+        match self.produce() {
+            Ok(bytes) => {
+                let _ = self.value.set(bytes.clone());
+                Ok(bytes)
+            }
+            Err(e) => {
+                // An I/O error (mapping or reading a source file: EAGAIN, ENOMEM, a flaky disk)
+                // may pass: the next access tries again. Anything else is in the bytes.
+                if !matches!(e, StoreError::Io { .. }) {
+                    let _ = self.failed.set(e.to_string());
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn produce(&self) -> Result<Bytes, StoreError> {
         let producer = self
             .producer
             .as_ref()
             .ok_or_else(|| StoreError::Produce("blob has neither bytes nor producer".into()))?;
         let bytes = producer()?;
-        if let Some(expected) = self.known_len {
-            if bytes.len() != expected {
-                return Err(StoreError::Produce(format!(
-                    "produced {} bytes where {expected} were announced",
-                    bytes.len()
-                )));
-            }
+        match self.known_len {
+            Some(expected) if bytes.len() != expected => Err(StoreError::Produce(format!(
+                "produced {} bytes where {expected} were announced",
+                bytes.len()
+            ))),
+            _ => Ok(bytes),
         }
-        let _ = self.value.set(bytes.clone());
-        Ok(bytes)
     }
 
     /// Whether the content has been produced (or was ready from the start).
@@ -223,6 +248,41 @@ mod tests {
         assert_eq!(blob.len().unwrap(), 3);
         assert_eq!(blob.bytes().unwrap().as_slice(), b"abc");
         assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    fn counted(runs: &Arc<AtomicUsize>, fail: fn() -> StoreError) -> Arc<Blob> {
+        let runs = runs.clone();
+        Blob::lazy(None, move || {
+            runs.fetch_add(1, Ordering::Relaxed);
+            Err(fail())
+        })
+    }
+
+    #[test]
+    fn a_failed_decode_is_not_run_again() {
+        let runs = Arc::new(AtomicUsize::new(0));
+        let blob = counted(&runs, || StoreError::Produce("bad decode".into()));
+        for _ in 0..3 {
+            let e = blob.len().unwrap_err();
+            assert!(e.to_string().contains("bad decode"), "{e}");
+            assert!(blob.bytes().is_err());
+        }
+        assert_eq!(runs.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn an_io_error_is_tried_again() {
+        let runs = Arc::new(AtomicUsize::new(0));
+        let blob = counted(&runs, || {
+            StoreError::io(
+                std::path::PathBuf::from("x"),
+                std::io::Error::from_raw_os_error(11),
+            )
+        });
+        for _ in 0..3 {
+            assert!(blob.bytes().is_err());
+        }
+        assert_eq!(runs.load(Ordering::Relaxed), 3);
     }
 
     #[test]

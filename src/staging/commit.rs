@@ -24,7 +24,7 @@ use crate::formats::validate::{check_axis, check_payload};
 use crate::formats::zarr_decode::ArrayKind;
 use crate::formats::FormatError;
 use crate::formats::{zarr_daf, zarr_v2};
-use crate::stores::dir::{ensure_dir, mapped_file, open_directory, write_atomic};
+use crate::stores::dir::{ensure_dir, file_blob, open_directory, write_atomic};
 use crate::stores::{Entry, StoreError, StoreIndex};
 use crate::views::{files, item_entries, zarr, ViewEntry, ViewKind, ViewNode};
 
@@ -192,7 +192,7 @@ pub fn commit(
         Ok((
             f.rel.clone(),
             Entry {
-                blob: mapped_file(f.disk.clone(), len),
+                blob: file_blob(f.disk.clone(), len),
                 mtime: f.mtime,
             },
         ))

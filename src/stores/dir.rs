@@ -1,8 +1,11 @@
-//! Directory sources: every regular file below the root becomes an entry, mapped on first access.
+//! Directory sources: every regular file below the root becomes an entry, read on first access.
 //!
 //! Opening walks the tree once (one `readdir` per directory, one `stat` per file) and records
-//! sizes and mtimes; no file is opened until its bytes are asked for. Each file is then mapped
-//! once and the map is shared by every view of it.
+//! sizes and mtimes; no file is opened until its bytes are asked for. A small file (at most
+//! [`SMALL_FILE`] bytes: documents, scalars, small payloads) is then read once into a buffer
+//! counted against [`SMALL_FILES`]; a larger one is mapped once. Either is shared by every view
+//! of the file. Small files are never mapped because a process may hold only
+//! `vm.max_map_count` maps (65,530 by default), far fewer than the files of a large Daf.
 //!
 //! The walk never leaves the source: a symbolic link is followed only when its target, fully
 //! resolved, is a regular file inside the (resolved) root; links that point outside, dangle,
@@ -16,6 +19,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::bytes::Budget;
 use super::{Blob, Bytes, Entry, StoreError, StoreIndex};
 use crate::sys::map_readonly;
 
@@ -112,7 +116,7 @@ impl Walk<'_> {
         self.out.insert(
             key,
             Entry {
-                blob: mapped_file(path, meta.len()),
+                blob: file_blob(path, meta.len()),
                 mtime,
             },
         );
@@ -150,10 +154,25 @@ impl Walk<'_> {
     }
 }
 
-/// A blob for the first `len` bytes of the file at `path`, mapped on first access. The file is
-/// opened without following a final symbolic link and without blocking, and must be a regular
-/// file.
-pub fn mapped_file(path: PathBuf, len: u64) -> Arc<Blob> {
+/// Files up to this size are read into a buffer (one `pread`) instead of being mapped. A process
+/// may hold only `vm.max_map_count` maps (65,530 by default), and a directory source of a few
+/// hundred thousand small documents and payloads must not run out of them. 64 KiB is 16 pages:
+/// below that a map saves little (the kernel serves the payloads of directory sources by
+/// passthrough anyway, see `fuse::kernel_cache`), and one `pread` costs less than `mmap` plus a
+/// fault per page.
+pub const SMALL_FILE: u64 = 64 << 10;
+
+/// At most this many bytes of small files are held in buffers at once (they live as long as the
+/// blobs that read them, i.e. the mount); past it small files are mapped like large ones. With
+/// 64 KiB files that is 4,096 buffers; with the documents of a typical Daf (tens of bytes) it is
+/// millions.
+pub static SMALL_FILES: Budget = Budget::new(256 << 20);
+
+/// A blob for the first `len` bytes of the file at `path`, produced on first access: read into a
+/// buffer when it is small (at most [`SMALL_FILE`] bytes, within the [`SMALL_FILES`] budget),
+/// mapped otherwise. The file is opened without following a final symbolic link and without
+/// blocking, and must be a regular file.
+pub fn file_blob(path: PathBuf, len: u64) -> Arc<Blob> {
     Blob::whole_file(path.clone(), len, move || {
         if len == 0 {
             return Ok(Bytes::empty());
@@ -170,17 +189,43 @@ pub fn mapped_file(path: PathBuf, len: u64) -> Arc<Blob> {
                 path.display()
             )));
         }
+        let shrank = || StoreError::Produce(format!("{} shrank while mounted", path.display()));
+        if len <= SMALL_FILE {
+            if let Some(reservation) = SMALL_FILES.reserve(len) {
+                return read_small(&file, len)
+                    .map_err(|e| StoreError::io(&path, e))?
+                    .map(|data| Bytes::from_reserved(data, reservation))
+                    .ok_or_else(shrank);
+            }
+        }
         let map = map_readonly(&file).map_err(|e| StoreError::io(&path, e))?;
         Bytes::from_map(Arc::new(map))
             .slice(0, len)
-            .ok_or_else(|| StoreError::Produce(format!("{} shrank while mounted", path.display())))
+            .ok_or_else(shrank)
     })
+}
+
+/// The first `len` bytes of `file` (one `pread`, more only if the kernel returns a short read),
+/// or `None` if the file is shorter now.
+fn read_small(file: &File, len: u64) -> std::io::Result<Option<Vec<u8>>> {
+    use std::os::unix::fs::FileExt;
+    let mut data = vec![0u8; usize::try_from(len).unwrap_or(usize::MAX)];
+    let mut done = 0;
+    while done < data.len() {
+        match file.read_at(&mut data[done..], done as u64) {
+            Ok(0) => return Ok(None),
+            Ok(n) => done += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Some(data))
 }
 
 /// Writes `data` to `root/rel` atomically: a temporary name in the same directory (short and
 /// fixed-length: `.daf-mount-tmp.PID.N`), `fsync`, then
 /// a rename over the target and an `fsync` of the directory. A crash never leaves a partial file
-/// under the real name. Returns the new file as an entry (mapped on first access).
+/// under the real name. Returns the new file as an entry (read or mapped on first access).
 pub fn write_atomic(root: &Path, rel: &str, data: &[u8]) -> Result<Entry, StoreError> {
     let path = root.join(rel);
     let parent = path.parent().unwrap_or(root).to_path_buf();
@@ -203,7 +248,7 @@ pub fn write_atomic(root: &Path, rel: &str, data: &[u8]) -> Result<Entry, StoreE
     let meta = fs::metadata(&path).map_err(|e| StoreError::io(&path, e))?;
     let mtime = meta.modified().map_err(|e| StoreError::io(&path, e))?;
     Ok(Entry {
-        blob: mapped_file(path, meta.len()),
+        blob: file_blob(path, meta.len()),
         mtime,
     })
 }
@@ -219,7 +264,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn walks_files_and_maps_them_lazily() {
+    fn walks_files_and_reads_them_lazily() {
         let tmp = tempfile::tempdir().unwrap();
         fs::create_dir_all(tmp.path().join("a/b")).unwrap();
         fs::write(tmp.path().join("a/b/x.data"), b"12345678").unwrap();
@@ -234,9 +279,53 @@ mod tests {
         assert!(!entry.blob.is_materialized());
         assert_eq!(entry.blob.len().unwrap(), 8);
         let bytes = entry.blob.bytes().unwrap();
-        assert!(bytes.is_mapped());
+        assert!(!bytes.is_mapped(), "a small file is read, not mapped");
         assert_eq!(bytes.as_slice(), b"12345678");
         assert_eq!(idx.get("empty").unwrap().blob.bytes().unwrap().len(), 0);
+    }
+
+    #[test]
+    fn large_files_are_mapped_small_ones_read() {
+        let tmp = tempfile::tempdir().unwrap();
+        let big: Vec<u8> = (0..SMALL_FILE + 1).map(|i| (i % 251) as u8).collect();
+        let edge: Vec<u8> = (0..SMALL_FILE).map(|i| (i % 7) as u8).collect();
+        fs::write(tmp.path().join("big.data"), &big).unwrap();
+        fs::write(tmp.path().join("edge.data"), &edge).unwrap();
+        let idx = open_directory(tmp.path()).unwrap();
+        let bytes = idx.get("big.data").unwrap().blob.bytes().unwrap();
+        assert!(bytes.is_mapped());
+        assert_eq!(bytes.as_slice(), big.as_slice());
+        let bytes = idx.get("edge.data").unwrap().blob.bytes().unwrap();
+        assert!(!bytes.is_mapped());
+        assert_eq!(bytes.as_slice(), edge.as_slice());
+    }
+
+    /// More small files than a process may hold maps (`vm.max_map_count`, 65,530 by default):
+    /// every one of them must still read (they used to fail with ENOMEM past the limit).
+    #[test]
+    fn more_small_files_than_the_map_limit_all_read() {
+        let limit: usize = fs::read_to_string("/proc/sys/vm/max_map_count")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(65_530);
+        let count = limit + 5_000;
+        let tmp = tempfile::tempdir().unwrap();
+        for i in 0..count {
+            let dir = tmp.path().join(format!("d{}", i / 1000));
+            if i % 1000 == 0 {
+                fs::create_dir(&dir).unwrap();
+            }
+            fs::write(dir.join(format!("f{i}")), i.to_string()).unwrap();
+        }
+        let idx = open_directory(tmp.path()).unwrap();
+        let mut read = 0;
+        for i in 0..count {
+            let key = format!("d{}/f{i}", i / 1000);
+            let bytes = idx.get(&key).unwrap().blob.bytes().unwrap();
+            assert_eq!(bytes.as_slice(), i.to_string().as_bytes(), "{key}");
+            read += 1;
+        }
+        assert_eq!(read, count);
     }
 
     #[test]

@@ -414,12 +414,24 @@ fn recovery_drops_copies_already_appended_and_reports_leftovers_once() {
     std::fs::create_dir_all(&cell).unwrap();
     std::fs::write(cell.join("done.data"), [4u8, 5, 6]).unwrap();
     std::fs::write(cell.join("empty.json"), b"").unwrap();
+    // A scalar the killed daemon had accepted (its journal says so) but not appended, and a
+    // complete one whose writer was killed before its close (never accepted).
     std::fs::create_dir_all(staging.join("zarr_v2.daf/scalars")).unwrap();
-    std::fs::write(
-        staging.join("zarr_v2.daf/scalars/done2.json"),
-        b"{\"value\":3,\"type\":\"Int64\"}",
-    )
-    .unwrap();
+    for name in ["done2", "unclosed"] {
+        std::fs::write(
+            staging.join(format!("zarr_v2.daf/scalars/{name}.json")),
+            b"{\"value\":3,\"type\":\"Int64\"}",
+        )
+        .unwrap();
+    }
+    let journal = source.with_file_name(".zarr_v2.daf.zarr.zip.daf-mount.accepted");
+    let mut accepted = std::fs::read_to_string(&journal).unwrap_or_default();
+    assert!(
+        accepted.contains("zarr_v2.daf\tvectors/cell/done\n"),
+        "the first daemon recorded what it accepted: {accepted:?}"
+    );
+    accepted.push_str("zarr_v2.daf\tscalars/done2\n");
+    std::fs::write(&journal, accepted).unwrap();
     let names_before = zip_names(&source);
     {
         let mount = TestMount::writable(source.to_str().unwrap(), ViewSelection::Files);
@@ -444,6 +456,9 @@ fn recovery_drops_copies_already_appended_and_reports_leftovers_once() {
                 b""
             );
             std::fs::remove_file(root.join("vectors/cell/empty.json")).unwrap();
+            // The never-accepted scalar is not committed, even by an fsync of the root.
+            assert!(root.join("scalars/unclosed.json").exists());
+            std::fs::remove_file(root.join("scalars/unclosed.json")).unwrap();
             fsync_dir(&root).unwrap();
         });
     }
@@ -460,6 +475,9 @@ fn recovery_drops_copies_already_appended_and_reports_leftovers_once() {
             .count()
     );
     assert!(names_after.iter().any(|n| n.starts_with("scalars/done2/")));
+    assert!(!names_after
+        .iter()
+        .any(|n| n.starts_with("scalars/unclosed/")));
     assert_eq!(files_under(&staging), Vec::<String>::new());
 }
 
@@ -513,7 +531,7 @@ fn a_leftover_that_can_never_commit_is_reported_once_by_the_daemon() {
     let text = std::fs::read_to_string(&log).unwrap();
     let naming: Vec<&str> = text.lines().filter(|l| l.contains("empty.json")).collect();
     assert_eq!(naming.len(), 1, "{text}");
-    assert!(naming[0].contains("can never be committed"), "{text}");
+    assert!(naming[0].contains("never finished it"), "{text}");
     // Left in place for its owner.
     assert!(cell.join("empty.json").exists());
 }

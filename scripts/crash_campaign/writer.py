@@ -39,7 +39,9 @@ def choose_shape(rng, min_size, max_size):
 def write_file(path, data, rng, chunk=1 << 20):
     """Writes `data` to `path` directly or through a temporary name renamed into place."""
     via_tmp = rng.random() < 0.25
-    target = path + ".tmp" if via_tmp else path
+    # A temporary is a hidden name (the FilesDaf view refuses other names that are not item files).
+    head, tail = os.path.split(path)
+    target = os.path.join(head, "." + tail + ".tmp") if via_tmp else path
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         view = memoryview(data)

@@ -2,6 +2,7 @@
 //! what to lock, which staged files go, and what the kernel must forget afterwards (`touch` and
 //! finalisation too). The commit itself is the staging layer's.
 
+use std::collections::BTreeSet;
 use std::fs;
 use std::path::Path;
 use std::time::SystemTime;
@@ -147,7 +148,13 @@ impl DafFs {
                 state.rebuild();
                 return Ok(());
             }
-            Ok(Outcome::Appending(append)) => Some(append),
+            Ok(Outcome::Appending(append)) => {
+                // Accepted: if the daemon dies before the append, the next mount commits it again.
+                if let Err(e) = staging.record_accepted(&item_key(&root.canonical, &id)) {
+                    log::warn!("recording {} as accepted: {e}", id.path());
+                }
+                Some(append)
+            }
             Err(CommitError::Invalid(why)) if staging_full(staging) => {
                 return Err(FsError::NoSpace(format!(
                     "{}: {why} (the staging file system is full: a write was cut short)",
@@ -292,20 +299,61 @@ impl DafFs {
     /// Call once after mounting (and forking into the background: appends run on a thread of
     /// their own).
     pub fn recover(&self) {
+        let Some(staging) = self.staging.as_ref() else {
+            return;
+        };
+        let accepted = staging.accepted();
         for path in self.staged_item_files("") {
+            let key = {
+                let state = self.lock_state();
+                state
+                    .locate(&path)
+                    .and_then(|(root, _, id)| Some(item_key(&root.canonical, &id?)))
+            };
+            if !key.is_some_and(|k| accepted.contains(&k)) {
+                // Never accepted: its writer did not finish it (or was killed). Not ours to
+                // complete: it stays staged, visible, to be finished or removed.
+                log::warn!(
+                    "staged {path} was left by a writer that never finished it: not committed; \
+                     finish (rewrite) or remove it"
+                );
+                self.set_aside(&path);
+                continue;
+            }
             match self.try_commit(&path, None, false) {
                 Ok(()) => {}
                 Err(e @ (FsError::Invalid(_) | FsError::NotPermitted(_))) => {
                     log::warn!("staged {path} can never be committed as it is ({e}); left in place, remove or rewrite it");
-                    let mut state = self.lock_state();
-                    if let Ok(canonical) = Self::canonical(&state, &path) {
-                        let seen = state.staged.get(&canonical).map(|s| stamp(&s.disk));
-                        if let Some(seen) = seen {
-                            state.stuck.insert(canonical, seen);
-                        }
-                    }
+                    self.set_aside(&path);
                 }
                 Err(e) => log::warn!("staged {path} stays staged: {e}"),
+            }
+        }
+        // Keep the entries of items still staged (appends queued again just now among them).
+        let staged: BTreeSet<String> = {
+            let state = self.lock_state();
+            state
+                .staged
+                .keys()
+                .filter_map(|path| {
+                    let (root, rel) = split_canonical(&state.roots, path)?;
+                    Some(item_key(&root.canonical, &item_of(root.kind, rel)?))
+                })
+                .collect()
+        };
+        let keep = staging.accepted().intersection(&staged).cloned().collect();
+        if let Err(e) = staging.keep_accepted(&keep) {
+            log::warn!("rewriting the journal of accepted items: {e}");
+        }
+    }
+
+    /// Leaves staged file `path` out of later commits (`finalize`) until it changes.
+    fn set_aside(&self, path: &str) {
+        let mut state = self.lock_state();
+        if let Ok(canonical) = Self::canonical(&state, path) {
+            let seen = state.staged.get(&canonical).map(|s| stamp(&s.disk));
+            if let Some(seen) = seen {
+                state.stuck.insert(canonical, seen);
             }
         }
     }
@@ -314,6 +362,11 @@ impl DafFs {
     pub fn path_of(&self, ino: u64) -> Option<String> {
         self.namespace().node(ino).map(|n| n.path.clone())
     }
+}
+
+/// How the journal of accepted items names item `id` of the view root `canonical`.
+fn item_key(canonical: &str, id: &crate::formats::model::PropertyId) -> String {
+    format!("{canonical}\t{}", id.path())
 }
 
 /// Whether the file system of the staging area has no free blocks left.

@@ -5,12 +5,20 @@
 //! rename. Inside, staged paths are laid out as in a `--view both` mount (`g1.daf/vectors/...`,
 //! `g1.daf.zarr/...`), whatever the current view selection, so files staged in one session
 //! reappear at the same place in the next, and a user can finish or remove them.
+//!
+//! Beside it, a journal (`.NAME.daf-mount.accepted`) names the items a daemon accepted (validated
+//! at the close that completed them) but may not have written into the source yet: a ZIP append
+//! still queued when the daemon was killed. The next writable mount commits those again, and only
+//! those: files a killed *writer* left behind were never accepted, so they stay staged for the
+//! user to finish or remove, instead of becoming a (partial) property.
 
 pub mod commit;
 pub mod item;
 pub mod zip_commit;
 
+use std::collections::BTreeSet;
 use std::fs;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -49,6 +57,46 @@ impl StagingArea {
     /// The staging directory itself.
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    fn journal(&self) -> PathBuf {
+        let mut name = self.root.file_name().unwrap_or_default().to_os_string();
+        name.push(".accepted");
+        self.root.with_file_name(name)
+    }
+
+    /// Records that the item `key` was accepted (one line; read by [`StagingArea::accepted`]).
+    pub fn record_accepted(&self, key: &str) -> std::io::Result<()> {
+        let mut journal = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.journal())?;
+        journal.write_all(format!("{}\n", key.replace('\n', " ")).as_bytes())
+    }
+
+    /// The items recorded as accepted.
+    pub fn accepted(&self) -> BTreeSet<String> {
+        fs::read_to_string(self.journal())
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Rewrites the journal with only `keys` (atomically; removes it when there are none).
+    pub fn keep_accepted(&self, keys: &BTreeSet<String>) -> std::io::Result<()> {
+        let journal = self.journal();
+        if keys.is_empty() {
+            return match fs::remove_file(&journal) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+                _ => Ok(()),
+            };
+        }
+        let mut temp = journal.clone().into_os_string();
+        temp.push(".tmp");
+        let text: String = keys.iter().map(|k| format!("{k}\n")).collect();
+        fs::write(&temp, text)?;
+        fs::rename(&temp, &journal)
     }
 
     /// Where the staged `path` (both-views layout) lives on disk.

@@ -118,13 +118,15 @@ fn group_document_place(rel: &str) -> bool {
 
 /// Whether the file name at `rel` is a temporary of a writer (renamed into place later): a
 /// hidden name in the FilesDaf view; in the Zarr view a hidden name that is not a Zarr document,
-/// or a `*.partial` name (zarr-python 3).
+/// a `*.partial` name (zarr-python) or a `*.__lock` name (TensorStore writes `KEY.__lock`, then
+/// renames it to `KEY`).
 pub fn is_temporary(kind: ViewKind, rel: &str) -> bool {
     let name = rel.rsplit('/').next().unwrap_or(rel);
     match kind {
         ViewKind::Files => name.starts_with('.') && property_stem(name).is_none(),
         ViewKind::Zarr => {
             name.ends_with(".partial")
+                || name.ends_with(".__lock")
                 || (name.starts_with('.')
                     && ![".zarray", ".zattrs", ".zgroup", ".zmetadata"].contains(&name))
         }
@@ -258,6 +260,7 @@ mod tests {
             (Files, "scalars/.t"),
             (Zarr, "vectors/cell/size/.zarray"),
             (Zarr, "vectors/cell/size/0.1234.partial"),
+            (Zarr, "vectors/cell/size/0.__lock"),
             (Zarr, ".zattrs"),
             (Zarr, ".zmetadata"),
             (Zarr, "matrices/cell/gene/.zgroup"),

@@ -191,6 +191,15 @@ fn inconsistent_properties_fail_their_close_and_stay_staged() {
             write_and_close(&cell.join("bad.data"), &[0; 7]),
             Err(nix::errno::Errno::EINVAL)
         );
+        // Longer than needed is refused too (sources may have that; a write may not).
+        assert_eq!(
+            write_and_close(&cell.join("bad.data"), &[0; 25]),
+            Err(nix::errno::Errno::EINVAL)
+        );
+        assert_eq!(
+            write_and_close(&cell.join("bad.data"), &[0; 7]),
+            Err(nix::errno::Errno::EINVAL)
+        );
         // Still staged and readable, not committed: the Zarr view does not show it.
         assert_eq!(std::fs::read(cell.join("bad.data")).unwrap().len(), 7);
         assert!(!root.join("files_v1_0.daf.zarr/vectors/cell/bad").exists());

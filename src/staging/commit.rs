@@ -16,7 +16,7 @@ use std::time::SystemTime;
 
 use crate::formats::files_daf;
 use crate::formats::json::FilesVersion;
-use crate::formats::model::{Axis, Dataset, Item, PropertyId, ScalarProperty};
+use crate::formats::model::{Axis, Dataset, Item, Payload, PropertyId, ScalarProperty};
 use crate::formats::scalar::Scalar;
 use crate::formats::source::{Layout, NamedDataset, Target};
 use crate::formats::strings::Strings;
@@ -68,6 +68,32 @@ pub struct StagedFile {
     pub disk: PathBuf,
     /// Its modification time.
     pub mtime: SystemTime,
+}
+
+/// A `.data` written through the FilesDaf view must have exactly the size the axes and the type
+/// give. (Sources may have longer ones, shown at their logical size; a write that does is a
+/// writer's mistake, or was written against an axis of another length.)
+fn written_data_fits(item: &Item, staged: &[StagedFile]) -> Result<(), CommitError> {
+    let Item::Property(property) = item else {
+        return Ok(());
+    };
+    let Payload::Dense { data, .. } = &property.payload else {
+        return Ok(());
+    };
+    let Some(file) = staged.iter().find(|f| f.rel.ends_with(".data")) else {
+        return Ok(());
+    };
+    let written = std::fs::metadata(&file.disk)
+        .map_err(|e| StoreError::io(&file.disk, e))?
+        .len();
+    let needed = data.len()?;
+    if written != needed {
+        return Err(CommitError::Invalid(format!(
+            "{}: {written} bytes where the axes and the element type need {needed}",
+            file.rel
+        )));
+    }
+    Ok(())
 }
 
 /// Reads item `id` from `index` (keys relative to the data set root) in `layout`.
@@ -232,6 +258,9 @@ pub fn commit(
         Err(FormatError::Store(e)) => return Err(e.into()),
         Err(e) => return Err(CommitError::Invalid(e.to_string())),
     };
+    if layout == Layout::Files {
+        written_data_fits(&item, staged)?;
+    }
     let checked = match (&item, ds.dataset.shape(id)) {
         (Item::Axis(axis), _) => check_axis(axis),
         (Item::Property(p), Some(shape)) => check_payload(&p.payload, shape),

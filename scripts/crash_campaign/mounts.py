@@ -110,13 +110,14 @@ class Daemon:
 
     def stop(self):
         """Clean unmount; returns the daemon's exit status."""
-        subprocess.run(["fusermount3", "-u", self.mnt], capture_output=True)
+        run = subprocess.run(["fusermount3", "-u", self.mnt], capture_output=True, text=True)
         try:
             status = self.proc.wait(timeout=300)
         except subprocess.TimeoutExpired:
             self.kill()
             unmount(self.mnt)
-            status = "hung"
+            status = (f"hung (no exit 300 s after fusermount3 -u, which exited {run.returncode}"
+                      f"{': ' + run.stderr.strip() if run.stderr.strip() else ''})")
         self.log.close()
         return status
 

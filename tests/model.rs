@@ -229,12 +229,13 @@ impl Model {
                 let Some(data) = self.file("files/vectors/cell/v.data") else {
                     return Ok(None);
                 };
-                if data.len() < 3 {
+                // Exactly the 3 UInt8 of axis `cell` (a written `.data` may not be longer).
+                if data.len() != 3 {
                     return Err(Err::Invalid);
                 }
                 vec![
                     ("files/vectors/cell/v.json", DESCRIPTOR.to_vec()),
-                    ("files/vectors/cell/v.data", data[..3].to_vec()),
+                    ("files/vectors/cell/v.data", data.to_vec()),
                 ]
             }
             Item::Z => {

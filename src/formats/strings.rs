@@ -25,6 +25,21 @@ pub fn encode_vlen<'a>(items: impl Iterator<Item = &'a [u8]>, count: usize) -> V
 
 /// Splits a vlen-utf8 buffer into its items, checking the header count against `expected`.
 pub fn decode_vlen(data: &[u8], expected: u64) -> Result<Vec<&[u8]>, String> {
+    // The count is checked against the buffer before anything is allocated for it.
+    let mut items = Vec::with_capacity(vlen_count(data, expected)? as usize);
+    walk_vlen(data, expected, |item| items.push(item))?;
+    Ok(items)
+}
+
+/// Checks that a vlen-utf8 buffer holds exactly `expected` well-formed items, without
+/// allocating (an axis of millions of entries is checked at mount).
+pub fn check_vlen(data: &[u8], expected: u64) -> Result<(), String> {
+    walk_vlen(data, expected, |_| {})
+}
+
+/// The item count of a vlen-utf8 buffer: its header, which must be `expected` and fit the
+/// buffer (every item takes at least its 4-byte length).
+fn vlen_count(data: &[u8], expected: u64) -> Result<u32, String> {
     let header = data
         .get(..4)
         .ok_or("vlen-utf8 buffer shorter than its header")?;
@@ -34,15 +49,22 @@ pub fn decode_vlen(data: &[u8], expected: u64) -> Result<Vec<&[u8]>, String> {
             "vlen-utf8 buffer holds {count} items, {expected} expected"
         ));
     }
-    // Every item takes at least its 4-byte length: a count the buffer cannot hold is refused
-    // before anything is allocated for it.
     if u64::from(count) > (data.len() as u64 - 4) / 4 {
         return Err(format!(
             "vlen-utf8 buffer of {} bytes cannot hold {count} items",
             data.len()
         ));
     }
-    let mut items = Vec::with_capacity(count as usize);
+    Ok(count)
+}
+
+/// Calls `each` with every item of a vlen-utf8 buffer, checking its whole structure.
+fn walk_vlen<'a>(
+    data: &'a [u8],
+    expected: u64,
+    mut each: impl FnMut(&'a [u8]),
+) -> Result<(), String> {
+    let count = vlen_count(data, expected)?;
     let mut at = 4usize;
     for _ in 0..count {
         let len = data.get(at..at + 4).ok_or("vlen-utf8 buffer cut short")?;
@@ -51,38 +73,8 @@ pub fn decode_vlen(data: &[u8], expected: u64) -> Result<Vec<&[u8]>, String> {
             .checked_add(4 + len)
             .and_then(|end| data.get(at + 4..end))
             .ok_or("vlen-utf8 item runs past the buffer")?;
-        items.push(item);
+        each(item);
         at += 4 + len;
-    }
-    if at != data.len() {
-        return Err(format!(
-            "vlen-utf8 buffer has {} trailing bytes",
-            data.len() - at
-        ));
-    }
-    Ok(items)
-}
-
-/// Checks that a vlen-utf8 buffer holds exactly `expected` well-formed items, without
-/// allocating (an axis of millions of entries is checked at mount).
-pub fn check_vlen(data: &[u8], expected: u64) -> Result<(), String> {
-    let header = data
-        .get(..4)
-        .ok_or("vlen-utf8 buffer shorter than its header")?;
-    let count = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
-    if u64::from(count) != expected {
-        return Err(format!(
-            "vlen-utf8 buffer holds {count} items, {expected} expected"
-        ));
-    }
-    let mut at = 4usize;
-    for _ in 0..count {
-        let len = data.get(at..at + 4).ok_or("vlen-utf8 buffer cut short")?;
-        let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
-        at = at
-            .checked_add(4 + len)
-            .filter(|&end| end <= data.len())
-            .ok_or("vlen-utf8 item runs past the buffer")?;
     }
     if at != data.len() {
         return Err(format!(

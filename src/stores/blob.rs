@@ -38,6 +38,10 @@ pub struct Blob {
 impl Blob {
     /// A blob whose bytes are already there.
     pub fn ready(bytes: Bytes) -> Arc<Blob> {
+        Blob::holding(bytes, None)
+    }
+
+    fn holding(bytes: Bytes, check: Option<Arc<Check>>) -> Arc<Blob> {
         let value = OnceLock::new();
         let known_len = Some(bytes.len());
         let _ = value.set(bytes);
@@ -48,7 +52,7 @@ impl Blob {
             failed: OnceLock::new(),
             producer: None,
             producing: Mutex::new(()),
-            check: None,
+            check,
         })
     }
 
@@ -57,18 +61,7 @@ impl Blob {
     /// The check runs lazily, on first access (see [`Check`]).
     pub fn checked(bytes: Bytes, crc: u32, what: String) -> Arc<Blob> {
         let check = Arc::new(Check::new(bytes.clone(), crc, what));
-        let value = OnceLock::new();
-        let known_len = Some(bytes.len());
-        let _ = value.set(bytes);
-        Arc::new(Blob {
-            known_len,
-            backing: None,
-            value,
-            failed: OnceLock::new(),
-            producer: None,
-            producing: Mutex::new(()),
-            check: Some(check),
-        })
+        Blob::holding(bytes, Some(check))
     }
 
     /// Where the integrity check of this blob stands (`None` when it has no check).

@@ -9,37 +9,13 @@ mod common;
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{force_abort, TestMount, Tree, VECTORS};
+use common::{io_deadline, TestMount, Tree, VECTORS};
 use daf_mount::views::ViewSelection;
 
 /// Listing views of a few hundred thousand files takes a while on a loaded machine.
 const TREE_TIMEOUT: Duration = Duration::from_secs(300);
-
-/// Runs `f` with a deadline; on timeout aborts the mount at `mnt` and fails the test.
-fn with_deadline<R: Send + 'static>(mnt: &Path, f: impl FnOnce() -> R + Send + 'static) -> R {
-    let (tx, rx) = mpsc::channel();
-    let handle = std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(TREE_TIMEOUT) {
-        Ok(r) => {
-            let _ = handle.join();
-            r
-        }
-        Err(mpsc::RecvTimeoutError::Disconnected) => match handle.join() {
-            Err(panic) => std::panic::resume_unwind(panic),
-            Ok(()) => unreachable!("the sender is only dropped after sending or panicking"),
-        },
-        Err(mpsc::RecvTimeoutError::Timeout) => {
-            force_abort(mnt);
-            let _ = handle.join();
-            panic!("reading {} took more than {TREE_TIMEOUT:?}", mnt.display());
-        }
-    }
-}
 
 /// A temporary directory for the source, in memory where possible: writing, reading back and
 /// deleting a hundred thousand files on a shared disk would take longer than the mount itself.
@@ -184,7 +160,7 @@ fn mount_list_and_read(
     eprintln!("mounted in {:?}", started.elapsed());
     let root = mount.path.clone();
     let started = Instant::now();
-    let (listing, files, zarr, read) = with_deadline(&mount.path, move || {
+    let (listing, files, zarr, read) = io_deadline(&mount.path, TREE_TIMEOUT, move || {
         let mut listing: Vec<String> = fs::read_dir(&root)
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())

@@ -72,11 +72,20 @@ pub fn force_abort(path: &Path) {
 
 /// Runs `f` with a deadline; on timeout aborts the mount at `mnt` and fails the test.
 pub fn io_timeout<R: Send + 'static>(mnt: &Path, f: impl FnOnce() -> R + Send + 'static) -> R {
+    io_deadline(mnt, IO_TIMEOUT, f)
+}
+
+/// [`io_timeout`] with another limit (for long walks of big trees).
+pub fn io_deadline<R: Send + 'static>(
+    mnt: &Path,
+    limit: Duration,
+    f: impl FnOnce() -> R + Send + 'static,
+) -> R {
     let (tx, rx) = mpsc::channel();
     let handle = std::thread::spawn(move || {
         let _ = tx.send(f());
     });
-    match rx.recv_timeout(IO_TIMEOUT) {
+    match rx.recv_timeout(limit) {
         Ok(r) => {
             let _ = handle.join();
             r
@@ -90,7 +99,7 @@ pub fn io_timeout<R: Send + 'static>(mnt: &Path, f: impl FnOnce() -> R + Send + 
             force_abort(mnt);
             let _ = handle.join();
             panic!(
-                "file system operation on {} timed out after {IO_TIMEOUT:?}",
+                "file system operation on {} timed out after {limit:?}",
                 mnt.display()
             );
         }

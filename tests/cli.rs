@@ -6,22 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{force_abort, is_mounted, processes_mentioning, start_foreground, BIN, VECTORS};
-
-fn wait_with_deadline(child: &mut Child, mnt: &Path) -> std::process::ExitStatus {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            force_abort(mnt);
-            panic!("daf-mount did not exit in time");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
+use common::{is_mounted, processes_mentioning, start_foreground, wait_exit, BIN, VECTORS};
 
 /// Runs daf-mount to completion and returns (exit code, stderr).
 fn run(args: &[&str]) -> (i32, String) {
@@ -193,7 +178,7 @@ fn signals_and_external_unmounts_end_the_daemon_with_status_0() {
         let mut child = start_foreground_on(&source, &mnt);
         assert!(mnt.join("files_v1_0.daf/daf.json").exists());
         stop(&mut child, &mnt);
-        let status = wait_with_deadline(&mut child, &mnt);
+        let status = wait_exit(&mut child, &mnt, Duration::from_secs(20));
         assert_eq!(status.code(), Some(0), "{how}");
         assert!(!is_mounted(&mnt), "{how} left the mount");
     }
@@ -258,7 +243,7 @@ fn refusals_are_logged_with_the_path_and_the_reason() {
         Some(libc::EPERM)
     );
     assert!(Command::new("umount").arg(&mnt).status().unwrap().success());
-    let status = wait_with_deadline(&mut child, &mnt);
+    let status = wait_exit(&mut child, &mnt, Duration::from_secs(20));
     assert_eq!(status.code(), Some(0));
     let mut log = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut log).unwrap();

@@ -22,9 +22,9 @@ use std::collections::BTreeSet;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{force_abort, is_mounted, BIN, VECTORS};
+use common::{force_abort, is_mounted, wait_exit, BIN, VECTORS};
 
 /// The address-space limit every daemon of this table runs under (mapped sources included).
 const ADDRESS_SPACE: u64 = 4 << 30;
@@ -148,25 +148,9 @@ fn start(source: &str, mnt: &Path) -> Result<Daemon, (i32, String)> {
             stderr,
         }),
         _ => {
-            let status = wait(&mut child, mnt, Duration::from_secs(30));
+            let status = wait_exit(&mut child, mnt, Duration::from_secs(30));
             Err((status.code().unwrap_or(-1), stderr.join().unwrap()))
         }
-    }
-}
-
-fn wait(child: &mut Child, mnt: &Path, limit: Duration) -> std::process::ExitStatus {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            force_abort(mnt);
-            let _ = child.wait();
-            panic!("daf-mount did not exit in time");
-        }
-        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
@@ -352,7 +336,7 @@ fn stop(mut daemon: Daemon) -> String {
         .arg("-u")
         .arg(&daemon.mnt)
         .status();
-    let status = wait(&mut daemon.child, &daemon.mnt, Duration::from_secs(20));
+    let status = wait_exit(&mut daemon.child, &daemon.mnt, Duration::from_secs(20));
     if is_mounted(&daemon.mnt) {
         force_abort(&daemon.mnt);
     }

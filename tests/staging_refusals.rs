@@ -7,7 +7,7 @@ mod common;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use common::{copy_fixture, io_timeout, TestMount};
+use common::{copy_fixture, io_timeout, zip_names, TestMount};
 use daf_mount::views::ViewSelection;
 
 fn errno<T>(r: std::io::Result<T>) -> Option<i32> {
@@ -50,27 +50,6 @@ fn files_under(dir: &Path) -> Vec<String> {
     }
     out.sort();
     out
-}
-
-fn zip_names(archive: &Path) -> Vec<String> {
-    let out = std::process::Command::new("python3")
-        .args([
-            "-c",
-            "import sys, zipfile; print('\\n'.join(zipfile.ZipFile(sys.argv[1]).namelist()))",
-        ])
-        .arg(archive)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(str::to_string)
-        .collect()
 }
 
 #[test]
@@ -516,15 +495,7 @@ fn a_leftover_that_can_never_commit_is_reported_once_by_the_daemon() {
         nix::sys::signal::Signal::SIGTERM,
     )
     .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while child.try_wait().unwrap().is_none() {
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            common::force_abort(&mnt);
-            panic!("daf-mount did not exit");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    common::wait_exit(&mut child, &mnt, std::time::Duration::from_secs(20));
     for result in synced {
         result.unwrap();
     }

@@ -6,7 +6,9 @@ mod common;
 use std::io::Write;
 use std::path::Path;
 
-use common::{assert_same_files, copy_fixture, io_timeout, read_tree, TestMount, VECTORS};
+use common::{
+    assert_same_files, copy_fixture, io_timeout, read_tree, zip_names, TestMount, VECTORS,
+};
 use daf_mount::views::ViewSelection;
 
 /// The FilesDaf files of the properties the tests remove and write back, in writing order.
@@ -658,24 +660,6 @@ fn every_property_kind_written_through_the_zarr_view_lands_in_every_source_kind(
     );
     archive_passes_zip_tools(&one);
     archive_passes_zip_tools(&many);
-}
-
-/// The entry names of a ZIP archive.
-fn zip_names(archive: &Path) -> Vec<String> {
-    let out = std::process::Command::new("python3")
-        .args([
-            "-c",
-            "import sys, zipfile; print('\\n'.join(zipfile.ZipFile(sys.argv[1]).namelist()))",
-        ])
-        .arg(archive)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(str::to_string)
-        .collect()
 }
 
 #[test]

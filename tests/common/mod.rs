@@ -323,3 +323,47 @@ pub fn start_foreground(args: &[&str], stderr: std::process::Stdio) -> std::proc
     assert_eq!(line, "READY\n");
     child
 }
+
+/// Waits (at most `limit`) for `child` to exit; on timeout kills it, aborts the mount at `mnt`
+/// and fails the test.
+pub fn wait_exit(
+    child: &mut std::process::Child,
+    mnt: &Path,
+    limit: Duration,
+) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            force_abort(mnt);
+            let _ = child.wait();
+            panic!("daf-mount did not exit in time");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The entry names of the ZIP archive at `archive` (read by Python's `zipfile`).
+pub fn zip_names(archive: &Path) -> Vec<String> {
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sys, zipfile; print('\\n'.join(zipfile.ZipFile(sys.argv[1]).namelist()))",
+        ])
+        .arg(archive)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}

@@ -410,6 +410,7 @@ pub(crate) fn read_property(
     Ok(Property {
         payload,
         mtime: files.mtime,
+        packed: Default::default(),
     })
 }
 

@@ -12,6 +12,7 @@ pub mod json;
 pub mod model;
 pub mod names;
 pub mod scalar;
+pub mod shard;
 pub mod source;
 pub mod strings;
 pub mod types;

@@ -14,6 +14,7 @@ use crate::stores::Blob;
 
 use super::json::FilesVersion;
 use super::scalar::Scalar;
+use super::shard::Packing;
 use super::strings::Strings;
 use super::types::NumType;
 
@@ -107,6 +108,10 @@ pub struct Property {
     pub payload: Payload,
     /// Modification time.
     pub mtime: SystemTime,
+    /// The arrays of the property the source stores packed (`daf-formats.md` §8), by component:
+    /// `""` for a dense property, `nzind`, `nzval`, `colptr`, `rowval` for sparse ones. Their
+    /// payload blobs are the decoded flat content; the Zarr v3 view shows the shard itself.
+    pub packed: BTreeMap<String, Arc<Packing>>,
 }
 
 /// One Daf data set.

@@ -235,6 +235,7 @@ pub(crate) fn read_property(
         return Ok(Property {
             payload,
             mtime: array.mtime,
+            packed: Default::default(),
         });
     }
     let mtime = index
@@ -302,6 +303,7 @@ pub(crate) fn read_property(
             nzval,
         },
         mtime,
+        packed: Default::default(),
     })
 }
 

@@ -40,3 +40,31 @@ pub fn flat_blob(packing: &Packing, what: String) -> Result<Arc<Blob>, FormatErr
     let _ = (packing, what);
     Err(FormatError::bad("packed arrays are not decoded yet"))
 }
+
+impl Packing {
+    /// The packing of a Zarr v3 array whose codec list is one `sharding_indexed` codec and whose
+    /// chunk grid is a single shard (`meta`: the array's `zarr.json`, parsed; `shard`: its only
+    /// chunk). Refuses (naming nothing: the caller adds the path) unknown codecs.
+    pub fn from_zarr_v3(
+        meta: &Value,
+        eltype: ElementType,
+        shape: Vec<u64>,
+        shard: Arc<Blob>,
+    ) -> Result<Packing, FormatError> {
+        let _ = (meta, eltype, shape, shard);
+        Err(FormatError::bad("packed arrays are not supported yet"))
+    }
+
+    /// The packing of a FilesDaf 1.1 packed payload (`NAME.zip`, `NAME.COMP.zip`): `descriptor`
+    /// is the (component) descriptor object with `packed_format`, `chunk_shape` (Julia order),
+    /// `compression`, `compression_level`, `index_location`; `shape` is in C order.
+    pub fn from_files_descriptor(
+        descriptor: &Value,
+        eltype: ElementType,
+        shape: Vec<u64>,
+        shard: Arc<Blob>,
+    ) -> Result<Packing, FormatError> {
+        let _ = (descriptor, eltype, shape, shard);
+        Err(FormatError::bad("packed arrays are not supported yet"))
+    }
+}

@@ -387,11 +387,18 @@ fn fill_blob(layout: &ChunkLayout) -> Result<Arc<Blob>, FormatError> {
             if layout.fill.len() as u64 != t.size() {
                 return Err(FormatError::bad("fill value does not match the data type"));
             }
-            Blob::fill(Vec::new(), len.checked_mul(t.size()).ok_or_else(too_big)?, layout.fill.clone())
+            Blob::fill(
+                Vec::new(),
+                len.checked_mul(t.size()).ok_or_else(too_big)?,
+                layout.fill.clone(),
+            )
         }
         ArrayKind::Strings => {
             let count = u32::try_from(len).map_err(|_| too_big())?;
-            let bytes = len.checked_mul(4).and_then(|n| n.checked_add(4)).ok_or_else(too_big)?;
+            let bytes = len
+                .checked_mul(4)
+                .and_then(|n| n.checked_add(4))
+                .ok_or_else(too_big)?;
             Blob::fill(count.to_le_bytes().to_vec(), bytes, vec![0; 4])
         }
     })

@@ -352,9 +352,15 @@ mod tests {
         let small = Blob::fill(Vec::new(), 24, vec![0; 8]);
         assert_eq!(small.bytes().unwrap().as_slice(), &[0; 24]);
         let nan = Blob::fill(Vec::new(), 8, f32::NAN.to_le_bytes().to_vec());
-        assert_eq!(nan.bytes().unwrap().as_slice(), [f32::NAN.to_le_bytes(); 2].concat());
+        assert_eq!(
+            nan.bytes().unwrap().as_slice(),
+            [f32::NAN.to_le_bytes(); 2].concat()
+        );
         let strings = Blob::fill(vec![2, 0, 0, 0], 12, vec![0; 4]);
-        assert_eq!(strings.bytes().unwrap().as_slice(), &[2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(
+            strings.bytes().unwrap().as_slice(),
+            &[2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+        );
         assert!(Blob::fill(Vec::new(), 1 << 40, vec![1]).bytes().is_err());
         assert!(!Blob::ready(Bytes::empty()).is_fill());
     }

@@ -456,6 +456,8 @@ mod tests {
             (format!("{VECTORS}/files_v1_0.daf"), vec!["files_v1_0"]),
             (format!("{VECTORS}/zarr_v2.daf.zarr"), vec!["zarr_v2"]),
             (format!("{VECTORS}/zarr_v2.daf.zarr.zip"), vec!["zarr_v2"]),
+            (format!("{VECTORS}/zarr_v3.daf.zarr"), vec!["zarr_v3"]),
+            (format!("{VECTORS}/zarr_v3.daf.zarr.zip"), vec!["zarr_v3"]),
             (
                 format!("{VECTORS}/zipdaf_v1_0.daf.zip"),
                 vec!["zipdaf_v1_0"],
@@ -472,6 +474,63 @@ mod tests {
                 "{path}"
             );
         }
+    }
+
+    /// Packs fixture directories into one ZIP, each under its group prefix (stored entries).
+    fn pack(archive: &Path, groups: &[(&str, &str)]) {
+        let script = r#"
+import os, sys, zipfile
+with zipfile.ZipFile(sys.argv[1], "w") as z:
+    for pair in sys.argv[2:]:
+        src, prefix = pair.split("=")
+        for root, dirs, files in sorted(os.walk(src)):
+            for name in sorted(files):
+                full = os.path.join(root, name)
+                z.write(full, prefix + os.path.relpath(full, src))
+"#;
+        let mut cmd = std::process::Command::new("python3");
+        cmd.args(["-c", script]).arg(archive);
+        for (fixture, prefix) in groups {
+            cmd.arg(format!("{VECTORS}/{fixture}={prefix}"));
+        }
+        assert!(cmd.status().unwrap().success());
+    }
+
+    #[test]
+    fn multi_archives_list_v3_and_v2_groups() {
+        let tmp = tempfile::tempdir().unwrap();
+        let archive = tmp.path().join("many.dafs.zarr.zip");
+        pack(
+            &archive,
+            &[
+                ("zarr_v3.daf.zarr", "g1/"),
+                ("zarr_v3.daf.zarr", "deep/g2/"),
+                ("zarr_v2.daf.zarr", "old/"),
+            ],
+        );
+        let whole = open_source(archive.to_str().unwrap()).unwrap();
+        let got: Vec<(&str, Option<u8>)> = whole
+            .datasets
+            .iter()
+            .map(|d| (d.name.as_str(), d.dataset.zarr_format))
+            .collect();
+        assert_eq!(
+            got,
+            [("deep/g2", Some(3)), ("g1", Some(3)), ("old", Some(2))]
+        );
+        for ds in &whole.datasets {
+            assert_eq!(ds.dataset.vectors["cell"].len(), 4, "{}", ds.name);
+        }
+        let one = open_source(&format!("{}#/deep/g2", archive.display())).unwrap();
+        assert_eq!(one.datasets[0].name, "g2");
+        assert_eq!(one.datasets[0].dataset.zarr_format, Some(3));
+        // A v3 group without attributes.daf is no data set.
+        let plain = tmp.path().join("plain.dafs.zarr.zip");
+        pack(&plain, &[("zarr_v3.daf.zarr/vectors", "g/")]);
+        let err = open_source(plain.to_str().unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("no data set found"), "{err}");
     }
 
     #[test]

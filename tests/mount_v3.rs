@@ -66,18 +66,11 @@ fn multi_data_set_archive_with_v3_and_v2_groups() {
     require_fuse!();
     let tmp = tempfile::tempdir().unwrap();
     let archive = tmp.path().join("many.dafs.zarr.zip");
-    let script = r#"
-import os, sys, zipfile
-with zipfile.ZipFile(sys.argv[1], "w") as z:
-    for pair in sys.argv[2:]:
-        src, prefix = pair.split("=")
-        for root, dirs, files in sorted(os.walk(src)):
-            for name in sorted(files):
-                full = os.path.join(root, name)
-                z.write(full, prefix + os.path.relpath(full, src))
-"#;
     let packed = Command::new("python3")
-        .args(["-c", script])
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/data/v3/pack_zip.py"
+        ))
         .arg(&archive)
         .arg(format!("{VECTORS}/zarr_v3.daf.zarr=g1/"))
         .arg(format!("{VECTORS}/zarr_v3.daf.zarr=deep/g2/"))

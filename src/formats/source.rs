@@ -478,18 +478,12 @@ mod tests {
 
     /// Packs fixture directories into one ZIP, each under its group prefix (stored entries).
     fn pack(archive: &Path, groups: &[(&str, &str)]) {
-        let script = r#"
-import os, sys, zipfile
-with zipfile.ZipFile(sys.argv[1], "w") as z:
-    for pair in sys.argv[2:]:
-        src, prefix = pair.split("=")
-        for root, dirs, files in sorted(os.walk(src)):
-            for name in sorted(files):
-                full = os.path.join(root, name)
-                z.write(full, prefix + os.path.relpath(full, src))
-"#;
         let mut cmd = std::process::Command::new("python3");
-        cmd.args(["-c", script]).arg(archive);
+        cmd.arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/data/v3/pack_zip.py"
+        ))
+        .arg(archive);
         for (fixture, prefix) in groups {
             cmd.arg(format!("{VECTORS}/{fixture}={prefix}"));
         }

@@ -245,6 +245,25 @@ pub fn checked_product(dims: &[u64]) -> Option<u64> {
     dims.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d))
 }
 
+/// Checks an untrusted shape and chunk shape: as many dimensions (at most [`MAX_DIMENSIONS`]),
+/// no zero chunk length, and element counts whose byte sizes (8 bytes at most per element) fit
+/// a `u64`.
+pub fn check_grid(shape: &[u64], chunks: &[u64]) -> Result<(), String> {
+    if chunks.len() != shape.len() || chunks.contains(&0) {
+        return Err("chunks do not match shape".into());
+    }
+    if shape.len() > MAX_DIMENSIONS {
+        return Err(format!("more than {MAX_DIMENSIONS} dimensions"));
+    }
+    let too_big = |what: &str, dims: &[u64]| format!("{what} {dims:?} has too many elements");
+    let elements = checked_product(shape).ok_or_else(|| too_big("shape", shape))?;
+    let chunk_elements = checked_product(chunks).ok_or_else(|| too_big("chunks", chunks))?;
+    if elements.checked_mul(8).is_none() || chunk_elements.checked_mul(8).is_none() {
+        return Err(too_big("shape or chunks", shape));
+    }
+    Ok(())
+}
+
 /// `count × size` if it is at most [`MAX_DECODED_BYTES`], else an error naming `what`.
 fn within_limit(count: u64, size: u64, what: &str) -> Result<u64, String> {
     match count.checked_mul(size) {

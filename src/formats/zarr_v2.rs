@@ -20,8 +20,8 @@ use super::scalar::Scalar;
 use super::shard::Packing;
 use super::types::{Endian, NumType};
 use super::zarr_decode::{
-    assemble_numeric, assemble_strings, checked_product, ArrayKind, ChunkLayout, Compressor,
-    StoredChunks, MAX_DIMENSIONS,
+    assemble_numeric, assemble_strings, check_grid, checked_product, ArrayKind, ChunkLayout,
+    Compressor, StoredChunks,
 };
 use super::FormatError;
 
@@ -117,19 +117,7 @@ fn parse_zarray(bytes: &[u8]) -> Result<ChunkLayout, String> {
     };
     let shape = dims("shape")?;
     let chunks = dims("chunks")?;
-    if chunks.len() != shape.len() || chunks.contains(&0) {
-        return Err("chunks do not match shape".into());
-    }
-    if shape.len() > MAX_DIMENSIONS {
-        return Err(format!("more than {MAX_DIMENSIONS} dimensions"));
-    }
-    let too_big = |what: &str, dims: &[u64]| format!("{what} {dims:?} has too many elements");
-    // Element counts and byte sizes (8 bytes at most per element) must fit a u64.
-    let elements = checked_product(&shape).ok_or_else(|| too_big("shape", &shape))?;
-    let chunk_elements = checked_product(&chunks).ok_or_else(|| too_big("chunks", &chunks))?;
-    if elements.checked_mul(8).is_none() || chunk_elements.checked_mul(8).is_none() {
-        return Err(too_big("shape or chunks", &shape));
-    }
+    check_grid(&shape, &chunks)?;
     let dtype = meta
         .get("dtype")
         .and_then(Value::as_str)

@@ -25,7 +25,7 @@ use super::model::{Axis, Property, ScalarProperty};
 use super::shard::{flat_blob, Packing};
 use super::types::{ElementType, Endian, NumType};
 use super::zarr_daf::{read_axis_of, read_property_of, read_scalar_of, ZarrVersion};
-use super::zarr_decode::{checked_product, ArrayKind, ChunkLayout, Compressor, MAX_DIMENSIONS};
+use super::zarr_decode::{check_grid, ArrayKind, ChunkLayout, Compressor};
 use super::zarr_v2::{open_chunked, parse_fill, stored_chunks, ZarrArray};
 use super::FormatError;
 
@@ -185,22 +185,14 @@ fn parse_array(meta: &Value) -> Result<V3Layout, String> {
         return Err("not a Zarr v3 array".into());
     }
     let shape = dims(meta, "/shape")?;
-    if shape.is_empty() || shape.len() > MAX_DIMENSIONS {
-        return Err(format!("{} dimensions", shape.len()));
+    if shape.is_empty() {
+        return Err("0-dimensional arrays are not supported".into());
     }
     if meta.pointer("/chunk_grid/name").and_then(Value::as_str) != Some("regular") {
         return Err("chunk grid is not \"regular\"".into());
     }
     let chunks = dims(meta, "/chunk_grid/configuration/chunk_shape")?;
-    if chunks.len() != shape.len() || chunks.contains(&0) {
-        return Err("chunk_shape does not match shape".into());
-    }
-    let too_big = |what: &str, dims: &[u64]| format!("{what} {dims:?} has too many elements");
-    let elements = checked_product(&shape).ok_or_else(|| too_big("shape", &shape))?;
-    let chunk_elements = checked_product(&chunks).ok_or_else(|| too_big("chunks", &chunks))?;
-    if elements.checked_mul(8).is_none() || chunk_elements.checked_mul(8).is_none() {
-        return Err(too_big("shape or chunks", &shape));
-    }
+    check_grid(&shape, &chunks)?;
     if meta
         .get("storage_transformers")
         .and_then(Value::as_array)

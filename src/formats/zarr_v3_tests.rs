@@ -292,11 +292,15 @@ fn hostile_array_documents_are_refused() {
     let score = r#"{"chunk_grid":{"configuration":{"chunk_shape":[3]},"name":"regular"},"chunk_key_encoding":{"configuration":{"separator":"/"},"name":"default"},"codecs":[{"configuration":{"endian":"little"},"name":"bytes"}],"data_type":"float32","fill_value":0.0,"node_type":"array","shape":[3],"zarr_format":3}"#;
     for (from, to, message) in [
         ("\"shape\":[3]", "\"shape\":[-3]", "bad \"shape\""),
-        ("\"chunk_shape\":[3]", "\"chunk_shape\":[0]", "chunk_shape"),
+        (
+            "\"chunk_shape\":[3]",
+            "\"chunk_shape\":[0]",
+            "chunks do not match shape",
+        ),
         (
             "\"shape\":[3]",
             "\"shape\":[4294967296,4294967296]",
-            "chunk_shape",
+            "chunks do not match shape",
         ),
         ("\"float32\"", "\"complex64\"", "unsupported data_type"),
         ("\"regular\"", "\"rectilinear\"", "not \"regular\""),

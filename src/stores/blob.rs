@@ -91,7 +91,14 @@ impl Blob {
         len: Option<u64>,
         producer: impl Fn() -> Result<Bytes, StoreError> + Send + Sync + 'static,
     ) -> Arc<Blob> {
-        Arc::new(Blob {
+        Arc::new(Blob::unproduced(len, producer))
+    }
+
+    fn unproduced(
+        len: Option<u64>,
+        producer: impl Fn() -> Result<Bytes, StoreError> + Send + Sync + 'static,
+    ) -> Blob {
+        Blob {
             known_len: len,
             backing: None,
             value: OnceLock::new(),
@@ -100,7 +107,7 @@ impl Blob {
             producing: Mutex::new(()),
             check: None,
             fill: false,
-        })
+        }
     }
 
     /// A lazy blob that is the whole of file `path` (`len` bytes).
@@ -153,14 +160,8 @@ impl Blob {
             Ok(Bytes::from_vec(out))
         };
         Arc::new(Blob {
-            known_len: Some(len),
-            backing: None,
-            value: OnceLock::new(),
-            failed: OnceLock::new(),
-            producer: Some(Box::new(producer)),
-            producing: Mutex::new(()),
-            check: None,
             fill: true,
+            ..Blob::unproduced(Some(len), producer)
         })
     }
 

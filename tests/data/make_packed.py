@@ -6,6 +6,7 @@ captured from Julia; plus `foreign_v3.daf.zarr`, whose arrays zarr-python 3 writ
 and zarr 3 (run it with /work/main/.venv/zarr3/bin/python or scripts/test's .venv/zarr3); no network. The ZIP
 writer is the one of ../../../shared/fixtures/vectors/gen_vectors.py (copied, §7.1). Ends with a self-check that
 reproduces the §8 worked example (fixture fpk/zs.files/vectors/cell/score.zip) byte for byte where it is given.
+Reruns give the same bytes, except the gzip header time that zarr-python writes into foreign_v3 chunks.
 
     python tests/data/make_packed.py [OUT]      (OUT defaults to tests/data/packed)
 """

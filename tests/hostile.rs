@@ -360,7 +360,10 @@ fn hostile_sources_never_crash_hang_or_exhaust_the_daemon() {
         .collect();
     // HOSTILE_ONLY=TEXT runs only the cases whose name contains TEXT (while working on them).
     let only = std::env::var("HOSTILE_ONLY").unwrap_or_default();
-    let cases: Vec<Case> = cases.into_iter().filter(|c| c.name.contains(&only)).collect();
+    let cases: Vec<Case> = cases
+        .into_iter()
+        .filter(|c| c.name.contains(&only))
+        .collect();
     let mut failures = Vec::new();
     for case in &cases {
         if let Err(why) = run_case(case) {

@@ -31,6 +31,18 @@ pub struct Packing {
     pub codecs: Value,
     /// Whether the shard index is at the start (DataAxesFormats) or at the end.
     pub index_at_start: bool,
+    /// The shard index's codecs, as a Zarr v3 codec list: [`daf_index_codecs`] for what
+    /// DataAxesFormats writes (and zarr-python's default); a foreign shard may have no `crc32c`.
+    pub index_codecs: Value,
+}
+
+/// The index codecs DataAxesFormats (and zarr-python 3 by default) write:
+/// `[{"configuration":{"endian":"little"},"name":"bytes"},{"name":"crc32c"}]`.
+pub fn daf_index_codecs() -> Value {
+    serde_json::json!([
+        {"configuration": {"endian": "little"}, "name": "bytes"},
+        {"name": "crc32c"}
+    ])
 }
 
 /// The flat content of a packed array: `product(shape) × size` bytes in C order (for strings:

@@ -6,6 +6,7 @@
 
 pub mod files;
 pub mod zarr;
+pub mod zarr_v3;
 
 use std::sync::Arc;
 use std::time::SystemTime;

@@ -14,6 +14,7 @@
 
 pub mod commit;
 pub mod item;
+pub mod item_v3;
 pub mod zip_commit;
 
 use std::collections::BTreeSet;

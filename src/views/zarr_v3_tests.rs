@@ -375,4 +375,3 @@ fn packed_sparse_components_and_an_index_at_the_end() {
     // The index array stays flat.
     assert!(text(&files["vectors/cell/counts/nzind/zarr.json"]).starts_with("{\"chunk_grid\""));
 }
-

@@ -74,6 +74,7 @@ fn array_document(
     shape: &[u64],
     chunk_shape: &[u64],
     codecs: &str,
+    fill: &str,
     attributes: Option<&str>,
 ) -> String {
     let attributes = attributes.map_or(String::new(), |a| format!("\"attributes\":{a},"));
@@ -81,7 +82,7 @@ fn array_document(
         "{{{attributes}\"chunk_grid\":{{\"configuration\":{{\"chunk_shape\":{}}},\"name\":\"regular\"}},\"chunk_key_encoding\":{{\"configuration\":{{\"separator\":\"/\"}},\"name\":\"default\"}},\"codecs\":{codecs},\"data_type\":\"{}\",\"fill_value\":{},\"node_type\":\"array\",\"shape\":{},\"zarr_format\":3}}",
         list(chunk_shape),
         data_type(eltype),
-        fill_value(eltype),
+        fill,
         list(shape),
     )
 }
@@ -90,10 +91,17 @@ fn array_document(
 /// zero length gets chunk length 1 (Zarr refuses chunk lengths of 0).
 pub fn flat_array_json(eltype: ElementType, shape: &[u64]) -> String {
     let chunks: Vec<u64> = shape.iter().map(|&n| n.max(1)).collect();
-    array_document(eltype, shape, &chunks, flat_codecs(eltype), None)
+    array_document(
+        eltype,
+        shape,
+        &chunks,
+        flat_codecs(eltype),
+        fill_value(eltype),
+        None,
+    )
 }
 
-/// The shard shape the view declares for a packed array: `shape` rounded up, per dimension, to a
+/// The shard shape a packed array of `shape` needs at least: `shape` rounded up, per dimension, to a
 /// multiple of the inner chunk shape (Zarr requires the inner chunks to divide the shard; Julia
 /// encodes the edge inner chunk at full size, so its shard bytes are a valid shard of this shape).
 pub fn rounded_shard_shape(shape: &[u64], inner: &[u64]) -> Vec<u64> {
@@ -107,9 +115,10 @@ pub fn rounded_shard_shape(shape: &[u64], inner: &[u64]) -> Vec<u64> {
         .collect()
 }
 
-/// The `zarr.json` of a packed array: one `sharding_indexed` codec over the whole (rounded-up)
-/// array, with the packing's inner chunk shape, inner codecs, index codecs and index location,
-/// and DataAxesFormats' `daf_packed_format` attribute.
+/// The `zarr.json` of a packed array: one `sharding_indexed` codec over the whole array, with the
+/// packing's shard shape (at least the array shape, rounded up to whole inner chunks), inner chunk
+/// shape, inner codecs, index codecs, index location and fill value (what absent inner chunks
+/// hold), and DataAxesFormats' `daf_packed_format` attribute.
 pub fn packed_array_json(packing: &Packing) -> String {
     let index_location = if packing.index_at_start {
         "start"
@@ -122,11 +131,23 @@ pub fn packed_array_json(packing: &Packing) -> String {
         compact(&packing.codecs),
         compact(&packing.index_codecs),
     );
+    let shard_shape = if packing.shard_shape.len() == packing.shape.len() {
+        packing.shard_shape.clone()
+    } else {
+        rounded_shard_shape(&packing.shape, &packing.inner)
+    };
+    // DataAxesFormats' fill value is the type's; a foreign shard keeps its own (absent inner
+    // chunks hold it).
+    let fill = match &packing.fill_value {
+        Value::Null => fill_value(packing.eltype).to_string(),
+        other => compact(other),
+    };
     array_document(
         packing.eltype,
         &packing.shape,
-        &rounded_shard_shape(&packing.shape, &packing.inner),
+        &shard_shape,
         &codecs,
+        &fill,
         Some(PACKED_ATTRIBUTES),
     )
 }
@@ -215,7 +236,8 @@ impl V3Builder {
         mtime: SystemTime,
     ) {
         let empty = shape.contains(&0);
-        match packing {
+        // A FilesDaf "zipped" shard has no Zarr index: shown flat (its decoded content).
+        match packing.filter(|p| p.has_zarr_index()) {
             Some(p) => {
                 let chunk = (!empty).then(|| p.shard.clone());
                 self.array(path, packed_array_json(p), p.shape.len(), chunk, mtime);

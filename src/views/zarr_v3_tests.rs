@@ -7,7 +7,6 @@ use std::path::Path;
 use super::*;
 use crate::formats::model::ScalarProperty;
 use crate::formats::scalar::ScalarValue;
-use crate::formats::shard::daf_index_codecs;
 use crate::formats::zarr_daf::read_zarr_daf;
 use crate::stores::dir::open_directory;
 use crate::views::{zarr, ViewNode};
@@ -290,14 +289,19 @@ fn zstd_packing(shape: Vec<u64>, inner: Vec<u64>, shard: Arc<Blob>) -> Packing {
     Packing {
         shard,
         eltype: ElementType::Num(NumType::Float64),
-        shape,
-        inner,
         codecs: serde_json::json!([
             {"name": "bytes", "configuration": {"endian": "little"}},
             {"name": "zstd", "configuration": {"level": 5, "checksum": false}}
         ]),
         index_at_start: true,
-        index_codecs: daf_index_codecs(),
+        shard_shape: rounded_shard_shape(&shape, &inner),
+        shape,
+        inner,
+        fill_value: serde_json::json!(0.0),
+        index_codecs: serde_json::json!([
+            {"name": "bytes", "configuration": {"endian": "little"}},
+            {"name": "crc32c"}
+        ]),
     }
 }
 
@@ -350,6 +354,7 @@ fn packed_sparse_components_and_an_index_at_the_end() {
     let shard = Blob::ready(Bytes::from_vec(vec![1; 50]));
     let mut packing = zstd_packing(vec![2], vec![1024], shard.clone());
     packing.eltype = ElementType::Num(NumType::Int64);
+    packing.fill_value = serde_json::json!(0);
     packing.index_at_start = false;
     packing.index_codecs =
         serde_json::json!([{"name": "bytes", "configuration": {"endian": "little"}}]);
@@ -374,4 +379,46 @@ fn packed_sparse_components_and_an_index_at_the_end() {
     );
     // The index array stays flat.
     assert!(text(&files["vectors/cell/counts/nzind/zarr.json"]).starts_with("{\"chunk_grid\""));
+}
+
+#[test]
+fn foreign_shards_keep_their_shard_shape_and_fill_and_zipped_shards_show_flat() {
+    let mut ds = fixture_dataset();
+    let shard = Blob::ready(Bytes::from_vec(vec![3; 64]));
+    let flat = Blob::ready(Bytes::from_vec(vec![0; 24]));
+    let mut foreign = zstd_packing(vec![3], vec![2], shard.clone());
+    foreign.shard_shape = vec![8];
+    foreign.fill_value = Value::from("NaN");
+    let mut zipped = zstd_packing(vec![3], vec![2], shard.clone());
+    zipped.index_codecs = Value::Null;
+    for (name, packing) in [("foreign", foreign), ("zipped", zipped)] {
+        let mut packed = BTreeMap::new();
+        packed.insert(String::new(), Arc::new(packing));
+        let property = Property {
+            payload: Payload::Dense {
+                eltype: NumType::Float64,
+                data: flat.clone(),
+            },
+            mtime: SystemTime::UNIX_EPOCH,
+            packed,
+        };
+        ds.vectors
+            .get_mut("cell")
+            .unwrap()
+            .insert(name.into(), property);
+    }
+    let files = view_files(&zarr_v3_view(&ds, ""));
+    let doc = text(&files["vectors/cell/foreign/zarr.json"]);
+    assert!(
+        doc.contains("\"chunk_grid\":{\"configuration\":{\"chunk_shape\":[8]}"),
+        "{doc}"
+    );
+    assert!(doc.contains("\"fill_value\":\"NaN\","), "{doc}");
+    assert!(Arc::ptr_eq(&files["vectors/cell/foreign/c/0"], &shard));
+    // No Zarr index: the decoded content, as a flat array.
+    assert_eq!(
+        text(&files["vectors/cell/zipped/zarr.json"]),
+        flat_array_json(ElementType::Num(NumType::Float64), &[3])
+    );
+    assert!(Arc::ptr_eq(&files["vectors/cell/zipped/c/0"], &flat));
 }

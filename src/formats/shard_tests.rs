@@ -1,0 +1,1 @@
+//! Tests of packed arrays: constructors, the §8 worked example, decoding and ranged reads.

@@ -23,6 +23,7 @@ pub mod validate;
 pub mod zarr_daf;
 pub mod zarr_decode;
 pub mod zarr_v2;
+pub mod zarr_v3;
 
 use std::path::PathBuf;
 

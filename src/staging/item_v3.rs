@@ -16,6 +16,7 @@
 use serde_json::{Map, Value};
 
 use crate::formats::model::PropertyId;
+use crate::formats::zarr_v3;
 use crate::formats::FormatError;
 use crate::stores::{StoreError, StoreIndex};
 
@@ -201,114 +202,20 @@ fn arrays_of(index: &StoreIndex, path: &str) -> Result<Option<Vec<String>>, Form
 }
 
 /// Whether the staged Zarr v3 nodes of `id` are all there: the node's `zarr.json`, and every
-/// chunk of every array (for a sparse group: its index arrays and `nzval`).
+/// chunk of every array (for a sparse group: its index arrays and `nzval`), counted by
+/// [`zarr_v3::all_chunks_stored`] with the chunk key encoding each `zarr.json` names.
 pub fn complete(index: &StoreIndex, id: &PropertyId) -> Result<bool, FormatError> {
     let Some(arrays) = arrays_of(index, &id.path())? else {
         return Ok(false);
     };
     for array in arrays {
-        if !index.contains(&format!("{array}/zarr.json")) || !all_chunks_stored(index, &array)? {
+        if !index.contains(&format!("{array}/zarr.json"))
+            || !zarr_v3::all_chunks_stored(index, &array)?
+        {
             return Ok(false);
         }
     }
     Ok(true)
-}
-
-/// How an array names its chunks.
-struct KeyEncoding {
-    /// `c` prefix (default encoding) or none (v2).
-    prefixed: bool,
-    separator: char,
-}
-
-impl KeyEncoding {
-    fn parse(meta: &Map<String, Value>) -> Result<KeyEncoding, String> {
-        let Some(encoding) = meta.get("chunk_key_encoding") else {
-            return Ok(KeyEncoding {
-                prefixed: true,
-                separator: '/',
-            });
-        };
-        let name = encoding.get("name").and_then(Value::as_str);
-        let separator = encoding
-            .get("configuration")
-            .and_then(|c| c.get("separator"))
-            .and_then(Value::as_str);
-        let (prefixed, default) = match name {
-            Some("default") => (true, '/'),
-            Some("v2") => (false, '.'),
-            _ => return Err("unknown chunk_key_encoding".into()),
-        };
-        let separator = match separator {
-            None => default,
-            Some("/") => '/',
-            Some(".") => '.',
-            Some(other) => return Err(format!("unknown chunk key separator {other:?}")),
-        };
-        Ok(KeyEncoding {
-            prefixed,
-            separator,
-        })
-    }
-
-    /// The coordinates of chunk key `key` (relative to the array), if it is one.
-    fn coordinates(&self, key: &str) -> Option<Vec<u64>> {
-        let rest = if self.prefixed {
-            key.strip_prefix('c')?.strip_prefix(self.separator)?
-        } else {
-            key
-        };
-        rest.split(self.separator)
-            .map(|c| if digits(c) { c.parse().ok() } else { None })
-            .collect()
-    }
-}
-
-fn dims(what: &str, value: Option<&Value>) -> Result<Vec<u64>, String> {
-    value
-        .and_then(Value::as_array)
-        .and_then(|a| a.iter().map(Value::as_u64).collect::<Option<Vec<_>>>())
-        .ok_or_else(|| format!("bad \"{what}\""))
-}
-
-/// Whether every chunk of the Zarr v3 array under `key` is stored: the stored keys that parse as
-/// chunk coordinates inside its grid are counted against the grid's size (the grid is never
-/// enumerated).
-pub fn all_chunks_stored(index: &StoreIndex, key: &str) -> Result<bool, FormatError> {
-    let meta_key = format!("{key}/zarr.json");
-    let entry = index
-        .get(&meta_key)
-        .ok_or_else(|| FormatError::MissingFile(meta_key.clone()))?;
-    let bad = |why: String| FormatError::bad(format!("{meta_key}: {why}"));
-    let meta =
-        object(entry.blob.bytes()?.as_slice()).ok_or_else(|| bad("not a JSON object".into()))?;
-    let shape = dims("shape", meta.get("shape")).map_err(bad)?;
-    let chunks = dims(
-        "chunk_grid.configuration.chunk_shape",
-        meta.get("chunk_grid")
-            .and_then(|g| g.get("configuration"))
-            .and_then(|c| c.get("chunk_shape")),
-    )
-    .map_err(bad)?;
-    if chunks.len() != shape.len() || chunks.contains(&0) {
-        return Err(bad("chunk_shape does not match shape".into()));
-    }
-    let grid: Vec<u64> = shape
-        .iter()
-        .zip(&chunks)
-        .map(|(&n, &c)| n.div_ceil(c))
-        .collect();
-    let Some(total) = grid.iter().try_fold(1u64, |acc, &n| acc.checked_mul(n)) else {
-        return Err(bad("chunk grid too large".into()));
-    };
-    let encoding = KeyEncoding::parse(&meta).map_err(bad)?;
-    let below = index.subtree(key);
-    let stored = below
-        .keys()
-        .filter_map(|k| encoding.coordinates(k))
-        .filter(|c| c.len() == grid.len() && c.iter().zip(&grid).all(|(i, n)| i < n))
-        .count() as u64;
-    Ok(stored == total)
 }
 
 /// Daf nodes carry no attributes: an item's `zarr.json` whose `attributes` are anything but `{}`

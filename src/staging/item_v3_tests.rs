@@ -208,7 +208,7 @@ fn items_are_complete_when_every_chunk_of_every_array_is_staged() {
     assert!(!complete(&index(&files[..2]), &m("t").unwrap()).unwrap());
 
     // v2 chunk keys, as the zarr.json says.
-    let v2 = "{\"shape\":[5],\"chunk_grid\":{\"name\":\"regular\",\"configuration\":{\"chunk_shape\":[3]}},\"chunk_key_encoding\":{\"name\":\"v2\",\"configuration\":{\"separator\":\".\"}},\"node_type\":\"array\",\"zarr_format\":3}";
+    let v2 = "{\"data_type\":\"int64\",\"fill_value\":0,\"codecs\":[{\"name\":\"bytes\",\"configuration\":{\"endian\":\"little\"}}],\"shape\":[5],\"chunk_grid\":{\"name\":\"regular\",\"configuration\":{\"chunk_shape\":[3]}},\"chunk_key_encoding\":{\"name\":\"v2\",\"configuration\":{\"separator\":\".\"}},\"node_type\":\"array\",\"zarr_format\":3}";
     let files = [
         ("vectors/cell/k/zarr.json", v2),
         ("vectors/cell/k/0", "x"),
@@ -226,7 +226,7 @@ fn items_are_complete_when_every_chunk_of_every_array_is_staged() {
 #[test]
 fn sparse_items_need_their_index_arrays_and_nzval() {
     let group = "{\"node_type\":\"group\",\"zarr_format\":3}";
-    let array = "{\"shape\":[2],\"chunk_grid\":{\"name\":\"regular\",\"configuration\":{\"chunk_shape\":[2]}},\"node_type\":\"array\",\"zarr_format\":3}";
+    let array = "{\"chunk_key_encoding\":{\"name\":\"default\"},\"data_type\":\"int64\",\"fill_value\":0,\"codecs\":[{\"name\":\"bytes\",\"configuration\":{\"endian\":\"little\"}}],\"shape\":[2],\"chunk_grid\":{\"name\":\"regular\",\"configuration\":{\"chunk_shape\":[2]}},\"node_type\":\"array\",\"zarr_format\":3}";
     let id = v("cell", "s").unwrap();
     let mut files = vec![
         ("vectors/cell/s/zarr.json", group),

@@ -162,14 +162,6 @@ pub fn single_chunk_key(ndim: usize) -> String {
     format!("c/{}", vec!["0"; ndim.max(1)].join("/"))
 }
 
-/// Whether `blob` is known to hold only the fill value (a missing chunk of a v3 source, made up
-/// by the reader): such a chunk is not listed, as Julia does not store it.
-/// TODO(v3read): `Blob::is_fill()` once the v3 reader's branch is merged.
-fn known_fill(blob: &Blob) -> bool {
-    let _ = blob;
-    false
-}
-
 /// Whether a synthesised scalar chunk holds the fill value (`isequal` to it in Julia: `+0.0`, not
 /// `-0.0`; `0`; `false`; `""`), so Julia would not have stored it.
 fn scalar_is_fill(scalar: &Scalar) -> bool {
@@ -218,7 +210,9 @@ impl V3Builder {
     ) {
         self.view.dir(path, mtime);
         self.document(path, &doc, mtime);
-        if let Some(chunk) = chunk.filter(|c| !known_fill(c)) {
+        // A fill blob (an array the source stored without chunks) is not listed, as Julia
+        // does not store such chunks.
+        if let Some(chunk) = chunk.filter(|c| !c.is_fill()) {
             let key = format!("{path}/{}", single_chunk_key(ndim));
             self.view.file(&key, chunk, mtime);
         }

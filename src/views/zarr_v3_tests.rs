@@ -422,3 +422,26 @@ fn foreign_shards_keep_their_shard_shape_and_fill_and_zipped_shards_show_flat() 
     );
     assert!(Arc::ptr_eq(&files["vectors/cell/zipped/c/0"], &flat));
 }
+
+#[test]
+fn arrays_the_source_stored_without_chunks_have_none() {
+    let mut ds = fixture_dataset();
+    let property = Property {
+        payload: Payload::Dense {
+            eltype: NumType::Float32,
+            data: Blob::fill(Vec::new(), 12, vec![0; 4]),
+        },
+        mtime: SystemTime::UNIX_EPOCH,
+        packed: BTreeMap::new(),
+    };
+    ds.vectors
+        .get_mut("cell")
+        .unwrap()
+        .insert("zeros".into(), property);
+    let files = view_files(&zarr_v3_view(&ds, ""));
+    assert!(files.contains_key("vectors/cell/zeros/zarr.json"));
+    assert!(!files.contains_key("vectors/cell/zeros/c/0"));
+    assert!(files.contains_key("vectors/cell/score/c/0"));
+    // The v2 view (fill_value null) shows the bytes.
+    assert!(view_files(&zarr::zarr_view(&ds, "")).contains_key("vectors/cell/zeros/0"));
+}

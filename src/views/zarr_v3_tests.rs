@@ -445,3 +445,22 @@ fn arrays_the_source_stored_without_chunks_have_none() {
     // The v2 view (fill_value null) shows the bytes.
     assert!(view_files(&zarr::zarr_view(&ds, "")).contains_key("vectors/cell/zeros/0"));
 }
+
+#[test]
+fn a_v3_source_is_shown_as_it_is_stored() {
+    let path = format!("{VECTORS}/zarr_v3.daf.zarr");
+    let index = open_directory(Path::new(&path)).unwrap();
+    let ds = read_zarr_daf(&index, Path::new(&path)).unwrap();
+    let view = view_files(&zarr_v3_view(&ds, ""));
+    for (path, expected) in fixture_files() {
+        let shown = &view[&path];
+        if path != "zarr.json" {
+            assert_eq!(shown.bytes().unwrap().as_slice(), expected.as_slice(), "{path}");
+        }
+        if path.contains("/c/") && !path.starts_with("scalars/") {
+            // The source's own chunk, not a copy.
+            assert!(Arc::ptr_eq(shown, &index.get(&path).unwrap().blob), "{path}");
+        }
+    }
+    assert_eq!(view.len(), fixture_files().len());
+}

@@ -9,6 +9,9 @@ pub mod files_layout;
 pub mod layout;
 pub mod zarr;
 pub mod zarr_v2_layout;
+pub mod zarr_v3;
+pub mod zarr_v3_layout;
+pub mod zarr_v3_rules;
 
 use std::sync::Arc;
 use std::time::SystemTime;

@@ -123,6 +123,11 @@ fn example_values() -> (Vec<u8>, [Vec<u8>; 2]) {
 
 /// The §8 example shard: index, two zstd entries (method 93), central directory, trailer.
 fn spec_example_shard() -> Vec<u8> {
+    example_shard_with_crcs(None)
+}
+
+/// The §8 example shard, the ZIP CRC-32 of chunk `wrong` (if any) not that of its content.
+fn example_shard_with_crcs(wrong: Option<usize>) -> Vec<u8> {
     let (_, decoded) = example_values();
     let frames = [
         zstd_frame_of_size(&decoded[0], 960),
@@ -134,7 +139,7 @@ fn spec_example_shard() -> Vec<u8> {
     for (k, frame) in frames.iter().enumerate() {
         let name = format!("c/{k}");
         let at = 36 + body.len() as u64;
-        let crc = crc32fast::hash(&decoded[k]);
+        let crc = crc32fast::hash(&decoded[k]) ^ u32::from(wrong == Some(k));
         body.extend(local_header(
             name.as_bytes(),
             93,
@@ -203,6 +208,24 @@ fn the_spec_example_decodes_through_its_index_and_through_its_zip_directory() {
         assert_eq!(blob.known_len(), Some(9600));
         let got = blob.read_range(0, 9600).unwrap();
         assert!(got.as_slice() == values.as_slice(), "{format}");
+    }
+}
+
+#[test]
+fn a_chunk_that_decodes_to_other_bytes_than_its_zip_crc_is_refused() {
+    let (values, _) = example_values();
+    for format in ["indexed+zipped", "zipped"] {
+        let blob = flat_of(
+            &spec_descriptor(format),
+            vec![1200],
+            example_shard_with_crcs(Some(1)),
+        );
+        assert!(blob.read_range(0, 8192).unwrap().as_slice() == &values[..8192]);
+        let e = blob.read_range(8192, 8).unwrap_err().to_string();
+        assert!(
+            e.contains("vectors/cell/score") && e.contains("CRC-32"),
+            "{format}: {e}"
+        );
     }
 }
 

@@ -220,7 +220,9 @@ pub fn view_roots(datasets: &[NamedDataset], selection: ViewSelection) -> Vec<Vi
 /// could list it but never look it up.
 pub fn view_entries(dataset: &Dataset, root: &ViewRoot) -> Vec<ViewEntry> {
     let mut entries = match root.kind {
-        ViewKind::Files => files::files_view(dataset, &root.mount),
+        ViewKind::Files => {
+            files::files_view(dataset, &root.mount, files::default_files_version(dataset))
+        }
         ViewKind::Zarr => zarr::zarr_view(dataset, &root.mount),
     };
     entries.retain(|e| {

@@ -16,7 +16,7 @@ use crate::stores::{Blob, Bytes, Entry, StoreIndex};
 
 use super::json::{parse_descriptor, Descriptor, FilesVersion};
 use super::model::{
-    Axis, Dataset, FilesSource, Payload, Property, ScalarProperty, Shape, SparseIndex,
+    Axis, Dataset, FilesSource, Payload, Property, PropertyId, ScalarProperty, Shape, SparseIndex,
 };
 use super::names::accept_name;
 use super::scalar::Scalar;
@@ -182,6 +182,21 @@ fn source_documents(index: &StoreIndex, dataset: &Dataset) -> FilesSource {
         documents,
         forms,
     }
+}
+
+/// The packed payload files (§8) FilesDaf property `id` may have, which the (flat) FilesDaf view
+/// does not name: a directory source's item loses them too when it is replaced or deleted.
+pub fn packed_payloads(id: &PropertyId) -> Vec<String> {
+    let components: &[&str] = match id {
+        PropertyId::Vector { .. } => &["", ".nzind", ".nzval"],
+        PropertyId::Matrix { .. } => &["", ".colptr", ".rowval", ".nzval"],
+        _ => &[],
+    };
+    let base = id.path();
+    components
+        .iter()
+        .map(|c| format!("{base}{c}.zip"))
+        .collect()
 }
 
 /// The version of a FilesDaf tree (1.0 unless `daf.json` says 1.1).

@@ -7,8 +7,10 @@
 //! The FilesDaf 1.1 view synthesises it from the documents it shows; a commit into a FilesDaf 1.1
 //! directory rebuilds the source's own from the files on disk ([`tree_entries`]).
 
+use std::path::Path;
 use std::sync::Arc;
 
+use crate::stores::dir::{open_directory, write_atomic};
 use crate::stores::{Blob, StoreError, StoreIndex};
 
 use super::json::quote;
@@ -126,6 +128,15 @@ pub fn tree_entries(index: &StoreIndex) -> Result<Vec<(String, IndexValue)>, Sto
         }
     }
     Ok(entries)
+}
+
+/// Rewrites the root `metadata.json` of the FilesDaf 1.1 directory `root` from its files
+/// (atomically: a temporary file renamed into place; it ends with `}`, as the appends of
+/// DataAxesFormats need).
+pub fn refresh(root: &Path) -> Result<(), StoreError> {
+    let text = index_text(tree_entries(&open_directory(root)?)?)?;
+    write_atomic(root, "metadata.json", &text)?;
+    Ok(())
 }
 
 #[cfg(test)]

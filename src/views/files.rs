@@ -253,3 +253,7 @@ fn index_files(file: &mut impl FnMut(&str, &Arc<Blob>), index: &SparseIndex) {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "files_tests.rs"]
+mod tests;

@@ -470,6 +470,15 @@ impl DafFs {
         }
     }
 
+    /// Whether committed file `ino` is served by ranges (a packed array decoded chunk by
+    /// chunk): its whole content must not be asked for (no page fill).
+    pub fn is_ranged(&self, ino: u64) -> bool {
+        matches!(
+            self.namespace().node(ino).map(|n| &n.kind),
+            Some(NodeKind::File(blob)) if blob.is_ranged()
+        )
+    }
+
     /// Whether committed file `ino` failed its integrity check (a stored ZIP member whose CRC-32
     /// is wrong): what the kernel cached of it must be dropped, not kept.
     pub fn failed_check(&self, ino: u64) -> bool {
@@ -504,6 +513,14 @@ impl DafFs {
             }
             buf.truncate(filled);
             return Ok(Bytes::from_vec(buf));
+        }
+        let node_blob = match &self.namespace().node(ino).ok_or(FsError::NotFound)?.kind {
+            NodeKind::File(blob) => Some(blob.clone()),
+            _ => None,
+        };
+        if let Some(blob) = node_blob {
+            // Only the range is made: a packed array decodes just the chunks it touches.
+            return Ok(blob.read_range(offset, u64::from(size))?);
         }
         let content = self.content(ino)?;
         let start = offset.min(content.len());

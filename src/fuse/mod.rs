@@ -182,7 +182,13 @@ impl Filesystem for FuseAdapter {
                 None => {
                     // Committed content never changes under an open handle: keep the page cache.
                     reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE);
-                    let content = || self.core.content(ino.0).ok();
+                    // A ranged file (a packed array) is never produced whole: no page fill.
+                    let content = || {
+                        if self.core.is_ranged(ino.0) {
+                            return None;
+                        }
+                        self.core.content(ino.0).ok()
+                    };
                     let core = self.core.clone();
                     let settle = move || core.settle_check(ino.0);
                     self.page_fill.opened(ino.0, fh, a.size, content, settle);

@@ -7,6 +7,11 @@
 //! may be known before it is produced (`st_size` without work); otherwise asking for the length
 //! produces it.
 //!
+//! A *ranged* blob (a packed array, decoded chunk by chunk) serves [`Blob::read_range`] from its
+//! [`RangeSource`] without ever producing the whole content; its length is always known. Asking
+//! it for all of its bytes still works (the source decides how large a whole read may be) and
+//! caches them like any lazy blob.
+//!
 //! A ready blob may carry an integrity [`Check`] (the CRC-32 of a stored ZIP member): its bytes
 //! are still served straight from the map, and the check runs lazily (see [`Check`]); once it
 //! fails, every later access of the blob, and of every slice of it, is an error.
@@ -19,6 +24,25 @@ pub use super::check::{Check, CheckState};
 use super::StoreError;
 
 type Producer = Box<dyn Fn() -> Result<Bytes, StoreError> + Send + Sync>;
+
+/// Content that is served by byte ranges (see [`Blob::ranged`]).
+pub trait RangeSource: Send + Sync {
+    /// Exactly the bytes `[offset, offset + len)` of the content; the range is within the
+    /// content's length and not empty.
+    fn read_range(&self, offset: u64, len: u64) -> Result<Bytes, StoreError>;
+}
+
+/// A window `[offset, …)` of a ranged blob: a slice that stays ranged.
+struct Window {
+    parent: Arc<Blob>,
+    offset: u64,
+}
+
+impl RangeSource for Window {
+    fn read_range(&self, offset: u64, len: u64) -> Result<Bytes, StoreError> {
+        self.parent.read_range(self.offset + offset, len)
+    }
+}
 
 /// Content that is shared by every file that shows it.
 pub struct Blob {
@@ -33,6 +57,8 @@ pub struct Blob {
     producing: Mutex<()>,
     /// The integrity check guarding this blob's bytes (its own, or its parent's for a slice).
     check: Option<Arc<Check>>,
+    /// Where ranges of a ranged blob come from.
+    ranged: Option<Arc<dyn RangeSource>>,
 }
 
 impl Blob {
@@ -53,6 +79,7 @@ impl Blob {
             producer: None,
             producing: Mutex::new(()),
             check,
+            ranged: None,
         })
     }
 
@@ -92,7 +119,63 @@ impl Blob {
             producer: Some(Box::new(producer)),
             producing: Mutex::new(()),
             check: None,
+            ranged: None,
         })
+    }
+
+    /// A blob of `len` bytes served by ranges from `source` ([`Blob::read_range`] decodes only
+    /// what a read touches); [`Blob::bytes`] reads the whole range `[0, len)` once and keeps it.
+    pub fn ranged(len: u64, source: Arc<dyn RangeSource>) -> Arc<Blob> {
+        let whole = source.clone();
+        let producer = move || {
+            if len == 0 {
+                Ok(Bytes::empty())
+            } else {
+                whole.read_range(0, len)
+            }
+        };
+        Arc::new(Blob {
+            known_len: Some(len),
+            backing: None,
+            value: OnceLock::new(),
+            failed: OnceLock::new(),
+            producer: Some(Box::new(producer)),
+            producing: Mutex::new(()),
+            check: None,
+            ranged: Some(source),
+        })
+    }
+
+    /// Whether reads of this blob are served by ranges (and its whole content was not produced).
+    pub fn is_ranged(&self) -> bool {
+        self.ranged.is_some() && !self.is_materialized()
+    }
+
+    /// Up to `len` bytes from `offset` (fewer at the end of the content, none past it): for a
+    /// ranged blob only that range is made; any other blob is produced whole and sliced.
+    pub fn read_range(&self, offset: u64, len: u64) -> Result<Bytes, StoreError> {
+        if let (Some(source), None, Some(total)) = (&self.ranged, self.value.get(), self.known_len)
+        {
+            let start = offset.min(total);
+            let len = len.min(total - start);
+            if len == 0 {
+                return Ok(Bytes::empty());
+            }
+            let bytes = source.read_range(start, len)?;
+            if bytes.len() != len {
+                return Err(StoreError::Produce(format!(
+                    "a range read gave {} bytes where {len} were asked for",
+                    bytes.len()
+                )));
+            }
+            return Ok(bytes);
+        }
+        let bytes = self.bytes()?;
+        let start = offset.min(bytes.len());
+        let len = len.min(bytes.len() - start);
+        bytes
+            .slice(start, len)
+            .ok_or_else(|| StoreError::Produce(format!("range {start}+{len} is outside its blob")))
     }
 
     /// A lazy blob that is the whole of file `path` (`len` bytes).
@@ -109,6 +192,7 @@ impl Blob {
             producer: Some(Box::new(producer)),
             producing: Mutex::new(()),
             check: None,
+            ranged: None,
         })
     }
 
@@ -121,6 +205,13 @@ impl Blob {
     pub fn slice(parent: &Arc<Blob>, offset: u64, len: u64) -> Arc<Blob> {
         if offset == 0 && parent.known_len == Some(len) {
             return parent.clone();
+        }
+        if parent.ranged.is_some() {
+            let window = Window {
+                parent: parent.clone(),
+                offset,
+            };
+            return Blob::ranged(len, Arc::new(window));
         }
         let check = parent.check.clone();
         let parent = parent.clone();
@@ -138,6 +229,7 @@ impl Blob {
             producing: Mutex::new(()),
             // A slice answers for its parent's check: once that fails, the slice fails too.
             check,
+            ranged: None,
         })
     }
 

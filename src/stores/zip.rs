@@ -101,6 +101,12 @@ pub fn open_archive(path: &Path) -> Result<ZipArchive, StoreError> {
     parse(path, bytes, file_mtime)
 }
 
+/// Parses an archive already in memory (a ZIP inside a file, such as a packed shard); `path`
+/// names it in errors.
+pub fn parse_archive(path: &Path, bytes: Bytes) -> Result<ZipArchive, StoreError> {
+    parse(path, bytes, SystemTime::UNIX_EPOCH)
+}
+
 /// Opens the archive at `path` as a store index (one entry per distinct file name).
 pub fn open_zip(path: &Path) -> Result<StoreIndex, StoreError> {
     Ok(open_archive(path)?.index())

@@ -14,7 +14,6 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::SystemTime;
 
-use crate::formats::files_daf;
 use crate::formats::json::FilesVersion;
 use crate::formats::model::{Axis, Dataset, Item, Payload, PropertyId, ScalarProperty};
 use crate::formats::scalar::Scalar;
@@ -23,6 +22,7 @@ use crate::formats::strings::Strings;
 use crate::formats::validate::{check_axis, check_payload};
 use crate::formats::zarr_decode::ArrayKind;
 use crate::formats::FormatError;
+use crate::formats::{files_daf, files_index};
 use crate::formats::{zarr_daf, zarr_v2};
 use crate::stores::dir::{ensure_dir, file_blob, open_directory, write_atomic};
 use crate::stores::{Entry, StoreError, StoreIndex};
@@ -376,8 +376,10 @@ fn source_files(ds: &NamedDataset, id: &PropertyId) -> Result<Vec<String>, Commi
     Ok(match &ds.target {
         Target::FilesDir { root, version } => files::item_entries(&ds.dataset, id, *version)
             .into_iter()
-            .filter(|e| matches!(e.node, ViewNode::File(_)) && root.join(&e.path).is_file())
+            .filter(|e| matches!(e.node, ViewNode::File(_)))
             .map(|e| e.path)
+            .chain(files_daf::packed_payloads(id))
+            .filter(|rel| root.join(rel).is_file())
             .collect(),
         Target::ZarrDir { root } => {
             let node = root.join(id.path());
@@ -447,6 +449,13 @@ pub fn delete_item(ds: &mut NamedDataset, id: &PropertyId) -> Result<(), CommitE
         refresh_zmetadata(root)?;
     }
     ds.dataset.remove(id);
+    if let Target::FilesDir {
+        root,
+        version: FilesVersion::V1_1,
+    } = &ds.target
+    {
+        files_index::refresh(root)?;
+    }
     Ok(())
 }
 
@@ -509,6 +518,13 @@ fn persist(ds: &NamedDataset, id: &PropertyId) -> Result<StoreIndex, CommitError
             ensure_dir(&root, &format!("matrices/{name}/{other}"))?;
             ensure_dir(&root, &format!("matrices/{other}/{name}"))?;
         }
+    }
+    if let Target::FilesDir {
+        version: FilesVersion::V1_1,
+        ..
+    } = ds.target
+    {
+        files_index::refresh(&root)?;
     }
     if zarr_dir {
         for (key, text) in parent_group_documents(id) {

@@ -148,6 +148,11 @@ pub fn item_entries(
     }
 }
 
+/// Files at the root of a view whose content is derived from every item (the FilesDaf 1.1
+/// index `metadata.json`, consolidated Zarr metadata): when an item changes, they change too,
+/// possibly keeping their size, so the kernel must drop what it cached of them.
+pub const DERIVED_FILES: [&str; 3] = ["metadata.json", ".zmetadata", "zarr.json"];
+
 /// Where one view of one data set sits in the mount.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ViewRoot {
@@ -220,7 +225,9 @@ pub fn view_roots(datasets: &[NamedDataset], selection: ViewSelection) -> Vec<Vi
 /// could list it but never look it up.
 pub fn view_entries(dataset: &Dataset, root: &ViewRoot) -> Vec<ViewEntry> {
     let mut entries = match root.kind {
-        ViewKind::Files => files::files_view(dataset, &root.mount),
+        ViewKind::Files => {
+            files::files_view(dataset, &root.mount, files::default_files_version(dataset))
+        }
         ViewKind::Zarr => zarr::zarr_view(dataset, &root.mount),
     };
     entries.retain(|e| {

@@ -25,7 +25,7 @@ use daf_mount::formats::strings::{count_lines, decode_vlen, encode_vlen, split_l
 use daf_mount::formats::zarr_decode::MAX_DECODED_BYTES;
 use daf_mount::formats::zarr_v2::open_array;
 use daf_mount::stores::{Blob, Bytes, Entry, StoreIndex};
-use daf_mount::views::files::files_view;
+use daf_mount::views::files::{default_files_version, files_view};
 use daf_mount::views::zarr::zarr_view;
 use daf_mount::views::ViewNode;
 
@@ -71,7 +71,7 @@ fn produce_views(dataset: &Dataset) {
     for name in names {
         assert_eq!(check_name(name), None, "{name:?} was accepted");
     }
-    for entry in files_view(dataset, "x")
+    for entry in files_view(dataset, "x", default_files_version(dataset))
         .into_iter()
         .chain(zarr_view(dataset, "x"))
     {

@@ -287,3 +287,56 @@ fn operations_answer_like_a_read_only_file_system() {
     assert_eq!(fs.getattr(axis).unwrap().mtime, source_mtime);
     assert!(fs.stats().inodes > 50);
 }
+
+/// A ranged blob of `len` bytes whose byte `i` is `i % 251`, counting the bytes it makes.
+struct Pattern {
+    made: std::sync::atomic::AtomicU64,
+}
+
+impl crate::stores::blob::RangeSource for Pattern {
+    fn read_range(&self, offset: u64, len: u64) -> Result<Bytes, crate::stores::StoreError> {
+        self.made
+            .fetch_add(len, std::sync::atomic::Ordering::Relaxed);
+        Ok(Bytes::from_vec(
+            (offset..offset + len).map(|i| (i % 251) as u8).collect(),
+        ))
+    }
+}
+
+#[test]
+fn reads_of_a_ranged_file_make_only_the_range() {
+    use crate::formats::model::Payload;
+    use crate::formats::types::NumType;
+    let mut source = open_source(&format!("{VECTORS}/files_v1_0.daf")).unwrap();
+    let pattern = Arc::new(Pattern {
+        made: Default::default(),
+    });
+    let len = 64 << 20;
+    let blob = crate::stores::Blob::ranged(len, pattern.clone());
+    let score = source.datasets[0]
+        .dataset
+        .vectors
+        .get_mut("cell")
+        .and_then(|v| v.get_mut("score"))
+        .unwrap();
+    score.payload = Payload::Dense {
+        eltype: NumType::Float64,
+        data: blob.clone(),
+    };
+    let fs = DafFs::new(source.datasets, ViewSelection::Both, SystemTime::UNIX_EPOCH);
+    let ino = fs
+        .resolve("files_v1_0.daf/vectors/cell/score.data")
+        .unwrap();
+    assert_eq!(fs.getattr(ino).unwrap().size, len);
+    assert!(fs.is_ranged(ino));
+    let got = fs.read(ino, u64::MAX, 10_000_000, 4096).unwrap();
+    let want: Vec<u8> = (10_000_000..10_004_096u64)
+        .map(|i| (i % 251) as u8)
+        .collect();
+    assert_eq!(got.as_slice(), want.as_slice());
+    // The last read is cut at the end of the file.
+    assert_eq!(fs.read(ino, u64::MAX, len - 100, 4096).unwrap().len(), 100);
+    assert!(!blob.is_materialized());
+    let made = pattern.made.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(made, 4096 + 100);
+}

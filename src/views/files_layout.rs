@@ -1,12 +1,12 @@
 //! FilesDaf 1.0 and 1.1 as a [`Layout`]: the FilesDaf view and reader, which files of the view
 //! belong to which item, and where a writer may create files.
 
-use crate::formats::files_daf;
 use crate::formats::json::FilesVersion;
 use crate::formats::model::{Dataset, Item, PropertyId, ScalarProperty};
 use crate::formats::scalar::Scalar;
 use crate::formats::source::Format;
 use crate::formats::FormatError;
+use crate::formats::{files_daf, files_index};
 use crate::stores::{StoreError, StoreIndex};
 
 use super::layout::{Layout, Removal, Staged};
@@ -71,7 +71,7 @@ impl Layout for FilesLayout {
     }
 
     fn view(&self, dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {
-        files::files_view(dataset, prefix)
+        files::files_view(dataset, prefix, self.version)
     }
 
     fn item_entries(&self, dataset: &Dataset, id: &PropertyId) -> Vec<ViewEntry> {
@@ -155,16 +155,19 @@ impl Layout for FilesLayout {
         (Vec::new(), dirs)
     }
 
+    /// FilesDaf 1.1 keeps a root `metadata.json`.
     fn has_index_documents(&self) -> bool {
-        false
+        self.version == FilesVersion::V1_1
     }
 
+    /// The root `metadata.json` of FilesDaf 1.1, rebuilt from the directory's files (§3.5).
     fn index_documents(
         &self,
         _: &Dataset,
-        _: &StoreIndex,
+        index: &StoreIndex,
     ) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
-        Ok(Vec::new())
+        let text = files_index::index_text(files_index::tree_entries(index)?)?;
+        Ok(vec![("metadata.json".into(), text)])
     }
 
     fn removal(&self) -> Removal {

@@ -76,13 +76,14 @@ fn zarr_node_file(rest: &[&str]) -> bool {
 }
 
 /// Whether a new file (or directory) may be created at `rel` of a view: only where a Daf item can
-/// live, plus hidden names (temporary files, Zarr group and array documents).
+/// live, plus hidden names (temporary files, Zarr group and array documents) and the FilesDaf
+/// index `metadata.json` with its rebuild temporary (dropped: derived data).
 pub fn writable_place(kind: ViewKind, rel: &str, is_dir: bool) -> bool {
     let parts: Vec<&str> = rel.split('/').collect();
     let hidden = parts.last().is_some_and(|n| n.starts_with('.'));
     match kind {
         ViewKind::Files => match (is_dir, parts.as_slice()) {
-            (false, [_]) => hidden,
+            (false, [name]) => hidden || [FILES_INDEX, FILES_INDEX_NEW].contains(name),
             (false, ["scalars" | "axes", _])
             | (false, ["vectors", _, _])
             | (false, ["matrices", _, _, _]) => true,
@@ -123,7 +124,9 @@ fn group_document_place(rel: &str) -> bool {
 pub fn is_temporary(kind: ViewKind, rel: &str) -> bool {
     let name = rel.rsplit('/').next().unwrap_or(rel);
     match kind {
-        ViewKind::Files => name.starts_with('.') && property_stem(name).is_none(),
+        ViewKind::Files => {
+            (name.starts_with('.') && property_stem(name).is_none()) || rel == FILES_INDEX_NEW
+        }
         ViewKind::Zarr => {
             name.ends_with(".partial")
                 || name.ends_with(".__lock")
@@ -166,7 +169,7 @@ pub fn refusal(kind: ViewKind, rel: &str) -> Option<String> {
     if item_of(kind, rel).is_some() || is_temporary(kind, rel) {
         return None;
     }
-    if kind == ViewKind::Zarr && group_document_place(rel) {
+    if is_group_document(kind, rel) {
         return None;
     }
     Some(format!(
@@ -176,12 +179,12 @@ pub fn refusal(kind: ViewKind, rel: &str) -> Option<String> {
 
 /// Whether the group document `rel` (not part of an item) with content `new` changes nothing,
 /// given the committed document `old` at that place: equal JSON, a `.zgroup` of Zarr v2, `{}`
-/// attributes, or xarray's `_ARRAY_DIMENSIONS` alone; a writer's `.zmetadata` is derived data
-/// and always dropped. `Err` says why it is refused.
+/// attributes, or xarray's `_ARRAY_DIMENSIONS` alone; a writer's `.zmetadata` or FilesDaf
+/// `metadata.json` is derived data and always dropped. `Err` says why it is refused.
 pub fn group_document_noop(rel: &str, new: &[u8], old: Option<&[u8]>) -> Result<(), String> {
     let name = rel.rsplit('/').next().unwrap_or(rel);
     let parsed: Option<serde_json::Value> = serde_json::from_slice(new).ok();
-    if name == ".zmetadata" || old == Some(new) {
+    if name == ".zmetadata" || rel == FILES_INDEX || old == Some(new) {
         return Ok(());
     }
     if let (Some(old), Some(new)) = (old, &parsed) {
@@ -219,8 +222,18 @@ pub fn group_document_noop(rel: &str, new: &[u8], old: Option<&[u8]>) -> Result<
 
 /// Whether `rel` is a group document outside any item (see [`group_document_noop`]).
 pub fn is_group_document(kind: ViewKind, rel: &str) -> bool {
-    kind == ViewKind::Zarr && item_of(kind, rel).is_none() && group_document_place(rel)
+    match kind {
+        ViewKind::Zarr => item_of(kind, rel).is_none() && group_document_place(rel),
+        // The FilesDaf 1.1 root index, which DataAxesFormats appends to after each write (and
+        // rebuilds through `metadata.json.new`): derived from the items, so always dropped.
+        ViewKind::Files => rel == FILES_INDEX,
+    }
 }
+
+/// The FilesDaf 1.1 root index (`daf-formats.md` §3.5), relative to the view's root.
+const FILES_INDEX: &str = "metadata.json";
+/// The temporary DataAxesFormats rebuilds the index into, then renames over it.
+const FILES_INDEX_NEW: &str = "metadata.json.new";
 
 #[cfg(test)]
 mod tests {

@@ -241,3 +241,41 @@ fn a_1_1_zipdaf_gets_no_metadata_json_entry() {
         "{names:?}"
     );
 }
+
+#[test]
+fn julia_s_appends_to_metadata_json_through_the_view_are_accepted_and_dropped() {
+    require_fuse!();
+    let (_tmp, source) = copy_fixture("files_v1_1.daf");
+    let stored_before = std::fs::read(source.join("metadata.json")).unwrap();
+    let mount = TestMount::writable(source.to_str().unwrap(), ViewSelection::Files);
+    let root = mount.path.clone();
+    let (before, after) = io_timeout(&mount.path, move || {
+        use std::io::{Seek, SeekFrom, Write};
+        let index = root.join("metadata.json");
+        let before = std::fs::read(&index).unwrap();
+        // DataAxesFormats' append: truncate the final `}`, write `,"key":descriptor}`.
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&index)
+            .unwrap();
+        f.set_len(before.len() as u64 - 1).unwrap();
+        f.seek(SeekFrom::End(0)).unwrap();
+        f.write_all(b",\"scalars/x\":{\"type\":\"Int8\",\"value\":1}}")
+            .unwrap();
+        drop(f);
+        // Its rebuild: a staged `metadata.json.new` renamed over the index.
+        let new = root.join("metadata.json.new");
+        std::fs::write(&new, b"{}").unwrap();
+        std::fs::rename(&new, &index).unwrap();
+        assert!(!new.exists());
+        (before, std::fs::read(&index).unwrap())
+    });
+    // The index is derived: what the view shows, and the source's, did not change.
+    assert_eq!(before, after);
+    drop(mount);
+    assert_eq!(
+        std::fs::read(source.join("metadata.json")).unwrap(),
+        stored_before
+    );
+}

@@ -125,14 +125,19 @@ fn every_source_kind_shows_the_fixture_layouts() {
     // view synthesises the root index metadata.json (§3.5), equal as JSON to the fixture's.
     let files_1_0 = fixture("files_v1_0.daf", &["axes/metadata.json"]);
     let files_1_1 = fixture("files_v1_1.daf", &[]);
-    let zarr = fixture("zarr_v2.daf.zarr", &[]);
-    for (source, name, files) in [
-        ("files_v1_0.daf", "files_v1_0", &files_1_0),
-        ("files_v1_1.daf", "files_v1_1", &files_1_1),
-        ("zarr_v2.daf.zarr", "zarr_v2", &files_1_0),
-        ("zarr_v2.daf.zarr.zip", "zarr_v2", &files_1_0),
-        ("zipdaf_v1_0.daf.zip", "zipdaf_v1_0", &files_1_0),
-        ("multi_v1_1.dafs.zip#/g1", "g1", &files_1_1),
+    // Data sets written by DataAxesFormats 0.3 (FilesDaf 1.1, Zarr v3) get a Zarr v3 and a
+    // FilesDaf 1.1 view by default; the others the seed's Zarr v2 and FilesDaf 1.0.
+    let zarr_v2 = fixture("zarr_v2.daf.zarr", &[]);
+    let zarr_v3 = fixture("zarr_v3.daf.zarr", &[]);
+    for (source, name, files, zarr) in [
+        ("files_v1_0.daf", "files_v1_0", &files_1_0, &zarr_v2),
+        ("files_v1_1.daf", "files_v1_1", &files_1_1, &zarr_v3),
+        ("zarr_v2.daf.zarr", "zarr_v2", &files_1_0, &zarr_v2),
+        ("zarr_v2.daf.zarr.zip", "zarr_v2", &files_1_0, &zarr_v2),
+        ("zarr_v3.daf.zarr", "zarr_v3", &files_1_1, &zarr_v3),
+        ("zarr_v3.daf.zarr.zip", "zarr_v3", &files_1_1, &zarr_v3),
+        ("zipdaf_v1_0.daf.zip", "zipdaf_v1_0", &files_1_0, &zarr_v2),
+        ("multi_v1_1.dafs.zip#/g1", "g1", &files_1_1, &zarr_v3),
     ] {
         let fs = mount(&format!("{VECTORS}/{source}"), ViewSelection::Both);
         let root: Vec<String> = fs
@@ -162,9 +167,38 @@ fn every_source_kind_shows_the_fixture_layouts() {
         }
         assert_same_tree(
             &view_of(&fs, &format!("{name}.daf.zarr")),
-            &zarr,
+            zarr,
             &format!("{source} Zarr view"),
         );
+    }
+}
+
+#[test]
+fn the_view_formats_can_be_chosen() {
+    // Each source in each of the four layouts the options ask for.
+    let files_1_0 = fixture("files_v1_0.daf", &["axes/metadata.json"]);
+    let files_1_1 = fixture("files_v1_1.daf", &[]);
+    let zarr_v2 = fixture("zarr_v2.daf.zarr", &[]);
+    let zarr_v3 = fixture("zarr_v3.daf.zarr", &[]);
+    use crate::formats::json::FilesVersion::{V1_0, V1_1};
+    use crate::formats::source::Format::{ZarrV2, ZarrV3};
+    for source in ["files_v1_0.daf", "zarr_v2.daf.zarr", "zarr_v3.daf.zarr.zip"] {
+        for (zarr_format, files_version, zarr, files) in [
+            (ZarrV3, V1_1, &zarr_v3, &files_1_1),
+            (ZarrV2, V1_0, &zarr_v2, &files_1_0),
+        ] {
+            let opened = open_source(&format!("{VECTORS}/{source}")).unwrap();
+            let options = crate::views::ViewOptions {
+                selection: ViewSelection::Both,
+                zarr: Some(zarr_format),
+                files: Some(files_version),
+            };
+            let fs = DafFs::new(opened.datasets, options, SystemTime::UNIX_EPOCH);
+            let name = crate::formats::source::display_name(Path::new(source));
+            let what = format!("{source} as {zarr_format:?}, {files_version:?}");
+            assert_same_tree(&view_of(&fs, &format!("{name}.daf.zarr")), zarr, &what);
+            assert_same_tree(&view_of(&fs, &format!("{name}.daf")), files, &what);
+        }
     }
 }
 

@@ -108,6 +108,10 @@ fn every_error_is_one_line_naming_the_problem_and_the_path() {
     for (args, problem, path) in cases {
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         let (code, stderr) = run(&argv);
+        if is_mounted(&mnt) {
+            // A source that should have been refused was mounted: do not leave the mount behind.
+            let _ = Command::new("fusermount3").arg("-u").arg(&mnt).status();
+        }
         assert_eq!(code, 1, "{args:?}: {stderr}");
         assert_eq!(
             stderr.lines().count(),

@@ -120,10 +120,10 @@ fn view_of(fs: &DafFs, dir: &str) -> BTreeMap<String, Option<Vec<u8>>> {
 fn every_source_kind_shows_the_fixture_layouts() {
     // The seed FilesDaf fixture carries the seed-only sidecar axes/metadata.json, which is an
     // optional cache (§2.8) that the view does not synthesise.
-    // The FilesDaf view of a FilesDaf source is in the source's version (its own files), without
-    // the 1.1 root index metadata.json (§3.5, an optional cache the view does not keep).
+    // The FilesDaf view of a FilesDaf source is in the source's version (its own files); a 1.1
+    // view has the root index metadata.json (§3.5), equal as JSON to Julia's.
     let files_1_0 = fixture("files_v1_0.daf", &["axes/metadata.json"]);
-    let files_1_1 = fixture("files_v1_1.daf", &["metadata.json"]);
+    let files_1_1 = fixture("files_v1_1.daf", &[]);
     let zarr = fixture("zarr_v2.daf.zarr", &[]);
     for (source, name, files) in [
         ("files_v1_0.daf", "files_v1_0", &files_1_0),

@@ -365,11 +365,20 @@ fn gzip_chunks_are_gzip_streams_spanning_name_data_and_trailer() {
     let cd = records.concat();
     shard.extend(&cd);
     shard.extend(trailer(2, cd_offset, cd.len() as u64));
-    for format in ["indexed+zipped", "zipped"] {
+    let gzip = |format: &str| {
         let mut descriptor = spec_descriptor(format);
         descriptor["compression"] = json!("gzip");
-        let blob = flat_of(&descriptor, vec![1200], shard.clone());
+        descriptor
+    };
+    for format in ["indexed+zipped", "zipped"] {
+        let blob = flat_of(&gzip(format), vec![1200], shard.clone());
         let got = blob.read_range(0, 9600).unwrap();
         assert!(got.as_slice() == values.as_slice(), "{format}");
     }
+    // A central record whose local header lies past the shard: an error, not a wild read.
+    let local_offset = cd_offset as usize + 84 - 8;
+    shard[local_offset..local_offset + 8].copy_from_slice(&1_000_000u64.to_le_bytes());
+    let blob = flat_of(&gzip("zipped"), vec![1200], shard);
+    let e = blob.read_range(0, 8).unwrap_err().to_string();
+    assert!(e.contains("chunk 0"), "{e}");
 }

@@ -35,8 +35,10 @@ pub struct Packing {
     pub shape: Vec<u64>,
     /// Inner chunk shape, C order.
     pub inner: Vec<u64>,
-    /// The inner chunks' codecs, as a Zarr v3 codec list (`bytes`/`vlen-utf8`, then at most a
-    /// compressor), e.g. `[{"name":"bytes","configuration":{"endian":"little"}},{"name":"zstd",…}]`.
+    /// The inner chunks' codecs, as a Zarr v3 codec list: for DataAxesFormats `bytes`/`vlen-utf8`
+    /// then at most a compressor, e.g. `[{"name":"bytes","configuration":{"endian":"little"}},
+    /// {"name":"zstd",…}]`; a foreign array's list as it is (`transpose` first, big-endian
+    /// `bytes`, several of `zstd`/`gzip`/`blosc`/`crc32c` are read too).
     pub codecs: Value,
     /// Whether the shard index is at the start (DataAxesFormats) or at the end.
     pub index_at_start: bool,

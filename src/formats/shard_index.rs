@@ -189,37 +189,33 @@ fn zip_chunks(shard: &Bytes, grid: &[u64]) -> Result<ChunkIndex, String> {
             0 => ChunkCrc::Stored(record.crc32),
             _ => ChunkCrc::Decoded(record.crc32),
         };
-        let (chunk, range) = if record.method == 8 {
-            let Some(chunk) = gzip_name_chunk(raw_name) else {
-                continue;
-            };
-            let start = record.local_header_offset + 30;
-            let end = record.data_offset + record.compressed_size + 8;
-            let extra = u16::from_le_bytes([
-                data[record.local_header_offset as usize + 28],
-                data[record.local_header_offset as usize + 29],
-            ]);
-            if extra != 0 || end > data.len() as u64 {
-                return Err(format!(
-                    "gzip chunk {chunk} is not laid out as a gzip stream"
-                ));
-            }
-            (chunk, (start, end - start))
-        } else {
-            let Some(chunk) = path_name_chunk(&record.name, grid) else {
-                continue;
-            };
-            if !matches!(record.method, 0 | 93) {
-                return Err(format!(
-                    "chunk {} has ZIP method {}",
-                    record.name, record.method
-                ));
-            }
-            (chunk, (record.data_offset, record.compressed_size))
+        let chunk = match record.method {
+            8 => gzip_name_chunk(raw_name),
+            _ => path_name_chunk(&record.name, grid),
         };
+        let Some(chunk) = chunk else {
+            continue;
+        };
+        // A defect means the local header cannot be trusted: nothing of it is read.
         if let Some(defect) = &record.defect {
             return Err(format!("chunk {chunk}: {defect}"));
         }
+        let range = match record.method {
+            8 => {
+                let local = record.local_header_offset as usize;
+                let extra = u16::from_le_bytes([data[local + 28], data[local + 29]]);
+                let start = record.local_header_offset + 30;
+                let end = record.data_offset + record.compressed_size + 8;
+                if extra != 0 || end > data.len() as u64 {
+                    return Err(format!(
+                        "gzip chunk {chunk} is not laid out as a gzip stream"
+                    ));
+                }
+                (start, end - start)
+            }
+            0 | 93 => (record.data_offset, record.compressed_size),
+            method => return Err(format!("chunk {chunk} has ZIP method {method}")),
+        };
         let slot = entries
             .get_mut(chunk as usize)
             .ok_or_else(|| format!("chunk {chunk} is outside the grid"))?;

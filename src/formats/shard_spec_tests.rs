@@ -7,6 +7,8 @@ use serde_json::{json, Value};
 
 use super::*;
 use crate::formats::types::NumType;
+use std::path::Path;
+
 use crate::stores::zip::parse_archive;
 use crate::stores::Bytes;
 
@@ -365,11 +367,59 @@ fn gzip_chunks_are_gzip_streams_spanning_name_data_and_trailer() {
     let cd = records.concat();
     shard.extend(&cd);
     shard.extend(trailer(2, cd_offset, cd.len() as u64));
-    for format in ["indexed+zipped", "zipped"] {
+    let gzip = |format: &str| {
         let mut descriptor = spec_descriptor(format);
         descriptor["compression"] = json!("gzip");
-        let blob = flat_of(&descriptor, vec![1200], shard.clone());
+        descriptor
+    };
+    for format in ["indexed+zipped", "zipped"] {
+        let blob = flat_of(&gzip(format), vec![1200], shard.clone());
         let got = blob.read_range(0, 9600).unwrap();
         assert!(got.as_slice() == values.as_slice(), "{format}");
+    }
+    // A central record whose local header lies past the shard: an error, not a wild read.
+    let local_offset = cd_offset as usize + 84 - 8;
+    shard[local_offset..local_offset + 8].copy_from_slice(&1_000_000u64.to_le_bytes());
+    let blob = flat_of(&gzip("zipped"), vec![1200], shard);
+    let e = blob.read_range(0, 8).unwrap_err().to_string();
+    assert!(e.contains("chunk 0"), "{e}");
+}
+
+/// The codec list made from a blosc descriptor is the `codec.json` the shard itself carries
+/// (shards of `tests/data/packed`, written as DataAxesFormats writes them).
+#[test]
+fn blosc_codecs_from_the_descriptor_are_the_shards_codec_json() {
+    let root = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/packed/files_packed.daf"
+    );
+    let cases = [
+        ("vectors/cell/depth", ""),
+        ("vectors/cell/label", ""),
+        ("matrices/gene/batch/umis", "rowval"),
+        ("matrices/gene/batch/umis", "nzval"),
+    ];
+    for (base, component) in cases {
+        let descriptor: Value =
+            serde_json::from_slice(&std::fs::read(format!("{root}/{base}.json")).unwrap()).unwrap();
+        let (spec, payload) = match component {
+            "" => (descriptor, format!("{root}/{base}.zip")),
+            c => (descriptor[c].clone(), format!("{root}/{base}.{c}.zip")),
+        };
+        let shard = std::fs::read(&payload).unwrap();
+        let archive = parse_archive(Path::new(&payload), Bytes::from_vec(shard.clone())).unwrap();
+        let record = archive
+            .records
+            .iter()
+            .find(|r| r.name == "codec.json")
+            .unwrap();
+        let at = record.data_offset as usize;
+        let stored: Value =
+            serde_json::from_slice(&shard[at..at + record.compressed_size as usize]).unwrap();
+        let eltype = ElementType::from_julia_name(spec["eltype"].as_str().unwrap()).unwrap();
+        let packing =
+            Packing::from_files_descriptor(&spec, eltype, vec![100], Blob::ready(Bytes::empty()))
+                .unwrap();
+        assert_eq!(packing.codecs, stored, "{payload}");
     }
 }

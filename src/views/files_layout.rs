@@ -9,7 +9,7 @@ use crate::formats::FormatError;
 use crate::formats::{files_daf, files_index};
 use crate::stores::{StoreError, StoreIndex};
 
-use super::layout::{Layout, Removal, Staged};
+use super::layout::{property_shape, Layout, Removal, Staged};
 use super::{files, ViewEntry};
 
 const VECTOR_FILES: [&str; 6] = ["json", "data", "txt", "nzind", "nzval", "nztxt"];
@@ -66,9 +66,7 @@ impl Layout for FilesLayout {
             }
             PropertyId::Axis(_) => Item::Axis(files_daf::read_axis(index, &format!("{path}.txt"))?),
             _ => {
-                let shape = dataset
-                    .shape(id)
-                    .ok_or_else(|| FormatError::Bad(format!("{path}: its axes do not exist")))?;
+                let shape = property_shape(dataset, id)?;
                 Item::Property(files_daf::read_property(index, &path, shape)?)
             }
         })

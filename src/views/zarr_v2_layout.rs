@@ -11,7 +11,7 @@ use crate::formats::zarr_decode::ArrayKind;
 use crate::formats::{zarr_daf, zarr_v2, FormatError};
 use crate::stores::{Bytes, StoreError, StoreIndex};
 
-use super::layout::{Layout, Removal, Staged};
+use super::layout::{property_shape, Layout, Removal, Staged};
 use super::{zarr, ViewEntry};
 
 /// ZarrDaf on Zarr v2 (DataAxesFormats 0.2).
@@ -187,9 +187,7 @@ impl Layout for ZarrV2 {
                 }
             }
             _ => {
-                let shape = dataset
-                    .shape(id)
-                    .ok_or_else(|| FormatError::Bad(format!("{path}: its axes do not exist")))?;
+                let shape = property_shape(dataset, id)?;
                 Item::Property(zarr_daf::read_property(index, &path, &shape.zarr())?)
             }
         })

@@ -7,7 +7,7 @@ use crate::formats::source::Format;
 use crate::formats::{zarr_v3, FormatError};
 use crate::stores::{StoreError, StoreIndex};
 
-use super::layout::{Layout, Removal, Staged};
+use super::layout::{property_shape, Layout, Removal, Staged};
 use super::zarr_v2_layout::parent_groups;
 use super::{zarr_v3 as view, zarr_v3_rules as rules, ViewEntry};
 
@@ -31,9 +31,7 @@ impl Layout for ZarrV3 {
             PropertyId::Scalar(_) => Item::Scalar(zarr_v3::read_scalar(index, &path)?),
             PropertyId::Axis(_) => Item::Axis(zarr_v3::read_axis(index, &path)?),
             _ => {
-                let shape = dataset
-                    .shape(id)
-                    .ok_or_else(|| FormatError::Bad(format!("{path}: its axes do not exist")))?;
+                let shape = property_shape(dataset, id)?;
                 Item::Property(zarr_v3::read_property(index, &path, &shape.zarr())?)
             }
         })

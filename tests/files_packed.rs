@@ -107,6 +107,12 @@ fn check_flat_view(view: &Tree, what: &str) {
             continue;
         }
         let it = p["indtype"].as_str().unwrap();
+        // The flat 1.1 sparse descriptor counts the stored values.
+        let nnz = p["nzval"].as_array().map(Vec::len).unwrap();
+        let positions = if p["nzind"].is_null() { "rowval" } else { "nzind" };
+        assert_eq!(descriptor[positions]["n_elements"], nnz, "{what}: {path}.json");
+        assert_eq!(descriptor[positions]["eltype"], it, "{what}: {path}.json");
+        assert_eq!(descriptor["nzval"]["eltype"], t, "{what}: {path}.json");
         for comp in ["nzind", "colptr", "rowval"] {
             if !p[comp].is_null() {
                 assert!(got(comp) == encode(it, &p[comp]), "{what}: {path}.{comp}");

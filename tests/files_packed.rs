@@ -110,8 +110,15 @@ fn check_flat_view(view: &Tree, what: &str) {
         if descriptor["eltype"].is_null() {
             // A 1.1 sparse descriptor (the flat one of a packed property) counts the values.
             let nnz = p["nzval"].as_array().map(Vec::len).unwrap();
-            let positions = if p["nzind"].is_null() { "rowval" } else { "nzind" };
-            assert_eq!(descriptor[positions]["n_elements"], nnz, "{what}: {path}.json");
+            let positions = if p["nzind"].is_null() {
+                "rowval"
+            } else {
+                "nzind"
+            };
+            assert_eq!(
+                descriptor[positions]["n_elements"], nnz,
+                "{what}: {path}.json"
+            );
             assert_eq!(descriptor[positions]["eltype"], it, "{what}: {path}.json");
             assert_eq!(descriptor["nzval"]["eltype"], t, "{what}: {path}.json");
         } else {
@@ -252,17 +259,27 @@ fn replacing_or_deleting_a_packed_property_removes_its_shards() {
     }
     let cell = copy.join("vectors/cell");
     assert!(!cell.join("score.json").exists() && !cell.join("score.zip").exists());
-    assert!(!cell.join("depth.zip").exists(), "the replaced shard stayed");
-    assert_eq!(std::fs::read(cell.join("depth.data")).unwrap().len(), 1200 * 8);
+    assert!(
+        !cell.join("depth.zip").exists(),
+        "the replaced shard stayed"
+    );
+    assert_eq!(
+        std::fs::read(cell.join("depth.data")).unwrap().len(),
+        1200 * 8
+    );
     assert_eq!(
         std::fs::read_to_string(cell.join("depth.json")).unwrap(),
         "{\"format\":\"dense\",\"eltype\":\"Int64\"}\n"
     );
     let gene = copy.join("vectors/gene");
     assert!(!gene.join("counts.nzind.zip").exists() && !gene.join("counts.nzval.zip").exists());
-    let index: Value = serde_json::from_slice(&std::fs::read(copy.join("metadata.json")).unwrap()).unwrap();
+    let index: Value =
+        serde_json::from_slice(&std::fs::read(copy.join("metadata.json")).unwrap()).unwrap();
     assert!(index.get("vectors/cell/score").is_none());
     assert!(index.get("vectors/gene/counts").is_none());
     assert_eq!(index["vectors/cell/depth"]["eltype"], "Int64");
-    assert!(index["vectors/cell/label"]["packed_format"].is_string(), "the source's own index keeps packed descriptors");
+    assert!(
+        index["vectors/cell/label"]["packed_format"].is_string(),
+        "the source's own index keeps packed descriptors"
+    );
 }

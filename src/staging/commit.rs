@@ -519,13 +519,6 @@ fn persist(ds: &NamedDataset, id: &PropertyId) -> Result<StoreIndex, CommitError
             ensure_dir(&root, &format!("matrices/{other}/{name}"))?;
         }
     }
-    if let Target::FilesDir {
-        version: FilesVersion::V1_1,
-        ..
-    } = ds.target
-    {
-        files_index::refresh(&root)?;
-    }
     if zarr_dir {
         for (key, text) in parent_group_documents(id) {
             if !root.join(&key).exists() {
@@ -534,7 +527,15 @@ fn persist(ds: &NamedDataset, id: &PropertyId) -> Result<StoreIndex, CommitError
         }
         refresh_zmetadata(&root)?;
     }
-    Ok(StoreIndex::new(written, None))
+    let written = StoreIndex::new(written, None);
+    if let Target::FilesDir {
+        version: FilesVersion::V1_1,
+        ..
+    } = ds.target
+    {
+        files_index::add(&root, &written, &id.path())?;
+    }
+    Ok(written)
 }
 
 /// The documents (key, text) of the groups a Zarr item lives in below the four top-level ones

@@ -283,3 +283,28 @@ fn replacing_or_deleting_a_packed_property_removes_its_shards() {
         "the source's own index keeps packed descriptors"
     );
 }
+
+#[test]
+fn a_packed_group_of_a_multi_data_set_zipdaf_shows_flat_files() {
+    require_fuse!();
+    // The ZipDaf's entries under group `g/` of a `.dafs.zip`, stored, as Python's zipfile writes.
+    let tmp = tempfile::tempdir().unwrap();
+    let archive = tmp.path().join("multi.dafs.zip");
+    let script = "import sys, zipfile\n\
+        src = zipfile.ZipFile(sys.argv[1])\n\
+        with zipfile.ZipFile(sys.argv[2], 'w', zipfile.ZIP_STORED) as out:\n\
+        \x20   for info in src.infolist():\n\
+        \x20       out.writestr('g/' + info.filename, src.read(info))\n";
+    let status = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(format!("{PACKED}/zipdaf_packed.daf.zip"))
+        .arg(&archive)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let source = format!("{}#/g", archive.display());
+    let mount = TestMount::new(&source, ViewSelection::Files);
+    let root = mount.path.clone();
+    let view = io_timeout(&mount.path, move || read_tree(&root));
+    check_flat_view(&view, "multi.dafs.zip#/g");
+}

@@ -24,6 +24,17 @@ pub fn map_readonly(file: &File) -> io::Result<Mmap> {
     unsafe { Mmap::map(file) }
 }
 
+/// A read-only anonymous map of `len` zero bytes (`len` > 0): the pages are the kernel's shared
+/// zero page until touched, and never touched (read-only), so a huge all-zero array costs no
+/// memory. Safe code (memmap2's anonymous maps have no aliasing hazard); kept here with the
+/// other maps.
+pub fn map_zeros(len: usize) -> io::Result<Mmap> {
+    memmap2::MmapOptions::new()
+        .len(len)
+        .map_anon()?
+        .make_read_only()
+}
+
 /// Decompresses one Blosc (version 1 format) buffer, as written by numcodecs' `Blosc` codec.
 pub fn blosc_decompress(src: &[u8]) -> Result<Vec<u8>, String> {
     let mut nbytes: usize = 0;

@@ -28,6 +28,7 @@ use daf_mount::formats::zarr_v2::open_array;
 use daf_mount::stores::{Blob, Bytes, Entry, StoreIndex};
 use daf_mount::views::files::files_view;
 use daf_mount::views::zarr::zarr_view;
+use daf_mount::views::zarr_v3::zarr_v3_view;
 use daf_mount::views::ViewNode;
 
 /// `PROPTEST_CASES` if set, else `default`.
@@ -76,6 +77,7 @@ fn produce_views(dataset: &Dataset) {
         .into_iter()
         .chain(files_view(dataset, "y", FilesVersion::V1_1))
         .chain(zarr_view(dataset, "x"))
+        .chain(zarr_v3_view(dataset, "z"))
     {
         if let ViewNode::File(blob) = entry.node {
             let announced = blob.known_len();

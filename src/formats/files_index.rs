@@ -5,14 +5,10 @@
 //! each directory's files in sorted file-name order (so `a-b.json` comes before `a.json`).
 //!
 //! The FilesDaf 1.1 view synthesises it from the documents it shows; a commit into a FilesDaf 1.1
-//! directory appends the new item to the source's own ([`add`]), and a replacement or a delete
-//! rebuilds it from the files on disk ([`refresh`]).
+//! directory rebuilds the source's own from the files on disk ([`tree_entries`]).
 
-use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Arc;
 
-use crate::stores::dir::{open_directory, write_atomic};
 use crate::stores::{Blob, StoreError, StoreIndex};
 
 use super::json::quote;
@@ -132,67 +128,6 @@ pub fn tree_entries(index: &StoreIndex) -> Result<Vec<(String, IndexValue)>, Sto
     Ok(entries)
 }
 
-/// Rewrites the root `metadata.json` of the FilesDaf 1.1 directory `root` from its files
-/// (atomically: a temporary file renamed into place; it ends with `}`, as the appends of
-/// DataAxesFormats need).
-pub fn refresh(root: &Path) -> Result<(), StoreError> {
-    let text = index_text(tree_entries(&open_directory(root)?)?)?;
-    write_atomic(root, "metadata.json", &text)?;
-    Ok(())
-}
-
-/// Adds item `key` (`axes/A`, `scalars/N`, `vectors/A/N`, `matrices/R/C/N`) just written into
-/// the FilesDaf 1.1 directory `root` (its files are in `written`) to the root `metadata.json`,
-/// as DataAxesFormats does: appended at the end when the index is a JSON object without that
-/// key; otherwise (a replaced item, a missing or torn index) the index is rebuilt ([`refresh`]).
-/// Either way the file is replaced atomically, never patched in place.
-pub fn add(root: &Path, written: &StoreIndex, key: &str) -> Result<(), StoreError> {
-    let value = match key.strip_prefix("axes/") {
-        Some(_) => written
-            .get(&format!("{key}.txt"))
-            .map(|e| e.blob.bytes())
-            .transpose()?
-            .and_then(|text| count_lines(text.as_slice()).ok())
-            .map(IndexValue::Axis),
-        None => written
-            .get(&format!("{key}.json"))
-            .map(|e| IndexValue::Document(e.blob.clone())),
-    };
-    let path = root.join("metadata.json");
-    let current = match std::fs::read(&path) {
-        Ok(bytes) => Some(bytes),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(StoreError::io(&path, e)),
-    };
-    let keys = current.as_deref().and_then(|text| {
-        serde_json::from_slice::<BTreeMap<String, serde::de::IgnoredAny>>(text).ok()
-    });
-    match (current, keys, value) {
-        (Some(mut text), Some(keys), Some(value))
-            if text.last() == Some(&b'}') && !keys.contains_key(key) =>
-        {
-            text.pop();
-            if !keys.is_empty() {
-                text.push(b',');
-            }
-            text.extend_from_slice(quote(key).as_bytes());
-            text.push(b':');
-            match value {
-                IndexValue::Axis(n) => text.extend_from_slice(
-                    format!("{{\"format\":\"axis\",\"n_entries\":{n}}}").as_bytes(),
-                ),
-                IndexValue::Document(blob) => {
-                    text.extend_from_slice(&compact(blob.bytes()?.as_slice()))
-                }
-            }
-            text.push(b'}');
-            write_atomic(root, "metadata.json", &text)?;
-            Ok(())
-        }
-        _ => refresh(root),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,58 +175,6 @@ mod tests {
             )
         );
         assert_eq!(index_text(Vec::new()).unwrap(), b"{}".to_vec());
-    }
-
-    #[test]
-    fn new_items_are_appended_and_anything_else_rebuilds() {
-        let tmp = tempfile::tempdir().unwrap();
-        let root = tmp.path();
-        std::fs::create_dir_all(root.join("scalars")).unwrap();
-        std::fs::create_dir_all(root.join("axes")).unwrap();
-        std::fs::write(root.join("axes/a.txt"), "x\n").unwrap();
-        std::fs::write(
-            root.join("scalars/s.json"),
-            "{\"type\":\"Int8\",\"value\":1}\n",
-        )
-        .unwrap();
-        let written = |key: &str, text: &str| {
-            let entry = crate::stores::Entry {
-                blob: Blob::ready(Bytes::from_vec(text.as_bytes().to_vec())),
-                mtime: std::time::SystemTime::UNIX_EPOCH,
-            };
-            StoreIndex::new([(key.to_string(), entry)].into(), None)
-        };
-        let index = || std::fs::read_to_string(root.join("metadata.json")).unwrap();
-        // `{}` gets the first entry without a comma; later ones are appended after a comma.
-        std::fs::write(root.join("metadata.json"), "{}").unwrap();
-        add(
-            root,
-            &written("scalars/s.json", "{\"type\":\"Int8\",\"value\":1}\n"),
-            "scalars/s",
-        )
-        .unwrap();
-        assert_eq!(index(), "{\"scalars/s\":{\"type\":\"Int8\",\"value\":1}}");
-        add(root, &written("axes/a.txt", "x\n"), "axes/a").unwrap();
-        assert_eq!(
-            index(),
-            "{\"scalars/s\":{\"type\":\"Int8\",\"value\":1},\"axes/a\":{\"format\":\"axis\",\"n_entries\":1}}"
-        );
-        // A key already there (a replacement) rebuilds from the files, in the rebuild order.
-        let rebuilt = "{\"axes/a\":{\"format\":\"axis\",\"n_entries\":1},\"scalars/s\":{\"type\":\"Int8\",\"value\":1}}";
-        add(
-            root,
-            &written("scalars/s.json", "{\"type\":\"Int8\",\"value\":1}\n"),
-            "scalars/s",
-        )
-        .unwrap();
-        assert_eq!(index(), rebuilt);
-        // So does a torn or missing index.
-        std::fs::write(root.join("metadata.json"), "{\"axes/a\":{\"format\":\"ax").unwrap();
-        add(root, &written("axes/a.txt", "x\n"), "axes/a").unwrap();
-        assert_eq!(index(), rebuilt);
-        std::fs::remove_file(root.join("metadata.json")).unwrap();
-        add(root, &written("axes/a.txt", "x\n"), "axes/a").unwrap();
-        assert_eq!(index(), rebuilt);
     }
 
     #[test]

@@ -2,9 +2,10 @@
 //!
 //! `source` parses a command-line source path (`daf-formats.md` §6.3), opens its store and runs
 //! the matching reader: `files_daf` (FilesDaf 1.0/1.1 trees, in a directory or a ZIP, packed
-//! payloads included; `files_index` writes the 1.1 root `metadata.json`) or
-//! `zarr_v2` (the seed's ZarrDaf layout, in a directory or a ZIP, including arrays written by
-//! foreign Zarr tools, decoded by `zarr_decode`). Readers check versions and sizes up front and
+//! payloads included; `files_index` writes the 1.1 root `metadata.json`) or `zarr_daf` (ZarrDaf on
+//! Zarr v2 arrays, `zarr_v2`, or Zarr v3 arrays, `zarr_v3`, in a directory or a ZIP, including
+//! arrays written by foreign Zarr tools, decoded by `zarr_decode`, and packed arrays, `shard`).
+//! Readers check versions and sizes up front and
 //! skip (with a warning) a property that is inconsistent, rather than refusing the whole mount.
 //! Every name taken from a source passes `names::check_name` before it is used.
 
@@ -25,6 +26,7 @@ pub mod validate;
 pub mod zarr_daf;
 pub mod zarr_decode;
 pub mod zarr_v2;
+pub mod zarr_v3;
 
 use std::path::PathBuf;
 

@@ -129,6 +129,9 @@ pub struct Dataset {
     pub mtime: Option<SystemTime>,
     /// For a FilesDaf source: its version and the files the FilesDaf view serves as they are.
     pub files_source: FilesSource,
+    /// For a ZarrDaf source: the Zarr version it is stored in (2, or 3 for DataAxesFormats 0.3
+    /// and later); `None` for a FilesDaf source. The default views depend on it.
+    pub zarr_format: Option<u8>,
 }
 
 /// What a FilesDaf source contributes to the FilesDaf view besides the model: its version (the

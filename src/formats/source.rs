@@ -8,7 +8,7 @@
 //! | `X.dafs.zarr.zip` | every ZarrDaf found in a multi-data-set ZIP |
 //! | `X.daf.zip`, `X.dafs.zip#/G`, `X.dafs.zip` | the same for ZipDaf (FilesDaf entries in a ZIP) |
 //! | `X.daf.zarr` | a ZarrDaf directory |
-//! | any other directory | FilesDaf if it has `daf.json`, ZarrDaf if it has `.zgroup` |
+//! | any other directory | FilesDaf if it has `daf.json`, ZarrDaf if it has `.zgroup` (Zarr v2) or `zarr.json` (Zarr v3) |
 
 use std::path::{Path, PathBuf};
 
@@ -19,6 +19,7 @@ use super::json::FilesVersion;
 use super::model::Dataset;
 use super::names::check_name;
 use super::zarr_daf::read_zarr_daf;
+use super::zarr_v3::{is_daf_root, ZARR_JSON};
 use super::FormatError;
 
 /// The on-disk layout of a data set.
@@ -133,32 +134,75 @@ pub fn display_name(path: &Path) -> String {
     name
 }
 
-/// Where new content of a data set goes, in the source's own layout.
+/// The on-disk format (layout and version) of a data set: what its reader read and what its
+/// writes are written in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// FilesDaf (a directory, or ZipDaf entries) in the forms of this `daf.json` version.
+    Files(FilesVersion),
+    /// ZarrDaf on Zarr v2 (DataAxesFormats 0.2).
+    ZarrV2,
+    /// ZarrDaf on Zarr v3 (DataAxesFormats 0.3).
+    ZarrV3,
+}
+
+impl Format {
+    /// FilesDaf or Zarr.
+    pub fn family(self) -> Layout {
+        match self {
+            Format::Files(_) => Layout::Files,
+            Format::ZarrV2 | Format::ZarrV3 => Layout::Zarr,
+        }
+    }
+
+    /// The format of the data set at the root of `index`, of family `family`.
+    pub fn of(family: Layout, index: &StoreIndex) -> Format {
+        match family {
+            Layout::Files => Format::Files(files_version(index)),
+            Layout::Zarr if index.contains("zarr.json") && !index.contains(".zgroup") => {
+                Format::ZarrV3
+            }
+            Layout::Zarr => Format::ZarrV2,
+        }
+    }
+}
+
+/// Where a data set is stored.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Target {
-    /// A FilesDaf directory, written in the forms of its version.
-    FilesDir {
-        /// The directory.
-        root: PathBuf,
-        /// Its `daf.json` version.
-        version: FilesVersion,
-    },
-    /// A ZarrDaf directory.
-    ZarrDir {
-        /// The directory.
-        root: PathBuf,
-    },
+pub enum Place {
+    /// A directory.
+    Dir(PathBuf),
     /// The entries under `prefix` of a ZIP archive.
     Zip {
         /// The archive.
         archive: PathBuf,
         /// `GROUP/` of a multi-data-set archive, or "".
         prefix: String,
-        /// The layout of its entries.
-        layout: Layout,
-        /// For FilesDaf entries (ZipDaf), the version of its `daf.json`.
-        version: FilesVersion,
     },
+}
+
+/// Where new content of a data set goes, and in which format (the source's own).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    /// The source's format.
+    pub format: Format,
+    /// Where it is.
+    pub place: Place,
+}
+
+impl Target {
+    /// Whether the data set is in a ZIP archive (append-only).
+    pub fn is_zip(&self) -> bool {
+        matches!(self.place, Place::Zip { .. })
+    }
+
+    /// The directory of a directory source.
+    pub fn dir(&self) -> Option<&Path> {
+        match &self.place {
+            Place::Dir(root) => Some(root),
+            Place::Zip { .. } => None,
+        }
+    }
 }
 
 /// One data set of a source, with where its pair of views goes (`a/b` → `a/b.daf`, `a/b.daf.zarr`).
@@ -195,27 +239,23 @@ pub fn open_source(arg: &str) -> Result<Source, FormatError> {
             // Absolute, so files mapped later still resolve after the daemon leaves the cwd.
             let absolute = std::fs::canonicalize(&path).map_err(|e| StoreError::io(&path, e))?;
             let index = open_directory(&absolute)?;
-            let (dataset, target) = if index.contains("daf.json") {
-                let version = files_version(&index);
-                (
-                    read_files_daf(&index, &path)?,
-                    Target::FilesDir {
-                        root: absolute.clone(),
-                        version,
-                    },
-                )
+            let family = if index.contains("daf.json") {
+                Layout::Files
             } else if index.contains(".zgroup") || index.contains("zarr.json") {
-                (
-                    read_zarr_daf(&index, &path)?,
-                    Target::ZarrDir {
-                        root: absolute.clone(),
-                    },
-                )
+                Layout::Zarr
             } else {
                 return Err(FormatError::NotDaf {
                     path,
-                    why: "no daf.json (FilesDaf) or .zgroup (ZarrDaf)".into(),
+                    why: "no daf.json (FilesDaf), .zgroup or zarr.json (ZarrDaf)".into(),
                 });
+            };
+            let dataset = match family {
+                Layout::Files => read_files_daf(&index, &path)?,
+                Layout::Zarr => read_zarr_daf(&index, &path)?,
+            };
+            let target = Target {
+                format: Format::of(family, &index),
+                place: Place::Dir(absolute.clone()),
             };
             Ok(Source {
                 datasets: vec![NamedDataset {
@@ -260,22 +300,24 @@ pub fn open_source(arg: &str) -> Result<Source, FormatError> {
                 datasets.push(NamedDataset {
                     name,
                     dataset: read(&sub, &shown)?,
-                    target: Target::Zip {
-                        archive: path.clone(),
-                        prefix,
-                        layout,
-                        version: files_version(&sub),
+                    target: Target {
+                        format: Format::of(layout, &sub),
+                        place: Place::Zip {
+                            archive: path.clone(),
+                            prefix,
+                        },
                     },
                 });
             } else if !multi {
                 datasets.push(NamedDataset {
                     name: display_name(&path),
                     dataset: read(&index, &path)?,
-                    target: Target::Zip {
-                        archive: path.clone(),
-                        prefix: String::new(),
-                        layout,
-                        version: files_version(&index),
+                    target: Target {
+                        format: Format::of(layout, &index),
+                        place: Place::Zip {
+                            archive: path.clone(),
+                            prefix: String::new(),
+                        },
                     },
                 });
             } else {
@@ -291,11 +333,12 @@ pub fn open_source(arg: &str) -> Result<Source, FormatError> {
                     } else {
                         format!("{group}/")
                     };
-                    let target = Target::Zip {
-                        archive: path.clone(),
-                        prefix,
-                        layout,
-                        version: files_version(&idx),
+                    let target = Target {
+                        format: Format::of(layout, &idx),
+                        place: Place::Zip {
+                            archive: path.clone(),
+                            prefix,
+                        },
                     };
                     match read(&idx, &shown) {
                         Ok(dataset) => datasets.push(NamedDataset {
@@ -319,21 +362,23 @@ pub fn open_source(arg: &str) -> Result<Source, FormatError> {
 }
 
 /// The groups of a multi-data-set archive that hold a data set ("" for one at the root),
-/// outermost first, never one nested inside another.
+/// outermost first, never one nested inside another. A ZarrDaf group is a Zarr v2 group with a
+/// `daf` array, or a Zarr v3 group whose `zarr.json` has `attributes.daf`.
 fn find_groups(index: &StoreIndex, layout: Layout) -> Vec<String> {
     let marker = match layout {
         Layout::Zarr => "daf/.zarray",
         Layout::Files => "daf.json",
     };
+    let group_of = |k: &str, marker: &str| {
+        if k == marker {
+            Some(String::new())
+        } else {
+            k.strip_suffix(&format!("/{marker}")).map(str::to_string)
+        }
+    };
     let mut candidates: Vec<String> = index
         .keys()
-        .filter_map(|k| {
-            if k == marker {
-                Some(String::new())
-            } else {
-                k.strip_suffix(&format!("/{marker}")).map(str::to_string)
-            }
-        })
+        .filter_map(|k| group_of(k, marker))
         .filter(|g| {
             layout == Layout::Files
                 || index.contains(&if g.is_empty() {
@@ -343,6 +388,24 @@ fn find_groups(index: &StoreIndex, layout: Layout) -> Vec<String> {
                 })
         })
         .collect();
+    if layout == Layout::Zarr {
+        candidates.extend(
+            index
+                .keys()
+                .filter_map(|k| group_of(k, ZARR_JSON))
+                // DAF creates `axes` with the root: only such groups' documents are read.
+                .filter(|g| {
+                    let axes = if g.is_empty() {
+                        "axes".into()
+                    } else {
+                        format!("{g}/axes")
+                    };
+                    index.contains(&format!("{axes}/{ZARR_JSON}")) && is_daf_root(index, g)
+                }),
+        );
+        candidates.sort();
+        candidates.dedup();
+    }
     candidates.sort_by_key(|g| {
         (
             g.matches('/').count() + usize::from(!g.is_empty()),
@@ -435,6 +498,8 @@ mod tests {
             (format!("{VECTORS}/files_v1_0.daf"), vec!["files_v1_0"]),
             (format!("{VECTORS}/zarr_v2.daf.zarr"), vec!["zarr_v2"]),
             (format!("{VECTORS}/zarr_v2.daf.zarr.zip"), vec!["zarr_v2"]),
+            (format!("{VECTORS}/zarr_v3.daf.zarr"), vec!["zarr_v3"]),
+            (format!("{VECTORS}/zarr_v3.daf.zarr.zip"), vec!["zarr_v3"]),
             (
                 format!("{VECTORS}/zipdaf_v1_0.daf.zip"),
                 vec!["zipdaf_v1_0"],
@@ -451,6 +516,57 @@ mod tests {
                 "{path}"
             );
         }
+    }
+
+    /// Packs fixture directories into one ZIP, each under its group prefix (stored entries).
+    fn pack(archive: &Path, groups: &[(&str, &str)]) {
+        let mut cmd = std::process::Command::new("python3");
+        cmd.arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/data/v3/pack_zip.py"
+        ))
+        .arg(archive);
+        for (fixture, prefix) in groups {
+            cmd.arg(format!("{VECTORS}/{fixture}={prefix}"));
+        }
+        assert!(cmd.status().unwrap().success());
+    }
+
+    #[test]
+    fn multi_archives_list_v3_and_v2_groups() {
+        let tmp = tempfile::tempdir().unwrap();
+        let archive = tmp.path().join("many.dafs.zarr.zip");
+        pack(
+            &archive,
+            &[
+                ("zarr_v3.daf.zarr", "g1/"),
+                ("zarr_v3.daf.zarr", "deep/g2/"),
+                ("zarr_v2.daf.zarr", "old/"),
+            ],
+        );
+        let whole = open_source(archive.to_str().unwrap()).unwrap();
+        let got: Vec<(&str, Option<u8>)> = whole
+            .datasets
+            .iter()
+            .map(|d| (d.name.as_str(), d.dataset.zarr_format))
+            .collect();
+        assert_eq!(
+            got,
+            [("deep/g2", Some(3)), ("g1", Some(3)), ("old", Some(2))]
+        );
+        for ds in &whole.datasets {
+            assert_eq!(ds.dataset.vectors["cell"].len(), 4, "{}", ds.name);
+        }
+        let one = open_source(&format!("{}#/deep/g2", archive.display())).unwrap();
+        assert_eq!(one.datasets[0].name, "g2");
+        assert_eq!(one.datasets[0].dataset.zarr_format, Some(3));
+        // A v3 group without attributes.daf is no data set.
+        let plain = tmp.path().join("plain.dafs.zarr.zip");
+        pack(&plain, &[("zarr_v3.daf.zarr/vectors", "g/")]);
+        let err = open_source(plain.to_str().unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("no data set found"), "{err}");
     }
 
     #[test]

@@ -1,8 +1,12 @@
-//! The seed's ZarrDaf layout on Zarr v2 (`daf-formats.md` §4.2, §4.9): the `daf` version array,
-//! the `scalars/`, `axes/`, `vectors/A/`, `matrices/R/C/` groups, and the properties in them, read
-//! from any store with the array reader of `zarr_v2`.
+//! The ZarrDaf layout (`daf-formats.md` §4.2, §4.9, §5): the `scalars/`, `axes/`, `vectors/A/`,
+//! `matrices/R/C/` groups and the properties in them, read from any store, on Zarr v2 (the
+//! seed's layout: a `daf` version array, arrays opened by `zarr_v2`) or Zarr v3 (DataAxesFormats
+//! 0.3: the root's `attributes.daf`, arrays opened by `zarr_v3`). One walk serves both versions;
+//! only finding nodes and opening arrays differ ([`ZarrVersion`]).
 
+use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use serde_json::Value;
@@ -12,28 +16,85 @@ use crate::stores::StoreIndex;
 use super::model::{Axis, Dataset, Payload, Property, ScalarProperty, SparseIndex};
 use super::names::accept_name;
 use super::scalar::Scalar;
+use super::shard::Packing;
 use super::strings::{check_vlen, decode_vlen, Strings};
 use super::types::NumType;
 use super::zarr_decode::ArrayKind;
-use super::zarr_v2::{open_array, ZarrArray};
-use super::FormatError;
+use super::zarr_v2::ZarrArray;
+use super::{zarr_v2, zarr_v3, FormatError};
 
-/// Checks the root group and the `daf` version array, then reads the whole data set.
+/// The Zarr version of a ZarrDaf store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ZarrVersion {
+    /// Zarr v2 (`.zgroup`, `.zarray`; the seed's ZarrDaf).
+    V2,
+    /// Zarr v3 (`zarr.json`; DataAxesFormats 0.3).
+    V3,
+}
+
+impl ZarrVersion {
+    /// The version number (`Dataset::zarr_format`).
+    pub fn number(self) -> u8 {
+        match self {
+            ZarrVersion::V2 => 2,
+            ZarrVersion::V3 => 3,
+        }
+    }
+
+    pub(crate) fn open_array(
+        self,
+        index: &StoreIndex,
+        key: &str,
+    ) -> Result<ZarrArray, FormatError> {
+        match self {
+            ZarrVersion::V2 => zarr_v2::open_array(index, key),
+            ZarrVersion::V3 => zarr_v3::open_array(index, key),
+        }
+    }
+
+    /// Whether `key` is an array (not a group) of the store.
+    fn has_array(self, index: &StoreIndex, key: &str) -> bool {
+        match self {
+            ZarrVersion::V2 => index.contains(&format!("{key}/.zarray")),
+            // An unreadable zarr.json counts as an array: opening it says what is wrong.
+            ZarrVersion::V3 => {
+                index.contains(&format!("{key}/zarr.json")) && !zarr_v3::is_group(index, key)
+            }
+        }
+    }
+
+    /// Whether `key` is a node (array or group) of the store.
+    fn has_node(self, index: &StoreIndex, key: &str) -> bool {
+        match self {
+            ZarrVersion::V2 => {
+                index.contains(&format!("{key}/.zarray"))
+                    || index.contains(&format!("{key}/.zgroup"))
+            }
+            ZarrVersion::V3 => index.contains(&format!("{key}/zarr.json")),
+        }
+    }
+}
+
+/// Checks the root group and its version marker, then reads the whole data set: Zarr v3 when
+/// the root has a `zarr.json` (and no v2 `daf` array), else Zarr v2.
 pub fn read_zarr_daf(index: &StoreIndex, path: &Path) -> Result<Dataset, FormatError> {
+    let v2_marker = index.contains(".zgroup") && index.contains("daf/.zarray");
+    if index.contains("zarr.json") && !v2_marker {
+        zarr_v3::check_marker(index, path)?;
+        return read_tree(index, path, ZarrVersion::V3);
+    }
+    check_v2_marker(index, path)?;
+    read_tree(index, path, ZarrVersion::V2)
+}
+
+/// Checks the Zarr v2 root group and its `daf` version array.
+fn check_v2_marker(index: &StoreIndex, path: &Path) -> Result<(), FormatError> {
     let not_daf = |why: &str| FormatError::NotDaf {
         path: path.to_path_buf(),
         why: why.to_string(),
     };
     if !index.contains(".zgroup") {
-        if index.contains("zarr.json") {
-            return Err(FormatError::Version {
-                format: "Zarr",
-                version: "3 (DataAxesFormats 0.3+ ZarrDaf)".into(),
-                supported: "the Zarr v2 ZarrDaf layout",
-                path: path.join("zarr.json"),
-            });
-        }
-        return Err(not_daf("no .zgroup: not a Zarr group"));
+        return Err(not_daf("no .zgroup or zarr.json: not a Zarr group"));
     }
     if !index.contains("daf/.zarray") {
         return Err(not_daf("Zarr group without a 'daf' version array"));
@@ -43,49 +104,47 @@ pub fn read_zarr_daf(index: &StoreIndex, path: &Path) -> Result<Dataset, FormatE
         path: path.join("daf"),
         why: format!("unreadable 'daf' version array: {e}"),
     };
-    let marker = open_array(index, "daf").map_err(|e| bad_marker(&e))?;
+    let marker = zarr_v2::open_array(index, "daf").map_err(|e| bad_marker(&e))?;
     let version = marker.blob.bytes().map_err(|e| bad_marker(&e))?;
     match (marker.kind, version.as_slice()) {
-        (ArrayKind::Numeric(..), [1, 0]) => {}
+        (ArrayKind::Numeric(..), [1, 0]) => Ok(()),
         (ArrayKind::Numeric(NumType::UInt8 | NumType::Int8, _), [major, minor]) => {
-            return Err(FormatError::Version {
+            Err(FormatError::Version {
                 format: "ZarrDaf",
                 version: format!("{major}.{minor}"),
                 supported: "1.0",
                 path: path.join("daf"),
             })
         }
-        _ => return Err(not_daf("the 'daf' array is not two UInt8 numbers")),
+        _ => Err(not_daf("the 'daf' array is not two UInt8 numbers")),
     }
+}
+
+/// Reads every scalar, axis, vector and matrix of a ZarrDaf whose marker was checked.
+fn read_tree(
+    index: &StoreIndex,
+    path: &Path,
+    version: ZarrVersion,
+) -> Result<Dataset, FormatError> {
     let mut dataset = Dataset {
         mtime: index.root_mtime,
+        zarr_format: Some(version.number()),
         ..Dataset::default()
     };
     let warn =
         |what: &str, e: FormatError| log::warn!("skipping {what} ({e}) in {}", path.display());
-    for name in node_names(index, "scalars") {
+    for name in node_names(index, "scalars", version) {
         let key = format!("scalars/{name}");
-        match read_scalar(index, &key) {
+        match read_scalar_of(version, index, &key) {
             Ok(prop) => {
                 dataset.scalars.insert(name, prop);
             }
             Err(e) => warn(&key, e),
         }
     }
-    for name in node_names(index, "axes") {
+    for name in node_names(index, "axes", version) {
         let key = format!("axes/{name}");
-        match open_array(index, &key).and_then(|a| match (a.kind, a.shape.as_slice()) {
-            (ArrayKind::Strings, [n]) => {
-                // Axis lengths size every property along them: checked against the stored
-                // entries now (as FilesDaf axes are counted), never trusted from the shape.
-                check_vlen(a.blob.bytes()?.as_slice(), *n).map_err(FormatError::Bad)?;
-                Ok(Axis {
-                    entries: Strings::from_vlen(a.blob, *n).named(key.as_str()),
-                    mtime: a.mtime,
-                })
-            }
-            _ => Err(FormatError::bad("an axis must be a 1-D string array")),
-        }) {
+        match read_axis_of(version, index, &key) {
             Ok(axis) => {
                 dataset.axes.insert(name, axis);
             }
@@ -101,9 +160,9 @@ pub fn read_zarr_daf(index: &StoreIndex, path: &Path) -> Result<Dataset, FormatE
             continue;
         };
         let mut props = std::collections::BTreeMap::new();
-        for name in node_names(index, &format!("vectors/{axis}")) {
+        for name in node_names(index, &format!("vectors/{axis}"), version) {
             let key = format!("vectors/{axis}/{name}");
-            match read_property(index, &key, &[n]) {
+            match read_property_of(version, index, &key, &[n]) {
                 Ok(p) => {
                     props.insert(name, p);
                 }
@@ -125,10 +184,10 @@ pub fn read_zarr_daf(index: &StoreIndex, path: &Path) -> Result<Dataset, FormatE
                 continue;
             };
             let mut props = std::collections::BTreeMap::new();
-            for name in node_names(index, &format!("matrices/{rows}/{cols}")) {
+            for name in node_names(index, &format!("matrices/{rows}/{cols}"), version) {
                 let key = format!("matrices/{rows}/{cols}/{name}");
                 // Zarr shapes are reversed: [ncols, nrows].
-                match read_property(index, &key, &[ncols, nrows]) {
+                match read_property_of(version, index, &key, &[ncols, nrows]) {
                     Ok(p) => {
                         props.insert(name, p);
                     }
@@ -156,21 +215,50 @@ fn subgroups(index: &StoreIndex, group: &str) -> Vec<String> {
 }
 
 /// Child nodes (groups or arrays) of a group, skipping metadata documents.
-fn node_names(index: &StoreIndex, group: &str) -> Vec<String> {
+fn node_names(index: &StoreIndex, group: &str, version: ZarrVersion) -> Vec<String> {
     index
         .children(group)
         .into_iter()
         .filter(|name| {
             !name.starts_with('.')
-                && (index.contains(&format!("{group}/{name}/.zarray"))
-                    || index.contains(&format!("{group}/{name}/.zgroup")))
+                && version.has_node(index, &format!("{group}/{name}"))
                 && accept_name(name, &format!("node {group}/{name:?}"))
         })
         .collect()
 }
 
+/// Reads the Zarr v2 scalar array under `key`.
 pub(crate) fn read_scalar(index: &StoreIndex, key: &str) -> Result<ScalarProperty, FormatError> {
-    let array = open_array(index, key)?;
+    read_scalar_of(ZarrVersion::V2, index, key)
+}
+
+/// Reads the axis array under `key`: a 1-D string array whose entries are checked now (axis
+/// lengths size every property along them: never trusted from the shape alone).
+pub(crate) fn read_axis_of(
+    version: ZarrVersion,
+    index: &StoreIndex,
+    key: &str,
+) -> Result<Axis, FormatError> {
+    let a = version.open_array(index, key)?;
+    match (a.kind, a.shape.as_slice()) {
+        (ArrayKind::Strings, [n]) => {
+            check_vlen(a.blob.bytes()?.as_slice(), *n).map_err(FormatError::Bad)?;
+            Ok(Axis {
+                entries: Strings::from_vlen(a.blob, *n).named(key),
+                mtime: a.mtime,
+            })
+        }
+        _ => Err(FormatError::bad("an axis must be a 1-D string array")),
+    }
+}
+
+/// Reads the scalar array under `key` (one element).
+pub(crate) fn read_scalar_of(
+    version: ZarrVersion,
+    index: &StoreIndex,
+    key: &str,
+) -> Result<ScalarProperty, FormatError> {
+    let array = version.open_array(index, key)?;
     if array.element_count() != 1 {
         return Err(FormatError::bad(format!(
             "a scalar must have one element, not {}",
@@ -205,14 +293,33 @@ fn numeric(array: &ZarrArray, what: &str) -> Result<NumType, FormatError> {
     }
 }
 
-/// Reads a dense array or a sparse group whose dense Zarr shape must be `shape`.
+/// Reads a Zarr v2 dense array or sparse group whose dense Zarr shape must be `shape`.
 pub(crate) fn read_property(
     index: &StoreIndex,
     key: &str,
     shape: &[u64],
 ) -> Result<Property, FormatError> {
-    if index.contains(&format!("{key}/.zarray")) {
-        let array = open_array(index, key)?;
+    read_property_of(ZarrVersion::V2, index, key, shape)
+}
+
+/// Records the packing of a packed component (`""` for a dense property).
+fn note_packing(packed: &mut BTreeMap<String, Arc<Packing>>, component: &str, array: &ZarrArray) {
+    if let Some(packing) = &array.packing {
+        packed.insert(component.to_string(), packing.clone());
+    }
+}
+
+/// Reads a dense array or a sparse group whose dense Zarr shape must be `shape`.
+pub(crate) fn read_property_of(
+    version: ZarrVersion,
+    index: &StoreIndex,
+    key: &str,
+    shape: &[u64],
+) -> Result<Property, FormatError> {
+    let mut packed = BTreeMap::new();
+    if version.has_array(index, key) {
+        let array = version.open_array(index, key)?;
+        note_packing(&mut packed, "", &array);
         if array.shape != shape {
             return Err(FormatError::bad(format!(
                 "shape {:?}, {shape:?} expected",
@@ -235,15 +342,16 @@ pub(crate) fn read_property(
         return Ok(Property {
             payload,
             mtime: array.mtime,
-            packed: Default::default(),
+            packed,
         });
     }
     let mtime = index
         .latest_mtime_under(key)
         .unwrap_or(SystemTime::UNIX_EPOCH);
     let (index_kind, nnz, indtype) = if shape.len() == 1 {
-        let nzind = open_array(index, &format!("{key}/nzind"))?;
+        let nzind = version.open_array(index, &format!("{key}/nzind"))?;
         let t = numeric(&nzind, "nzind")?;
+        note_packing(&mut packed, "nzind", &nzind);
         (
             SparseIndex::Vector {
                 nzind: nzind.blob.clone(),
@@ -252,8 +360,10 @@ pub(crate) fn read_property(
             t,
         )
     } else {
-        let colptr = open_array(index, &format!("{key}/colptr"))?;
-        let rowval = open_array(index, &format!("{key}/rowval"))?;
+        let colptr = version.open_array(index, &format!("{key}/colptr"))?;
+        let rowval = version.open_array(index, &format!("{key}/rowval"))?;
+        note_packing(&mut packed, "colptr", &colptr);
+        note_packing(&mut packed, "rowval", &rowval);
         let t = numeric(&colptr, "colptr")?;
         if numeric(&rowval, "rowval")? != t {
             return Err(FormatError::bad("colptr and rowval have different types"));
@@ -277,8 +387,10 @@ pub(crate) fn read_property(
     if !indtype.is_integer() {
         return Err(FormatError::bad("sparse index arrays must be integers"));
     }
-    let nzval = if index.contains(&format!("{key}/nzval/.zarray")) {
-        Some(open_array(index, &format!("{key}/nzval"))?)
+    let nzval = if version.has_array(index, &format!("{key}/nzval")) {
+        let values = version.open_array(index, &format!("{key}/nzval"))?;
+        note_packing(&mut packed, "nzval", &values);
+        Some(values)
     } else {
         None
     };
@@ -303,7 +415,7 @@ pub(crate) fn read_property(
             nzval,
         },
         mtime,
-        packed: Default::default(),
+        packed,
     })
 }
 
@@ -351,14 +463,7 @@ mod tests {
     }
 
     #[test]
-    fn v3_and_non_daf_groups_are_refused() {
-        let v3 = format!("{VECTORS}/zarr_v3.daf.zarr");
-        let err =
-            read_zarr_daf(&open_directory(Path::new(&v3)).unwrap(), Path::new(&v3)).unwrap_err();
-        assert!(
-            err.to_string().contains("unsupported Zarr version 3"),
-            "{err}"
-        );
+    fn non_daf_groups_are_refused() {
         let tmp = tempfile::tempdir().unwrap();
         std::fs::write(tmp.path().join(".zgroup"), ZGROUP).unwrap();
         let err = read_zarr_daf(&open_directory(tmp.path()).unwrap(), tmp.path()).unwrap_err();

@@ -1,9 +1,10 @@
-//! Decoding foreign Zarr v2 arrays into Daf's single contiguous chunk.
+//! Decoding foreign Zarr arrays (v2, and v3 through the same layout) into Daf's single
+//! contiguous chunk.
 //!
 //! Daf writes every array as one uncompressed chunk; other tools chunk and compress. This module
 //! turns any supported array (several chunks, edge chunks, missing chunks = fill value, `order`
-//! `F`, big-endian dtypes, the numcodecs compressors blosc/zstd/zlib/gzip/lz4/bz2, and the
-//! `vlen-utf8` filter) into exactly the bytes Daf would have written: little-endian, C order of
+//! `F`, big-endian dtypes, the numcodecs compressors blosc/zstd/zlib/gzip/lz4/bz2, chains of
+//! them with the Zarr v3 `crc32c` checksum, and the `vlen-utf8` filter) into exactly the bytes Daf would have written: little-endian, C order of
 //! the Zarr shape (= Julia's column-major order), or one vlen-utf8 buffer for strings.
 //!
 //! Sources are untrusted: the chunk grid is never enumerated (only the chunks the store holds
@@ -31,7 +32,8 @@ pub const MAX_DIMENSIONS: usize = 32;
 /// The chunks a store holds for an array: chunk coordinates and their stored bytes.
 pub type StoredChunks = Vec<(Vec<u64>, Arc<Blob>)>;
 
-/// A compressor of the numcodecs family.
+/// A bytes-to-bytes codec: a compressor of the numcodecs family, or the Zarr v3 `crc32c`
+/// checksum.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Compressor {
     /// `blosc` (frames are self-describing).
@@ -46,6 +48,8 @@ pub enum Compressor {
     Lz4,
     /// `bz2`.
     Bz2,
+    /// Zarr v3 `crc32c`: the data, then its CRC-32C (4 bytes, little-endian), checked and cut.
+    Crc32c,
 }
 
 impl Compressor {
@@ -108,6 +112,18 @@ impl Compressor {
             Compressor::Zlib => bounded(Box::new(flate2::read::ZlibDecoder::new(data))),
             Compressor::Gzip => bounded(Box::new(flate2::read::MultiGzDecoder::new(data))),
             Compressor::Bz2 => bounded(Box::new(bzip2::read::BzDecoder::new(data))),
+            Compressor::Crc32c => {
+                let split = data
+                    .len()
+                    .checked_sub(4)
+                    .ok_or("crc32c chunk shorter than its checksum")?;
+                let (body, sum) = data.split_at(split);
+                if crc32c::crc32c(body).to_le_bytes() != sum {
+                    return Err("crc32c checksum mismatch".into());
+                }
+                declared(body.len() as u64)?;
+                Ok(body.to_vec())
+            }
             Compressor::Lz4 => {
                 let header = data.get(..4).ok_or("lz4 chunk shorter than its header")?;
                 let size = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
@@ -136,8 +152,9 @@ pub struct ChunkLayout {
     pub chunks: Vec<u64>,
     /// Element kind.
     pub kind: ArrayKind,
-    /// Compressor, if any.
-    pub compressor: Option<Compressor>,
+    /// Bytes-to-bytes codecs in the order they were applied when encoding (decoded in reverse;
+    /// a Zarr v2 array has at most its one compressor).
+    pub codecs: Vec<Compressor>,
     /// Chunk bytes are in Fortran order.
     pub fortran_order: bool,
     /// One element of fill, little-endian (numeric), for missing chunks.
@@ -229,6 +246,25 @@ pub fn checked_product(dims: &[u64]) -> Option<u64> {
     dims.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d))
 }
 
+/// Checks an untrusted shape and chunk shape: as many dimensions (at most [`MAX_DIMENSIONS`]),
+/// no zero chunk length, and element counts whose byte sizes (8 bytes at most per element) fit
+/// a `u64`.
+pub fn check_grid(shape: &[u64], chunks: &[u64]) -> Result<(), String> {
+    if chunks.len() != shape.len() || chunks.contains(&0) {
+        return Err("chunks do not match shape".into());
+    }
+    if shape.len() > MAX_DIMENSIONS {
+        return Err(format!("more than {MAX_DIMENSIONS} dimensions"));
+    }
+    let too_big = |what: &str, dims: &[u64]| format!("{what} {dims:?} has too many elements");
+    let elements = checked_product(shape).ok_or_else(|| too_big("shape", shape))?;
+    let chunk_elements = checked_product(chunks).ok_or_else(|| too_big("chunks", chunks))?;
+    if elements.checked_mul(8).is_none() || chunk_elements.checked_mul(8).is_none() {
+        return Err(too_big("shape or chunks", shape));
+    }
+    Ok(())
+}
+
 /// `count × size` if it is at most [`MAX_DECODED_BYTES`], else an error naming `what`.
 fn within_limit(count: u64, size: u64, what: &str) -> Result<u64, String> {
     match count.checked_mul(size) {
@@ -307,11 +343,17 @@ fn fortran_to_c(data: &[u8], chunks: &[u64], size: usize) -> Vec<u8> {
 }
 
 fn decode_chunk(layout: &ChunkLayout, raw: &[u8], limit: u64) -> Result<Vec<u8>, String> {
-    match layout.compressor {
-        Some(c) => c.decompress(raw, limit),
-        None if raw.len() as u64 > limit => Err(format!("chunk has more than {limit} bytes")),
-        None => Ok(raw.to_vec()),
+    let Some((last, earlier)) = layout.codecs.split_last() else {
+        if raw.len() as u64 > limit {
+            return Err(format!("chunk has more than {limit} bytes"));
+        }
+        return Ok(raw.to_vec());
+    };
+    let mut data = last.decompress(raw, limit)?;
+    for codec in earlier.iter().rev() {
+        data = codec.decompress(&data, limit)?;
     }
+    Ok(data)
 }
 
 /// Assembles a numeric array from the chunks the store holds (missing chunks are fill).
@@ -408,7 +450,7 @@ mod tests {
             shape: shape.to_vec(),
             chunks: chunks.to_vec(),
             kind: ArrayKind::Numeric(t, Endian::Little),
-            compressor: None,
+            codecs: Vec::new(),
             fortran_order: false,
             fill: vec![0; t.size() as usize],
             separator: ".".into(),
@@ -494,6 +536,11 @@ mod tests {
             data
         );
         assert!(Compressor::Blosc.decompress(b"not blosc", LIMIT).is_err());
+        let mut summed = data.clone();
+        summed.extend(crc32c::crc32c(&data).to_le_bytes());
+        assert_eq!(Compressor::Crc32c.decompress(&summed, LIMIT).unwrap(), data);
+        summed[0] ^= 1;
+        assert!(Compressor::Crc32c.decompress(&summed, LIMIT).is_err());
         assert!(Compressor::parse(&serde_json::json!({"id": "lzma"})).is_err());
     }
 

@@ -3,7 +3,9 @@
 //!
 //! An array that is stored the way Daf writes it (one chunk covering the shape, no compressor, no
 //! filters, C order, little-endian) is served from the chunk's own blob: the same mapped bytes.
-//! Any other array is decoded once, on first access, into one contiguous chunk (`zarr_decode`).
+//! An array none of whose chunks is stored is its fill value (`Blob::fill`). Any other array is
+//! decoded once, on first access, into one contiguous chunk (`zarr_decode`). `open_chunked`, the
+//! part after the metadata, serves Zarr v3 arrays too (`zarr_v3`).
 //!
 //! `.zarray` documents are untrusted: shapes and chunk shapes must be lists of at most 32
 //! non-negative integers whose products (and byte sizes) fit a `u64`, and the chunk grid is never
@@ -17,10 +19,11 @@ use serde_json::Value;
 use crate::stores::{Blob, Bytes, StoreIndex};
 
 use super::scalar::Scalar;
+use super::shard::Packing;
 use super::types::{Endian, NumType};
 use super::zarr_decode::{
-    assemble_numeric, assemble_strings, checked_product, ArrayKind, ChunkLayout, Compressor,
-    StoredChunks, MAX_DIMENSIONS,
+    assemble_numeric, assemble_strings, check_grid, checked_product, ArrayKind, ChunkLayout,
+    Compressor, StoredChunks,
 };
 use super::FormatError;
 
@@ -62,6 +65,9 @@ pub struct ZarrArray {
     pub blob: Arc<Blob>,
     /// Latest modification time of its metadata and chunks.
     pub mtime: SystemTime,
+    /// How the source packs it (a Zarr v3 single-shard `sharding_indexed` array); `blob` is
+    /// then the decoded flat content.
+    pub packing: Option<Arc<Packing>>,
 }
 
 impl ZarrArray {
@@ -71,7 +77,7 @@ impl ZarrArray {
     }
 }
 
-fn parse_fill(fill: &Value, kind: ArrayKind) -> Result<Vec<u8>, String> {
+pub(super) fn parse_fill(fill: &Value, kind: ArrayKind) -> Result<Vec<u8>, String> {
     let ArrayKind::Numeric(t, _) = kind else {
         return Ok(Vec::new());
     };
@@ -113,19 +119,7 @@ fn parse_zarray(bytes: &[u8]) -> Result<ChunkLayout, String> {
     };
     let shape = dims("shape")?;
     let chunks = dims("chunks")?;
-    if chunks.len() != shape.len() || chunks.contains(&0) {
-        return Err("chunks do not match shape".into());
-    }
-    if shape.len() > MAX_DIMENSIONS {
-        return Err(format!("more than {MAX_DIMENSIONS} dimensions"));
-    }
-    let too_big = |what: &str, dims: &[u64]| format!("{what} {dims:?} has too many elements");
-    // Element counts and byte sizes (8 bytes at most per element) must fit a u64.
-    let elements = checked_product(&shape).ok_or_else(|| too_big("shape", &shape))?;
-    let chunk_elements = checked_product(&chunks).ok_or_else(|| too_big("chunks", &chunks))?;
-    if elements.checked_mul(8).is_none() || chunk_elements.checked_mul(8).is_none() {
-        return Err(too_big("shape or chunks", &shape));
-    }
+    check_grid(&shape, &chunks)?;
     let dtype = meta
         .get("dtype")
         .and_then(Value::as_str)
@@ -158,7 +152,9 @@ fn parse_zarray(bytes: &[u8]) -> Result<ChunkLayout, String> {
             .ok_or_else(|| format!("unsupported dtype \"{dtype}\""))?;
         ArrayKind::Numeric(t, endian)
     };
-    let compressor = Compressor::parse(meta.get("compressor").unwrap_or(&Value::Null))?;
+    let codecs = Compressor::parse(meta.get("compressor").unwrap_or(&Value::Null))?
+        .into_iter()
+        .collect();
     let fortran_order = match meta.get("order").and_then(Value::as_str) {
         Some("C") | None => false,
         Some("F") => true,
@@ -176,7 +172,7 @@ fn parse_zarray(bytes: &[u8]) -> Result<ChunkLayout, String> {
         shape,
         chunks,
         kind,
-        compressor,
+        codecs,
         fortran_order,
         fill,
         separator: separator.to_string(),
@@ -196,13 +192,19 @@ fn chunk_name(coord: &[u64], separator: &str) -> String {
 }
 
 /// The chunks the store holds for the array under `key`: its keys that name a chunk of the grid
-/// (each once; metadata and stray keys are ignored). Costs one step per stored key.
-fn stored_chunks(index: &StoreIndex, key: &str, layout: &ChunkLayout) -> StoredChunks {
+/// (each once; metadata and stray keys are ignored), after `prefix` (`""` for Zarr v2, `c/` for
+/// the Zarr v3 default key encoding). Costs one step per stored key.
+pub(super) fn stored_chunks(
+    index: &StoreIndex,
+    key: &str,
+    layout: &ChunkLayout,
+    prefix: &str,
+) -> StoredChunks {
     let below = index.subtree(key);
     below
         .keys()
         .filter_map(|name| {
-            let coord = layout.parse_chunk_name(name)?;
+            let coord = layout.parse_chunk_name(name.strip_prefix(prefix)?)?;
             Some((coord, below.get(name)?.blob.clone()))
         })
         .collect()
@@ -215,7 +217,7 @@ pub fn all_chunks_stored(index: &StoreIndex, key: &str) -> Result<bool, FormatEr
         .get(&format!("{key}/.zarray"))
         .ok_or_else(|| FormatError::MissingFile(format!("{key}/.zarray")))?;
     let layout = parse_zarray(meta.blob.bytes()?.as_slice()).map_err(FormatError::Bad)?;
-    let stored = stored_chunks(index, key, &layout).len() as u64;
+    let stored = stored_chunks(index, key, &layout, "").len() as u64;
     Ok(layout.grid_total() == Some(stored))
 }
 
@@ -250,9 +252,23 @@ pub fn open_array(index: &StoreIndex, key: &str) -> Result<ZarrArray, FormatErro
         .ok_or_else(|| FormatError::MissingFile(format!("{key}/.zarray")))?;
     let layout = parse_zarray(meta_entry.blob.bytes()?.as_slice()).map_err(FormatError::Bad)?;
     let mtime = index.latest_mtime_under(key).unwrap_or(meta_entry.mtime);
+    open_chunked(index, key, layout, mtime, "")
+}
+
+/// Opens an array of either Zarr version from its parsed layout: the single stored chunk of a
+/// Daf-flat array is the array's blob (zero-copy); an array none of whose chunks is stored is
+/// its fill value ([`Blob::fill`]); any other is decoded, lazily for numbers. `prefix` is what
+/// chunk names start with (`c/` for the Zarr v3 default key encoding).
+pub(super) fn open_chunked(
+    index: &StoreIndex,
+    key: &str,
+    layout: ChunkLayout,
+    mtime: SystemTime,
+    prefix: &str,
+) -> Result<ZarrArray, FormatError> {
     let chunk_key = |coord: &[u64]| {
         let name = chunk_name(coord, &layout.separator);
-        format!("{key}/{name}")
+        format!("{key}/{prefix}{name}")
     };
     let (kind, shape) = (layout.kind, layout.shape.clone());
     let len = layout.len();
@@ -266,9 +282,10 @@ pub fn open_array(index: &StoreIndex, key: &str) -> Result<ZarrArray, FormatErro
             shape,
             blob: Blob::ready(Bytes::from_vec(empty)),
             mtime,
+            packing: None,
         });
     }
-    let single = layout.chunks == layout.shape && layout.compressor.is_none();
+    let single = layout.chunks == layout.shape && layout.codecs.is_empty();
     let plain_bytes = (!layout.fortran_order || layout.shape.len() <= 1)
         && matches!(
             kind,
@@ -306,6 +323,7 @@ pub fn open_array(index: &StoreIndex, key: &str) -> Result<ZarrArray, FormatErro
                     shape,
                     blob: chunk.blob.clone(),
                     mtime,
+                    packing: None,
                 });
             }
             return Err(FormatError::bad(format!(
@@ -315,7 +333,16 @@ pub fn open_array(index: &StoreIndex, key: &str) -> Result<ZarrArray, FormatErro
         }
     }
     // Anything else is decoded once, on first access, from the chunks the store holds.
-    let stored = stored_chunks(index, key, &layout);
+    let stored = stored_chunks(index, key, &layout, prefix);
+    if stored.is_empty() {
+        return Ok(ZarrArray {
+            kind,
+            shape,
+            blob: fill_blob(&layout)?,
+            mtime,
+            packing: None,
+        });
+    }
     let what = key.to_string();
     let blob = match kind {
         ArrayKind::Numeric(t, _) => Blob::lazy(len.checked_mul(t.size()), move || {
@@ -336,6 +363,34 @@ pub fn open_array(index: &StoreIndex, key: &str) -> Result<ZarrArray, FormatErro
         shape,
         blob,
         mtime,
+        packing: None,
+    })
+}
+
+/// The content of an array none of whose chunks is stored: its fill value everywhere (for
+/// strings, `""`: a vlen-utf8 count and a zero length per item).
+fn fill_blob(layout: &ChunkLayout) -> Result<Arc<Blob>, FormatError> {
+    let len = layout.len();
+    let too_big = || FormatError::bad(format!("an array of {len} elements is too large"));
+    Ok(match layout.kind {
+        ArrayKind::Numeric(t, _) => {
+            if layout.fill.len() as u64 != t.size() {
+                return Err(FormatError::bad("fill value does not match the data type"));
+            }
+            Blob::fill(
+                Vec::new(),
+                len.checked_mul(t.size()).ok_or_else(too_big)?,
+                layout.fill.clone(),
+            )
+        }
+        ArrayKind::Strings => {
+            let count = u32::try_from(len).map_err(|_| too_big())?;
+            let bytes = len
+                .checked_mul(4)
+                .and_then(|n| n.checked_add(4))
+                .ok_or_else(too_big)?;
+            Blob::fill(count.to_le_bytes().to_vec(), bytes, vec![0; 4])
+        }
     })
 }
 

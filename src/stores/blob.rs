@@ -57,9 +57,15 @@ pub struct Blob {
     producing: Mutex<()>,
     /// The integrity check guarding this blob's bytes (its own, or its parent's for a slice).
     check: Option<Arc<Check>>,
+    /// The content is a constant fill (a Zarr array whose chunks are not stored), see [`Blob::fill`].
+    fill: bool,
     /// Where ranges of a ranged blob come from.
     ranged: Option<Arc<dyn RangeSource>>,
 }
+
+/// The most bytes a fill blob with a non-zero pattern may build (a zero fill is a map of the
+/// zero page, free at any size).
+pub const MAX_FILL_BYTES: u64 = 128 << 20;
 
 impl Blob {
     /// A blob whose bytes are already there.
@@ -79,6 +85,7 @@ impl Blob {
             producer: None,
             producing: Mutex::new(()),
             check,
+            fill: false,
             ranged: None,
         })
     }
@@ -111,7 +118,14 @@ impl Blob {
         len: Option<u64>,
         producer: impl Fn() -> Result<Bytes, StoreError> + Send + Sync + 'static,
     ) -> Arc<Blob> {
-        Arc::new(Blob {
+        Arc::new(Blob::unproduced(len, producer))
+    }
+
+    fn unproduced(
+        len: Option<u64>,
+        producer: impl Fn() -> Result<Bytes, StoreError> + Send + Sync + 'static,
+    ) -> Blob {
+        Blob {
             known_len: len,
             backing: None,
             value: OnceLock::new(),
@@ -119,8 +133,9 @@ impl Blob {
             producer: Some(Box::new(producer)),
             producing: Mutex::new(()),
             check: None,
+            fill: false,
             ranged: None,
-        })
+        }
     }
 
     /// A blob of `len` bytes served by ranges from `source` ([`Blob::read_range`] decodes only
@@ -135,14 +150,8 @@ impl Blob {
             }
         };
         Arc::new(Blob {
-            known_len: Some(len),
-            backing: None,
-            value: OnceLock::new(),
-            failed: OnceLock::new(),
-            producer: Some(Box::new(producer)),
-            producing: Mutex::new(()),
-            check: None,
             ranged: Some(source),
+            ..Blob::unproduced(Some(len), producer)
         })
     }
 
@@ -192,8 +201,52 @@ impl Blob {
             producer: Some(Box::new(producer)),
             producing: Mutex::new(()),
             check: None,
+            fill: false,
             ranged: None,
         })
+    }
+
+    /// `head` then `pattern` repeated up to `len` bytes in all (the content of a Zarr array none
+    /// of whose chunks is stored: its fill value; `head` is a vlen-utf8 count). Its length is
+    /// known without producing it; an all-zero fill is a read-only map of the zero page (no
+    /// memory, any size), any other is built on first read, at most [`MAX_FILL_BYTES`].
+    pub fn fill(head: Vec<u8>, len: u64, pattern: Vec<u8>) -> Arc<Blob> {
+        let producer = move || -> Result<Bytes, StoreError> {
+            let body = len.saturating_sub(head.len() as u64);
+            let zeros = head.iter().chain(&pattern).all(|&b| b == 0);
+            if len == 0 {
+                return Ok(Bytes::empty());
+            }
+            if zeros {
+                let map = usize::try_from(len)
+                    .map_err(|_| StoreError::Produce(format!("a fill of {len} bytes")))
+                    .and_then(|n| {
+                        crate::sys::map_zeros(n).map_err(|e| {
+                            StoreError::Produce(format!("mapping a fill of {len} bytes: {e}"))
+                        })
+                    })?;
+                return Ok(Bytes::from_map(Arc::new(map)));
+            }
+            if len > MAX_FILL_BYTES || pattern.is_empty() || body % pattern.len() as u64 != 0 {
+                return Err(StoreError::Produce(format!(
+                    "a fill of {len} bytes with a {}-byte pattern (at most {MAX_FILL_BYTES} bytes)",
+                    pattern.len()
+                )));
+            }
+            let mut out = head.clone();
+            out.extend(pattern.repeat((body / pattern.len() as u64) as usize));
+            Ok(Bytes::from_vec(out))
+        };
+        Arc::new(Blob {
+            fill: true,
+            ..Blob::unproduced(Some(len), producer)
+        })
+    }
+
+    /// Whether the blob is a constant fill ([`Blob::fill`]): a view may show it as a missing
+    /// chunk rather than as bytes.
+    pub fn is_fill(&self) -> bool {
+        self.fill
     }
 
     /// The source file this blob is the whole of, if any.
@@ -229,6 +282,7 @@ impl Blob {
             producing: Mutex::new(()),
             // A slice answers for its parent's check: once that fails, the slice fails too.
             check,
+            fill: false,
             ranged: None,
         })
     }
@@ -375,6 +429,60 @@ mod tests {
         let blob = Blob::lazy(Some(2), || Ok(Bytes::from_vec(b"abc".to_vec())));
         assert_eq!(blob.len().unwrap(), 2);
         assert!(blob.bytes().is_err());
+    }
+
+    /// Byte `i` is `i % 251`; counts the bytes made.
+    struct Pattern(AtomicUsize);
+
+    impl RangeSource for Pattern {
+        fn read_range(&self, offset: u64, len: u64) -> Result<Bytes, StoreError> {
+            self.0.fetch_add(len as usize, Ordering::Relaxed);
+            Ok(Bytes::from_vec(
+                (offset..offset + len).map(|i| (i % 251) as u8).collect(),
+            ))
+        }
+    }
+
+    #[test]
+    fn ranged_blobs_and_their_slices_make_only_what_is_read() {
+        let source = Arc::new(Pattern(AtomicUsize::new(0)));
+        let blob = Blob::ranged(1 << 30, source.clone());
+        assert_eq!(blob.known_len(), Some(1 << 30));
+        let slice = Blob::slice(&blob, 1000, 5000);
+        assert!(slice.is_ranged());
+        let got = slice.read_range(4990, 100).unwrap();
+        let want: Vec<u8> = (5990..6000u64).map(|i| (i % 251) as u8).collect();
+        assert_eq!(got.as_slice(), want.as_slice());
+        assert!(blob.read_range(1 << 30, 10).unwrap().is_empty());
+        assert_eq!(source.0.load(Ordering::Relaxed), 10);
+        assert!(!blob.is_materialized() && !slice.is_materialized());
+        // Asked whole, a ranged blob is made once and then served like any other.
+        let small = Blob::ranged(300, source.clone());
+        assert_eq!(small.bytes().unwrap().len(), 300);
+        assert!(!small.is_ranged());
+        assert_eq!(small.read_range(299, 5).unwrap().as_slice(), &[48]);
+        assert_eq!(source.0.load(Ordering::Relaxed), 310);
+    }
+
+    #[test]
+    fn fills_know_their_length_and_cost_nothing_until_read() {
+        let zeros = Blob::fill(Vec::new(), 1 << 40, vec![0; 8]);
+        assert!(zeros.is_fill() && !zeros.is_materialized());
+        assert_eq!(zeros.len().unwrap(), 1 << 40);
+        let small = Blob::fill(Vec::new(), 24, vec![0; 8]);
+        assert_eq!(small.bytes().unwrap().as_slice(), &[0; 24]);
+        let nan = Blob::fill(Vec::new(), 8, f32::NAN.to_le_bytes().to_vec());
+        assert_eq!(
+            nan.bytes().unwrap().as_slice(),
+            [f32::NAN.to_le_bytes(); 2].concat()
+        );
+        let strings = Blob::fill(vec![2, 0, 0, 0], 12, vec![0; 4]);
+        assert_eq!(
+            strings.bytes().unwrap().as_slice(),
+            &[2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+        );
+        assert!(Blob::fill(Vec::new(), 1 << 40, vec![1]).bytes().is_err());
+        assert!(!Blob::ready(Bytes::empty()).is_fill());
     }
 
     #[test]

@@ -822,18 +822,16 @@ def check_with_zarr_python(expect):
         g = zarr.open_group(copy, mode="r", use_consolidated=False)
         for path, prop in expect["properties"].items():
             if prop["format"] == "dense":
-                arr = g[path]
-                want = prop["values"]
+                wanted = {path: prop["values"]}
             elif prop["eltype"] == "String":
-                arr = g[path]
-                want = [""] * prop["shape"][0]
+                dense = [""] * prop["shape"][0]
                 for i, v in zip(prop["nzind"], prop["nzval"]):
-                    want[i - 1] = v
+                    dense[i - 1] = v
+                wanted = {path: dense}
             else:
-                arr = g[path + "/nzval"]
-                want = prop["nzval"]
-            got = arr[...].reshape(-1).tolist()
-            assert got == want, path
+                wanted = {path + "/" + c: prop[c] for c in ("nzind", "colptr", "rowval", "nzval") if c in prop}
+            for node, want in wanted.items():
+                assert g[node][...].reshape(-1).tolist() == want, node
 
 
 def main():

@@ -1,0 +1,467 @@
+//! The ZarrDaf view on Zarr v3 (`daf-formats.md` §5.2–5.4, §8), exactly as DataAxesFormats 0.3
+//! writes it: a `zarr.json` per node (groups `{"node_type":"group","zarr_format":3}`, arrays with
+//! sorted keys, one chunk covering the shape, `/` chunk keys `c/0`, `c/0/0`), the daf version as
+//! the root's `attributes.daf = [1,0]`, and the root's inline consolidated metadata with its keys
+//! sorted (parents before children, siblings contiguous) so zarr-python 3 opens it consolidated.
+//!
+//! Numeric chunks are the model's blobs (the same `Arc<Blob>` as the v2 view's chunks); strings are
+//! vlen-utf8; scalar chunks are synthesised. A chunk that holds only the fill value is left out,
+//! as Julia leaves it out. A packed array (`Property::packed`) is a `sharding_indexed` array whose
+//! chunk is the source's shard itself; its shard shape is the array shape rounded up to a multiple
+//! of the inner chunk shape, which makes the same bytes a valid shard for every reader (Julia's own
+//! `zarr.json` declares the shape itself, which zarr-python 3 and TensorStore refuse when the
+//! inner chunks do not divide it).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use serde_json::Value;
+
+use crate::formats::model::{Dataset, Payload, Property, PropertyId, SparseIndex};
+use crate::formats::scalar::Scalar;
+use crate::formats::shard::Packing;
+use crate::formats::types::{ElementType, NumType};
+use crate::stores::{Blob, Bytes, StoreError};
+
+use super::{dataset_mtime, ViewBuilder, ViewEntry};
+
+/// The `zarr.json` of every group but the root (37 bytes).
+pub const GROUP: &str = "{\"node_type\":\"group\",\"zarr_format\":3}";
+/// The root `zarr.json` of a ZIP source: the daf version, no consolidated metadata (64 bytes).
+pub const ROOT_PLAIN: &str =
+    "{\"attributes\":{\"daf\":[1,0]},\"node_type\":\"group\",\"zarr_format\":3}";
+/// A group's entry in the consolidated metadata, as DataAxesFormats writes it (a literal with its
+/// own key order, unlike the group's file).
+const GROUP_ENTRY: &str = "{\"zarr_format\":3,\"node_type\":\"group\"}";
+/// The attribute DataAxesFormats puts on packed arrays.
+const PACKED_ATTRIBUTES: &str = "{\"daf_packed_format\":\"indexed+zipped\"}";
+
+/// The Zarr v3 `data_type` of an element type (`float64`, `bool`, `string`).
+pub fn data_type(eltype: ElementType) -> String {
+    match eltype {
+        ElementType::Num(t) => t.julia_name().to_lowercase(),
+        ElementType::String => "string".into(),
+    }
+}
+
+/// The `fill_value` DataAxesFormats writes: `false`, `0`, `0.0` or `""`.
+pub fn fill_value(eltype: ElementType) -> &'static str {
+    match eltype {
+        ElementType::Num(NumType::Bool) => "false",
+        ElementType::Num(NumType::Float32 | NumType::Float64) => "0.0",
+        ElementType::Num(_) => "0",
+        ElementType::String => "\"\"",
+    }
+}
+
+/// The codec list of a flat array: `bytes` little-endian (even for one-byte types), or vlen-utf8.
+fn flat_codecs(eltype: ElementType) -> &'static str {
+    match eltype {
+        ElementType::Num(_) => "[{\"configuration\":{\"endian\":\"little\"},\"name\":\"bytes\"}]",
+        ElementType::String => "[{\"configuration\":{},\"name\":\"vlen-utf8\"}]",
+    }
+}
+
+fn list(v: &[u64]) -> String {
+    let items: Vec<String> = v.iter().map(u64::to_string).collect();
+    format!("[{}]", items.join(","))
+}
+
+/// An array `zarr.json` with sorted keys (JSON.jl ≥ 1.6 writes `JSON.lower(MetadataV3)` so).
+fn array_document(
+    eltype: ElementType,
+    shape: &[u64],
+    chunk_shape: &[u64],
+    codecs: &str,
+    fill: &str,
+    attributes: Option<&str>,
+) -> String {
+    let attributes = attributes.map_or(String::new(), |a| format!("\"attributes\":{a},"));
+    format!(
+        "{{{attributes}\"chunk_grid\":{{\"configuration\":{{\"chunk_shape\":{}}},\"name\":\"regular\"}},\"chunk_key_encoding\":{{\"configuration\":{{\"separator\":\"/\"}},\"name\":\"default\"}},\"codecs\":{codecs},\"data_type\":\"{}\",\"fill_value\":{},\"node_type\":\"array\",\"shape\":{},\"zarr_format\":3}}",
+        list(chunk_shape),
+        data_type(eltype),
+        fill,
+        list(shape),
+    )
+}
+
+/// The `zarr.json` of a flat single-chunk array of `shape` (Zarr order): §11.5 byte for byte. A
+/// zero length gets chunk length 1 (Zarr refuses chunk lengths of 0).
+pub fn flat_array_json(eltype: ElementType, shape: &[u64]) -> String {
+    let chunks: Vec<u64> = shape.iter().map(|&n| n.max(1)).collect();
+    array_document(
+        eltype,
+        shape,
+        &chunks,
+        flat_codecs(eltype),
+        fill_value(eltype),
+        None,
+    )
+}
+
+/// The shard shape a packed array of `shape` needs at least: `shape` rounded up, per dimension, to a
+/// multiple of the inner chunk shape (Zarr requires the inner chunks to divide the shard; Julia
+/// encodes the edge inner chunk at full size, so its shard bytes are a valid shard of this shape).
+pub fn rounded_shard_shape(shape: &[u64], inner: &[u64]) -> Vec<u64> {
+    shape
+        .iter()
+        .zip(inner.iter().chain(std::iter::repeat(&0)))
+        .map(|(&n, &c)| match c {
+            0 => n.max(1),
+            c => n.max(1).div_ceil(c).saturating_mul(c),
+        })
+        .collect()
+}
+
+/// The `zarr.json` of a packed array: one `sharding_indexed` codec over the whole array, with the
+/// packing's shard shape (at least the array shape, rounded up to whole inner chunks), inner chunk
+/// shape, inner codecs, index codecs, index location and fill value (what absent inner chunks
+/// hold), and DataAxesFormats' `daf_packed_format` attribute.
+pub fn packed_array_json(packing: &Packing) -> String {
+    let index_location = if packing.index_at_start {
+        "start"
+    } else {
+        "end"
+    };
+    let codecs = format!(
+        "[{{\"configuration\":{{\"chunk_shape\":{},\"codecs\":{},\"index_codecs\":{},\"index_location\":\"{index_location}\"}},\"name\":\"sharding_indexed\"}}]",
+        list(&packing.inner),
+        compact(&packing.codecs),
+        compact(&packing.index_codecs),
+    );
+    let shard_shape = if packing.shard_shape.len() == packing.shape.len() {
+        packing.shard_shape.clone()
+    } else {
+        rounded_shard_shape(&packing.shape, &packing.inner)
+    };
+    // DataAxesFormats' fill value is the type's; a foreign shard keeps its own (absent inner
+    // chunks hold it).
+    let fill = match &packing.fill_value {
+        Value::Null => fill_value(packing.eltype).to_string(),
+        other => compact(other),
+    };
+    array_document(
+        packing.eltype,
+        &packing.shape,
+        &shard_shape,
+        &codecs,
+        &fill,
+        Some(PACKED_ATTRIBUTES),
+    )
+}
+
+/// Compact JSON with sorted keys (serde_json's maps are sorted).
+fn compact(value: &Value) -> String {
+    value.to_string()
+}
+
+/// The key of the one chunk of an array of `ndim` dimensions: `c/0`, `c/0/0`.
+pub fn single_chunk_key(ndim: usize) -> String {
+    format!("c/{}", vec!["0"; ndim.max(1)].join("/"))
+}
+
+/// Whether a synthesised scalar chunk holds the fill value (`isequal` to it in Julia: `+0.0`, not
+/// `-0.0`; `0`; `false`; `""`), so Julia would not have stored it.
+fn scalar_is_fill(scalar: &Scalar) -> bool {
+    match scalar.eltype {
+        ElementType::Num(_) => scalar.zarr_chunk().iter().all(|&b| b == 0),
+        ElementType::String => scalar.zarr_chunk() == [1, 0, 0, 0, 0, 0, 0, 0],
+    }
+}
+
+/// Builds the v3 tree and remembers every node's document for the consolidated metadata.
+struct V3Builder {
+    view: ViewBuilder,
+    /// Node path → its entry in the consolidated metadata.
+    metadata: BTreeMap<String, String>,
+}
+
+impl V3Builder {
+    fn new(prefix: &str) -> V3Builder {
+        V3Builder {
+            view: ViewBuilder::new(prefix),
+            metadata: BTreeMap::new(),
+        }
+    }
+
+    fn document(&mut self, node: &str, text: &str, mtime: SystemTime) {
+        let path = super::join(node, "zarr.json");
+        self.view
+            .file(&path, Blob::ready(Bytes::from_vec(text.into())), mtime);
+    }
+
+    fn group(&mut self, path: &str, mtime: SystemTime) {
+        self.view.dir(path, mtime);
+        self.document(path, GROUP, mtime);
+        self.metadata.insert(path.to_string(), GROUP_ENTRY.into());
+    }
+
+    /// An array node with document `doc` and its single chunk (left out when the array is empty
+    /// or the chunk is the fill value).
+    fn array(
+        &mut self,
+        path: &str,
+        doc: String,
+        ndim: usize,
+        chunk: Option<Arc<Blob>>,
+        mtime: SystemTime,
+    ) {
+        self.view.dir(path, mtime);
+        self.document(path, &doc, mtime);
+        // A fill blob (an array the source stored without chunks) is not listed, as Julia
+        // does not store such chunks.
+        if let Some(chunk) = chunk.filter(|c| !c.is_fill()) {
+            let key = format!("{path}/{}", single_chunk_key(ndim));
+            self.view.file(&key, chunk, mtime);
+        }
+        self.metadata.insert(path.to_string(), doc);
+    }
+
+    /// A flat or packed array of `shape` holding `blob` (flat content) or its packing's shard.
+    fn stored(
+        &mut self,
+        path: &str,
+        eltype: ElementType,
+        shape: &[u64],
+        blob: Arc<Blob>,
+        packing: Option<&Arc<Packing>>,
+        mtime: SystemTime,
+    ) {
+        let empty = shape.contains(&0);
+        // A FilesDaf "zipped" shard has no Zarr index: shown flat (its decoded content).
+        match packing.filter(|p| p.has_zarr_index()) {
+            Some(p) => {
+                let chunk = (!empty).then(|| p.shard.clone());
+                self.array(path, packed_array_json(p), p.shape.len(), chunk, mtime);
+            }
+            None => {
+                let chunk = (!empty).then_some(blob);
+                self.array(
+                    path,
+                    flat_array_json(eltype, shape),
+                    shape.len(),
+                    chunk,
+                    mtime,
+                );
+            }
+        }
+    }
+}
+
+/// The Zarr v3 tree of `dataset`, rooted at `prefix`; the root `zarr.json` carries the inline
+/// consolidated metadata.
+pub fn zarr_v3_view(dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {
+    let mtime = dataset_mtime(dataset);
+    let mut z = V3Builder::new(prefix);
+    z.view.dir("", mtime);
+    for group in dataset.groups() {
+        z.group(&group, mtime);
+    }
+    for name in dataset.scalars.keys() {
+        item_nodes(&mut z, dataset, &PropertyId::Scalar(name.clone()));
+    }
+    for name in dataset.axes.keys() {
+        item_nodes(&mut z, dataset, &PropertyId::Axis(name.clone()));
+    }
+    for p in dataset.properties() {
+        property(&mut z, &p.path, p.property, &p.shape.zarr());
+    }
+    let metadata = std::mem::take(&mut z.metadata);
+    z.view.file(
+        "zarr.json",
+        Blob::lazy(None, move || {
+            Ok(Bytes::from_vec(consolidated_root(&metadata).into_bytes()))
+        }),
+        mtime,
+    );
+    z.view.finish()
+}
+
+/// What a commit writes for item `id` into a Zarr v3 source, relative to the data set root: the
+/// item's node documents and chunks (a new axis also brings the groups of its vectors and of its
+/// matrices with every axis). Not the root `zarr.json`.
+pub fn item_entries(dataset: &Dataset, id: &PropertyId) -> Vec<ViewEntry> {
+    let mut z = V3Builder::new("");
+    item_nodes(&mut z, dataset, id);
+    if let PropertyId::Axis(name) = id {
+        let mtime = dataset
+            .axes
+            .get(name)
+            .map_or_else(|| dataset_mtime(dataset), |a| a.mtime);
+        z.group(&format!("vectors/{name}"), mtime);
+        z.group(&format!("matrices/{name}"), mtime);
+        for other in dataset.axes.keys() {
+            z.group(&format!("matrices/{name}/{other}"), mtime);
+            if other != name {
+                z.group(&format!("matrices/{other}/{name}"), mtime);
+            }
+        }
+    }
+    z.view.finish()
+}
+
+/// The root `zarr.json` of `dataset`: with the inline consolidated metadata of every node
+/// (`consolidated`: the view, and a directory source), or the 64-byte plain form (a ZIP source).
+pub fn root_document(dataset: &Dataset, consolidated: bool) -> String {
+    if !consolidated {
+        return ROOT_PLAIN.to_string();
+    }
+    let mut z = V3Builder::new("");
+    for group in dataset.groups() {
+        z.group(&group, SystemTime::UNIX_EPOCH);
+    }
+    for name in dataset.scalars.keys() {
+        item_nodes(&mut z, dataset, &PropertyId::Scalar(name.clone()));
+    }
+    for name in dataset.axes.keys() {
+        item_nodes(&mut z, dataset, &PropertyId::Axis(name.clone()));
+    }
+    for p in dataset.properties() {
+        property(&mut z, &p.path, p.property, &p.shape.zarr());
+    }
+    consolidated_root(&z.metadata)
+}
+
+/// The root document with the inline consolidated metadata `metadata` (node path → entry), keys
+/// in byte order: parents come before their children and siblings are contiguous, which is what
+/// zarr-python 3's `_flat_to_nested` needs (Julia's own order makes it fail with a `KeyError`).
+fn consolidated_root(metadata: &BTreeMap<String, String>) -> String {
+    let entries: Vec<String> = metadata
+        .iter()
+        .map(|(key, doc)| format!("{}:{doc}", Value::from(key.as_str())))
+        .collect();
+    format!(
+        "{{\"zarr_format\":3,\"node_type\":\"group\",\"attributes\":{{\"daf\":[1,0]}},\"consolidated_metadata\":{{\"kind\":\"inline\",\"must_understand\":false,\"metadata\":{{{}}}}}}}",
+        entries.join(",")
+    )
+}
+
+/// The root `zarr.json` of a v3 directory source rebuilt from the `zarr.json` documents below it
+/// (`(path of the document, its bytes)`, e.g. `("vectors/cell/score/zarr.json", …)`; the root's
+/// own is skipped): arrays as their documents (compact, keys sorted), groups as DataAxesFormats'
+/// literal (with their attributes, if any). `Err` names a document that is not a Zarr v3 node.
+pub fn consolidated_from_documents<'a>(
+    docs: impl IntoIterator<Item = (&'a str, &'a [u8])>,
+) -> Result<String, StoreError> {
+    let mut metadata = BTreeMap::new();
+    for (path, bytes) in docs {
+        let Some(node) = path.strip_suffix("/zarr.json") else {
+            continue;
+        };
+        let bad = |why: &str| StoreError::Produce(format!("{path}: {why}"));
+        let value: Value =
+            serde_json::from_slice(bytes).map_err(|e| bad(&format!("invalid JSON: {e}")))?;
+        if value.get("zarr_format").and_then(Value::as_u64) != Some(3) {
+            return Err(bad("not a Zarr v3 document"));
+        }
+        let entry = match value.get("node_type").and_then(Value::as_str) {
+            Some("group") => match value.get("attributes") {
+                Some(Value::Object(a)) if !a.is_empty() => format!(
+                    "{{\"zarr_format\":3,\"node_type\":\"group\",\"attributes\":{}}}",
+                    compact(&Value::Object(a.clone()))
+                ),
+                _ => GROUP_ENTRY.to_string(),
+            },
+            Some("array") => compact(&value),
+            _ => return Err(bad("no node_type \"group\" or \"array\"")),
+        };
+        metadata.insert(node.to_string(), entry);
+    }
+    Ok(consolidated_root(&metadata))
+}
+
+fn item_nodes(z: &mut V3Builder, dataset: &Dataset, id: &PropertyId) {
+    match id {
+        PropertyId::Scalar(name) => {
+            let Some(prop) = dataset.scalars.get(name) else {
+                return;
+            };
+            let chunk = (!scalar_is_fill(&prop.scalar))
+                .then(|| Blob::ready(Bytes::from_vec(prop.scalar.zarr_chunk())));
+            let doc = flat_array_json(prop.scalar.eltype, &[1]);
+            z.array(&format!("scalars/{name}"), doc, 1, chunk, prop.mtime);
+        }
+        PropertyId::Axis(name) => {
+            let Some(axis) = dataset.axes.get(name) else {
+                return;
+            };
+            z.stored(
+                &format!("axes/{name}"),
+                ElementType::String,
+                &[axis.len()],
+                axis.entries.vlen(),
+                None,
+                axis.mtime,
+            );
+        }
+        PropertyId::Vector { .. } | PropertyId::Matrix { .. } => {
+            if let (Some(p), Some(shape)) = (dataset.property(id), dataset.shape(id)) {
+                property(z, &id.path(), p, &shape.zarr());
+            }
+        }
+    }
+}
+
+fn property(z: &mut V3Builder, path: &str, p: &Property, shape: &[u64]) {
+    let mtime = p.mtime;
+    let packed = |component: &str| p.packed.get(component);
+    match &p.payload {
+        Payload::Dense { eltype, data } => z.stored(
+            path,
+            ElementType::Num(*eltype),
+            shape,
+            data.clone(),
+            packed(""),
+            mtime,
+        ),
+        Payload::DenseStrings(strings) => z.stored(
+            path,
+            ElementType::String,
+            shape,
+            strings.vlen(),
+            packed(""),
+            mtime,
+        ),
+        // Zarr has no sparse strings: they are shown dense.
+        Payload::SparseStrings { dense, .. } => {
+            z.stored(path, ElementType::String, shape, dense.vlen(), None, mtime)
+        }
+        Payload::Sparse {
+            eltype,
+            indtype,
+            index,
+            nzval,
+        } => {
+            z.group(path, mtime);
+            let ind = ElementType::Num(*indtype);
+            let nnz = match index {
+                SparseIndex::Vector { nzind } => {
+                    let nnz = nzind.len().unwrap_or(0) / indtype.size();
+                    let at = format!("{path}/nzind");
+                    z.stored(&at, ind, &[nnz], nzind.clone(), packed("nzind"), mtime);
+                    nnz
+                }
+                SparseIndex::Matrix { colptr, rowval } => {
+                    let nnz = rowval.len().unwrap_or(0) / indtype.size();
+                    let ncolptr = [shape[0].saturating_add(1)];
+                    let at = format!("{path}/colptr");
+                    z.stored(&at, ind, &ncolptr, colptr.clone(), packed("colptr"), mtime);
+                    let at = format!("{path}/rowval");
+                    z.stored(&at, ind, &[nnz], rowval.clone(), packed("rowval"), mtime);
+                    nnz
+                }
+            };
+            if let Some(nzval) = nzval {
+                let at = format!("{path}/nzval");
+                let t = ElementType::Num(*eltype);
+                z.stored(&at, t, &[nnz], nzval.clone(), packed("nzval"), mtime);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "zarr_v3_tests.rs"]
+mod tests;

@@ -107,6 +107,25 @@ fn check_flat_view(view: &Tree, what: &str) {
             continue;
         }
         let it = p["indtype"].as_str().unwrap();
+        if descriptor["eltype"].is_null() {
+            // A 1.1 sparse descriptor (the flat one of a packed property) counts the values.
+            let nnz = p["nzval"].as_array().map(Vec::len).unwrap();
+            let positions = if p["nzind"].is_null() {
+                "rowval"
+            } else {
+                "nzind"
+            };
+            assert_eq!(
+                descriptor[positions]["n_elements"], nnz,
+                "{what}: {path}.json"
+            );
+            assert_eq!(descriptor[positions]["eltype"], it, "{what}: {path}.json");
+            assert_eq!(descriptor["nzval"]["eltype"], t, "{what}: {path}.json");
+        } else {
+            // The source's own 1.0-form descriptor (a 1.1 source may hold both forms).
+            assert!(p["packed"].is_null(), "{what}: {path}.json");
+            assert_eq!(descriptor["indtype"], it, "{what}: {path}.json");
+        }
         for comp in ["nzind", "colptr", "rowval"] {
             if !p[comp].is_null() {
                 assert!(got(comp) == encode(it, &p[comp]), "{what}: {path}.{comp}");
@@ -218,4 +237,74 @@ fn a_shard_index_failing_its_crc32c_is_an_io_error() {
     require_fuse!();
     let (_tmp, copy) = damaged_copy(|b| b[9] ^= 0x40);
     read_fails_with_eio(&copy, "vectors/cell/score.data");
+}
+
+#[test]
+fn replacing_or_deleting_a_packed_property_removes_its_shards() {
+    require_fuse!();
+    let (_tmp, copy) = damaged_copy(|_| {});
+    {
+        let mount = TestMount::writable(copy.to_str().unwrap(), ViewSelection::Files);
+        let root = mount.path.clone();
+        io_timeout(&mount.path, move || {
+            for ext in ["json", "data"] {
+                std::fs::remove_file(root.join(format!("vectors/cell/score.{ext}"))).unwrap();
+            }
+            let depth: Vec<u8> = (0..1200i64).flat_map(|v| v.to_le_bytes()).collect();
+            std::fs::write(root.join("vectors/cell/depth.data"), depth).unwrap();
+            std::fs::remove_file(root.join("vectors/gene/counts.nzval")).unwrap();
+            std::fs::remove_file(root.join("vectors/gene/counts.nzind")).unwrap();
+            std::fs::remove_file(root.join("vectors/gene/counts.json")).unwrap();
+        });
+    }
+    let cell = copy.join("vectors/cell");
+    assert!(!cell.join("score.json").exists() && !cell.join("score.zip").exists());
+    assert!(
+        !cell.join("depth.zip").exists(),
+        "the replaced shard stayed"
+    );
+    assert_eq!(
+        std::fs::read(cell.join("depth.data")).unwrap().len(),
+        1200 * 8
+    );
+    assert_eq!(
+        std::fs::read_to_string(cell.join("depth.json")).unwrap(),
+        "{\"format\":\"dense\",\"eltype\":\"Int64\"}\n"
+    );
+    let gene = copy.join("vectors/gene");
+    assert!(!gene.join("counts.nzind.zip").exists() && !gene.join("counts.nzval.zip").exists());
+    let index: Value =
+        serde_json::from_slice(&std::fs::read(copy.join("metadata.json")).unwrap()).unwrap();
+    assert!(index.get("vectors/cell/score").is_none());
+    assert!(index.get("vectors/gene/counts").is_none());
+    assert_eq!(index["vectors/cell/depth"]["eltype"], "Int64");
+    assert!(
+        index["vectors/cell/label"]["packed_format"].is_string(),
+        "the source's own index keeps packed descriptors"
+    );
+}
+
+#[test]
+fn a_packed_group_of_a_multi_data_set_zipdaf_shows_flat_files() {
+    require_fuse!();
+    // The ZipDaf's entries under group `g/` of a `.dafs.zip`, stored, as Python's zipfile writes.
+    let tmp = tempfile::tempdir().unwrap();
+    let archive = tmp.path().join("multi.dafs.zip");
+    let script = "import sys, zipfile\n\
+        src = zipfile.ZipFile(sys.argv[1])\n\
+        with zipfile.ZipFile(sys.argv[2], 'w', zipfile.ZIP_STORED) as out:\n\
+        \x20   for info in src.infolist():\n\
+        \x20       out.writestr('g/' + info.filename, src.read(info))\n";
+    let status = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(format!("{PACKED}/zipdaf_packed.daf.zip"))
+        .arg(&archive)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let source = format!("{}#/g", archive.display());
+    let mount = TestMount::new(&source, ViewSelection::Files);
+    let root = mount.path.clone();
+    let view = io_timeout(&mount.path, move || read_tree(&root));
+    check_flat_view(&view, "multi.dafs.zip#/g");
 }

@@ -22,7 +22,7 @@ use crate::formats::json::{
 };
 use crate::formats::model::{Dataset, Payload, Property, PropertyId, SparseIndex};
 use crate::formats::types::ElementType;
-use crate::stores::{Blob, Bytes};
+use crate::stores::{Blob, Bytes, StoreError};
 
 use super::{dataset_mtime, ViewBuilder, ViewEntry, ViewNode};
 
@@ -171,14 +171,17 @@ fn property_files(
     let mtime = prop.mtime;
     let mut file =
         |ext: &str, blob: &Arc<Blob>| view.file(&format!("{base}.{ext}"), blob.clone(), mtime);
-    let descriptor = match &prop.payload {
+    // The descriptor's text, made on first access (a 1.1 sparse one counts the index files).
+    type Make = Box<dyn Fn() -> Result<String, StoreError> + Send + Sync>;
+    let descriptor: Make = match &prop.payload {
         Payload::Dense { eltype, data } => {
             file("data", data);
-            dense_descriptor(ElementType::Num(*eltype))
+            let text = dense_descriptor(ElementType::Num(*eltype));
+            Box::new(move || Ok(text.clone()))
         }
         Payload::DenseStrings(strings) => {
             file("txt", &strings.lines());
-            dense_descriptor(ElementType::String)
+            Box::new(|| Ok(dense_descriptor(ElementType::String)))
         }
         Payload::Sparse {
             eltype,
@@ -190,13 +193,9 @@ fn property_files(
             if let Some(nzval) = nzval {
                 file("nzval", nzval);
             }
-            sparse_text(
-                ElementType::Num(*eltype),
-                *indtype,
-                index,
-                nzval.is_some(),
-                version,
-            )
+            let (eltype, indtype, index) = (ElementType::Num(*eltype), *indtype, index.clone());
+            let has_nzval = nzval.is_some();
+            Box::new(move || sparse_text(eltype, indtype, &index, has_nzval, version))
         }
         Payload::SparseStrings {
             indtype,
@@ -206,42 +205,48 @@ fn property_files(
         } => {
             index_files(&mut file, index);
             file("nztxt", nztxt);
-            sparse_text(ElementType::String, *indtype, index, true, version)
+            let (indtype, index) = (*indtype, index.clone());
+            Box::new(move || sparse_text(ElementType::String, indtype, &index, true, version))
         }
     };
-    match document {
-        Some(blob) => view.file(&format!("{base}.json"), blob.clone(), mtime),
-        None => view.text(&format!("{base}.json"), mtime, move || descriptor.clone()),
-    }
+    let blob = match document {
+        Some(blob) => blob.clone(),
+        None => Blob::lazy(None, move || {
+            Ok(Bytes::from_vec(descriptor()?.into_bytes()))
+        }),
+    };
+    view.file(&format!("{base}.json"), blob, mtime);
 }
 
+/// A sparse descriptor in the forms of `version`; the 1.1 form counts the index files'
+/// elements (their lengths, known without decoding for flat and packed payloads alike).
 fn sparse_text(
     eltype: ElementType,
     indtype: crate::formats::types::NumType,
     index: &SparseIndex,
     has_nzval: bool,
     version: FilesVersion,
-) -> String {
+) -> Result<String, StoreError> {
     if version == FilesVersion::V1_0 {
-        return sparse_descriptor(eltype, indtype);
+        return Ok(sparse_descriptor(eltype, indtype));
     }
-    let count = |blob: &Arc<Blob>| blob.known_len().unwrap_or(0) / indtype.size();
-    match index {
-        SparseIndex::Vector { nzind } => sparse_descriptor_1_1(
-            eltype,
-            indtype,
-            &[("nzind", count(nzind))],
-            count(nzind),
-            has_nzval,
-        ),
-        SparseIndex::Matrix { colptr, rowval } => sparse_descriptor_1_1(
-            eltype,
-            indtype,
-            &[("colptr", count(colptr)), ("rowval", count(rowval))],
-            count(rowval),
-            has_nzval,
-        ),
-    }
+    let count = |blob: &Arc<Blob>| Ok::<u64, StoreError>(blob.len()? / indtype.size());
+    Ok(match index {
+        SparseIndex::Vector { nzind } => {
+            let nnz = count(nzind)?;
+            sparse_descriptor_1_1(eltype, indtype, &[("nzind", nnz)], nnz, has_nzval)
+        }
+        SparseIndex::Matrix { colptr, rowval } => {
+            let nnz = count(rowval)?;
+            sparse_descriptor_1_1(
+                eltype,
+                indtype,
+                &[("colptr", count(colptr)?), ("rowval", nnz)],
+                nnz,
+                has_nzval,
+            )
+        }
+    })
 }
 
 fn index_files(file: &mut impl FnMut(&str, &Arc<Blob>), index: &SparseIndex) {

@@ -32,7 +32,7 @@ fn every_error_is_one_line_naming_the_problem_and_the_path() {
     std::fs::create_dir(&future_zarr).unwrap();
     std::fs::write(
         future_zarr.join("zarr.json"),
-        "{\"zarr_format\":3,\"node_type\":\"group\",\"attributes\":{\"daf\":[1,3]}}",
+        r#"{"zarr_format":3,"node_type":"group","attributes":{"daf":[1,3]}}"#,
     )
     .unwrap();
     let archive = std::fs::read(format!("{VECTORS}/zarr_v2.daf.zarr.zip")).unwrap();
@@ -67,7 +67,7 @@ fn every_error_is_one_line_naming_the_problem_and_the_path() {
         (
             vec![future_zarr.display().to_string(), mnt_s.clone()],
             "unsupported ZarrDaf version 1.3",
-            future_zarr.display().to_string(),
+            future_zarr.join("zarr.json").display().to_string(),
         ),
         (
             vec![truncated.display().to_string(), mnt_s.clone()],

@@ -1,5 +1,6 @@
 //! Property-based fuzzing of the format readers against untrusted input: FilesDaf descriptors
-//! (1.0 and 1.1) and whole FilesDaf trees, Zarr v2 `.zarray` documents with their chunks, the
+//! (1.0 and 1.1) and whole FilesDaf trees, Zarr v2 `.zarray` and Zarr v3 `zarr.json` documents
+//! with their chunks, the
 //! vlen-utf8 and text decoders, and the path grammar (source paths and the name check).
 //!
 //! Inputs are both random bytes and structure-aware (documents built from the fields the readers
@@ -25,6 +26,7 @@ use daf_mount::formats::source::{parse_source, SourceSpec};
 use daf_mount::formats::strings::{count_lines, decode_vlen, encode_vlen, split_lines, Strings};
 use daf_mount::formats::zarr_decode::MAX_DECODED_BYTES;
 use daf_mount::formats::zarr_v2::open_array;
+use daf_mount::formats::zarr_v3;
 use daf_mount::stores::{Blob, Bytes, Entry, StoreIndex};
 use daf_mount::views::files::files_view;
 use daf_mount::views::zarr::zarr_view;
@@ -268,6 +270,71 @@ fn zarray() -> impl Strategy<Value = Value> {
         )
 }
 
+/// Zarr v3 codec entries, good and hostile.
+fn v3_codec() -> impl Strategy<Value = Value> {
+    prop::sample::select(vec![
+        json!({"name": "bytes", "configuration": {"endian": "little"}}),
+        json!({"name": "bytes", "configuration": {"endian": "big"}}),
+        json!({"name": "bytes"}),
+        json!({"name": "vlen-utf8"}),
+        json!({"name": "transpose", "configuration": {"order": [1, 0]}}),
+        json!({"name": "transpose", "configuration": {"order": [0]}}),
+        json!({"name": "zstd"}),
+        json!({"name": "gzip"}),
+        json!({"name": "blosc"}),
+        json!({"name": "crc32c"}),
+        json!({"name": "sharding_indexed", "configuration": {"chunk_shape": [2], "codecs": [{"name": "bytes"}]}}),
+        json!({"name": "lzma"}),
+        json!(7),
+    ])
+}
+
+/// `zarr.json` array documents with good, odd and hostile fields.
+fn zarr_json() -> impl Strategy<Value = Value> {
+    (
+        prop::collection::vec(dim(), 0..4),
+        prop::option::of(prop::collection::vec(dim(), 0..4)),
+        prop::sample::select(vec![
+            "float64",
+            "float32",
+            "uint8",
+            "int16",
+            "uint64",
+            "bool",
+            "string",
+            "complex64",
+            "x",
+        ]),
+        prop::collection::vec(v3_codec(), 0..4),
+        prop_oneof![
+            Just(json!(0)),
+            Just(json!("NaN")),
+            Just(json!("0x7fc00000")),
+            Just(json!("")),
+            any_json()
+        ],
+        prop::sample::select(vec!["default", "v2", "other"]),
+        prop::sample::select(vec![".", "/", "-"]),
+    )
+        .prop_map(|(shape, chunks, dtype, codecs, fill, encoding, sep)| {
+            let chunks = chunks.unwrap_or_else(|| shape.clone());
+            json!({"zarr_format": 3, "node_type": "array", "shape": shape, "data_type": dtype,
+               "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": chunks}},
+               "chunk_key_encoding": {"name": encoding, "configuration": {"separator": sep}},
+               "codecs": codecs, "fill_value": fill})
+        })
+}
+
+/// A produced blob stays within the decode limit, unless it is an all-zero fill (a map of the
+/// zero page, which costs no memory at any size).
+fn within_bounds(blob: &Arc<Blob>) -> Result<(), TestCaseError> {
+    if let Ok(bytes) = blob.bytes() {
+        let zero_fill = || blob.is_fill() && bytes.as_slice().iter().all(|&b| b == 0);
+        prop_assert!(bytes.len() <= MAX_DECODED_BYTES || zero_fill());
+    }
+    Ok(())
+}
+
 fn chunk_bytes() -> impl Strategy<Value = Vec<u8>> {
     prop_oneof![
         prop::collection::vec(any::<u8>(), 0..64),
@@ -312,9 +379,24 @@ proptest! {
         let mut files = vec![("arr/.zarray".to_string(), zarray)];
         files.extend(chunks.into_iter().map(|(k, v)| (format!("arr/{k}"), v)));
         if let Ok(array) = open_array(&index(&files), "arr") {
-            if let Ok(bytes) = array.blob.bytes() {
-                prop_assert!(bytes.len() <= MAX_DECODED_BYTES);
-            }
+            within_bounds(&array.blob)?;
+        }
+    }
+
+    #[test]
+    fn zarr_v3_arrays_open_and_decode_within_bounds(
+        doc in zarr_json(),
+        chunks in prop::collection::vec(
+            (prop::sample::select(vec!["c/0", "c/1", "c/0/0", "c/0/1", "c.0", "c", "0", "0.0", "c/00"]), chunk_bytes()),
+            0..5,
+        ),
+        raw in prop::option::of(prop::collection::vec(any::<u8>(), 0..80)),
+    ) {
+        let meta = raw.unwrap_or_else(|| doc.to_string().into_bytes());
+        let mut files = vec![("arr/zarr.json".to_string(), meta)];
+        files.extend(chunks.into_iter().map(|(k, v)| (format!("arr/{k}"), v)));
+        if let Ok(array) = zarr_v3::open_array(&index(&files), "arr") {
+            within_bounds(&array.blob)?;
         }
     }
 

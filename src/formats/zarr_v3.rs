@@ -204,7 +204,7 @@ fn parse_array(meta: &Value) -> Result<V3Layout, String> {
         .get("data_type")
         .and_then(Value::as_str)
         .ok_or("data_type is not a simple type")?;
-    let mut kind =
+    let kind =
         data_kind(data_type).ok_or_else(|| format!("unsupported data_type \"{data_type}\""))?;
     let (encoding, separator) = match (
         meta.pointer("/chunk_key_encoding/name")
@@ -228,8 +228,46 @@ fn parse_array(meta: &Value) -> Result<V3Layout, String> {
         .get("codecs")
         .and_then(Value::as_array)
         .ok_or("bad \"codecs\"")?;
-    let (mut fortran_order, mut serialised, mut sharded, mut codecs) =
-        (false, false, false, Vec::new());
+    let codecs = parse_codecs(list, kind, shape.len() as u64)?;
+    let kind = codecs.kind;
+    let fill = fill_bytes(meta.get("fill_value").unwrap_or(&Value::Null), kind)?;
+    Ok(V3Layout {
+        layout: ChunkLayout {
+            shape,
+            chunks,
+            kind,
+            codecs: codecs.compressors,
+            fortran_order: codecs.fortran_order,
+            fill,
+            separator: separator.to_string(),
+        },
+        prefix,
+        sharded: codecs.sharded,
+    })
+}
+
+/// What a v3 codec list does, in `zarr_decode`'s terms.
+struct Codecs {
+    /// The element kind with the `bytes` codec's byte order.
+    kind: ArrayKind,
+    /// A `transpose` to the reversed order (an identity one changes nothing).
+    fortran_order: bool,
+    /// The bytes-to-bytes codecs, in encoding order.
+    compressors: Vec<Compressor>,
+    /// The list is one `sharding_indexed` codec.
+    sharded: bool,
+}
+
+/// Parses a codec list: array-to-array (`transpose`), then one array-to-bytes (`bytes`,
+/// `vlen-utf8`, `sharding_indexed`), then bytes-to-bytes (`zstd`, `gzip`, `blosc`, `crc32c`).
+fn parse_codecs(list: &[Value], kind: ArrayKind, ndim: u64) -> Result<Codecs, String> {
+    let mut out = Codecs {
+        kind,
+        fortran_order: false,
+        compressors: Vec::new(),
+        sharded: false,
+    };
+    let mut serialised = false;
     for entry in list {
         let (name, config) = codec(entry)?;
         let misplaced = || format!("codec \"{name}\" out of place");
@@ -237,11 +275,9 @@ fn parse_array(meta: &Value) -> Result<V3Layout, String> {
             "transpose" if serialised => return Err(misplaced()),
             "transpose" => {
                 let order = dims(config, "/order")?;
-                let n = shape.len() as u64;
-                if order.iter().copied().eq(0..n) {
-                } else if order.iter().copied().eq((0..n).rev()) {
-                    fortran_order = !fortran_order;
-                } else {
+                if order.iter().copied().eq((0..ndim).rev()) && ndim > 1 {
+                    out.fortran_order = !out.fortran_order;
+                } else if !order.iter().copied().eq(0..ndim) {
                     return Err(format!("unsupported transpose order {order:?}"));
                 }
             }
@@ -256,40 +292,27 @@ fn parse_array(meta: &Value) -> Result<V3Layout, String> {
                     None if t.size() == 1 => Endian::Little,
                     _ => return Err("bytes codec without a known endian".into()),
                 };
-                kind = ArrayKind::Numeric(t, endian);
+                out.kind = ArrayKind::Numeric(t, endian);
                 serialised = true;
             }
             "vlen-utf8" if kind == ArrayKind::Strings => serialised = true,
             "vlen-utf8" => return Err("a numeric array with the vlen-utf8 codec".into()),
-            "sharding_indexed" => (sharded, serialised) = (true, true),
+            "sharding_indexed" => (out.sharded, serialised) = (true, true),
             "zstd" | "gzip" | "blosc" | "crc32c" if !serialised => return Err(misplaced()),
-            "zstd" => codecs.push(Compressor::Zstd),
-            "gzip" => codecs.push(Compressor::Gzip),
-            "blosc" => codecs.push(Compressor::Blosc),
-            "crc32c" => codecs.push(Compressor::Crc32c),
+            "zstd" => out.compressors.push(Compressor::Zstd),
+            "gzip" => out.compressors.push(Compressor::Gzip),
+            "blosc" => out.compressors.push(Compressor::Blosc),
+            "crc32c" => out.compressors.push(Compressor::Crc32c),
             other => return Err(format!("unsupported codec \"{other}\"")),
         }
     }
     if !serialised {
         return Err("no bytes, vlen-utf8 or sharding_indexed codec".into());
     }
-    if sharded && (list.len() != 1) {
+    if out.sharded && list.len() != 1 {
         return Err("a sharding_indexed codec with other codecs around it".into());
     }
-    let fill = fill_bytes(meta.get("fill_value").unwrap_or(&Value::Null), kind)?;
-    Ok(V3Layout {
-        layout: ChunkLayout {
-            shape,
-            chunks,
-            kind,
-            codecs,
-            fortran_order,
-            fill,
-            separator: separator.to_string(),
-        },
-        prefix,
-        sharded,
-    })
+    Ok(out)
 }
 
 /// Parses the `zarr.json` of array `key` (errors name nothing: the caller adds the path).

@@ -338,15 +338,13 @@ fn hostile_array_documents_are_refused() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("chunk has 16 bytes"), "{err}");
-    // Hex fill values are the float's bits.
-    let (_tmp, idx) =
-        idx_with(&score.replacen("\"fill_value\":0.0", "\"fill_value\":\"0x7fc00000\"", 1));
-    std::fs::remove_file(_tmp.path().join("copy.daf.zarr/vectors/cell/score/c/0")).unwrap();
-    let idx = {
-        drop(idx);
-        open_directory(&_tmp.path().join("copy.daf.zarr")).unwrap()
-    };
-    let nan = open_array(&idx, "vectors/cell/score").unwrap();
+    // Hex fill values are the float's bits (here for an elided chunk).
+    let (_tmp, root) = copy_fixture(&format!("{VECTORS}/zarr_v3.daf.zarr"));
+    let hex = score.replacen("\"fill_value\":0.0", "\"fill_value\":\"0x7fc00000\"", 1);
+    std::fs::write(root.join("vectors/cell/score/zarr.json"), hex).unwrap();
+    std::fs::remove_file(root.join("vectors/cell/score/c/0")).unwrap();
+    let nan = open_array(&open_directory(&root).unwrap(), "vectors/cell/score").unwrap();
+    assert!(nan.blob.is_fill());
     assert_eq!(bytes(&nan.blob), [0x7fc00000u32.to_le_bytes(); 3].concat());
 }
 

@@ -154,17 +154,6 @@ impl Format {
             Format::ZarrV2 | Format::ZarrV3 => Layout::Zarr,
         }
     }
-
-    /// The format of the data set at the root of `index`, of family `family`.
-    pub fn of(family: Layout, index: &StoreIndex) -> Format {
-        match family {
-            Layout::Files => Format::Files(files_version(index)),
-            Layout::Zarr if index.contains("zarr.json") && !index.contains(".zgroup") => {
-                Format::ZarrV3
-            }
-            Layout::Zarr => Format::ZarrV2,
-        }
-    }
 }
 
 /// Where a data set is stored.
@@ -249,12 +238,9 @@ pub fn open_source(arg: &str) -> Result<Source, FormatError> {
                     why: "no daf.json (FilesDaf), .zgroup or zarr.json (ZarrDaf)".into(),
                 });
             };
-            let dataset = match family {
-                Layout::Files => read_files_daf(&index, &path)?,
-                Layout::Zarr => read_zarr_daf(&index, &path)?,
-            };
+            let (dataset, format) = read_dataset(family, &index, &path)?;
             let target = Target {
-                format: Format::of(family, &index),
+                format,
                 place: Place::Dir(absolute.clone()),
             };
             Ok(Source {
@@ -281,10 +267,6 @@ pub fn open_source(arg: &str) -> Result<Source, FormatError> {
             }
             let path = std::fs::canonicalize(&path).map_err(|e| StoreError::io(&path, e))?;
             let index = open_zip(&path)?;
-            let read = |idx: &StoreIndex, shown: &Path| match layout {
-                Layout::Zarr => read_zarr_daf(idx, shown),
-                Layout::Files => read_files_daf(idx, shown),
-            };
             let mut datasets = Vec::new();
             if let Some(group) = group {
                 let shown = PathBuf::from(format!("{}#/{group}", path.display()));
@@ -297,11 +279,12 @@ pub fn open_source(arg: &str) -> Result<Source, FormatError> {
                 }
                 let name = group.rsplit('/').next().unwrap_or(&group).to_string();
                 let prefix = format!("{group}/");
+                let (dataset, format) = read_dataset(layout, &sub, &shown)?;
                 datasets.push(NamedDataset {
                     name,
-                    dataset: read(&sub, &shown)?,
+                    dataset,
                     target: Target {
-                        format: Format::of(layout, &sub),
+                        format,
                         place: Place::Zip {
                             archive: path.clone(),
                             prefix,
@@ -309,11 +292,12 @@ pub fn open_source(arg: &str) -> Result<Source, FormatError> {
                     },
                 });
             } else if !multi {
+                let (dataset, format) = read_dataset(layout, &index, &path)?;
                 datasets.push(NamedDataset {
                     name: display_name(&path),
-                    dataset: read(&index, &path)?,
+                    dataset,
                     target: Target {
-                        format: Format::of(layout, &index),
+                        format,
                         place: Place::Zip {
                             archive: path.clone(),
                             prefix: String::new(),
@@ -333,18 +317,15 @@ pub fn open_source(arg: &str) -> Result<Source, FormatError> {
                     } else {
                         format!("{group}/")
                     };
-                    let target = Target {
-                        format: Format::of(layout, &idx),
-                        place: Place::Zip {
-                            archive: path.clone(),
-                            prefix,
-                        },
+                    let place = Place::Zip {
+                        archive: path.clone(),
+                        prefix,
                     };
-                    match read(&idx, &shown) {
-                        Ok(dataset) => datasets.push(NamedDataset {
+                    match read_dataset(layout, &idx, &shown) {
+                        Ok((dataset, format)) => datasets.push(NamedDataset {
                             name,
                             dataset,
-                            target,
+                            target: Target { format, place },
                         }),
                         Err(e) => log::warn!("skipping data set {}: {e}", shown.display()),
                     }
@@ -359,6 +340,30 @@ pub fn open_source(arg: &str) -> Result<Source, FormatError> {
             Ok(Source { path, datasets })
         }
     }
+}
+
+/// Reads the data set of family `family` at the root of `index` (`shown` names it in messages),
+/// and says which format it is in.
+fn read_dataset(
+    family: Layout,
+    index: &StoreIndex,
+    shown: &Path,
+) -> Result<(Dataset, Format), FormatError> {
+    Ok(match family {
+        Layout::Files => (
+            read_files_daf(index, shown)?,
+            Format::Files(files_version(index)),
+        ),
+        Layout::Zarr => {
+            let dataset = read_zarr_daf(index, shown)?;
+            let format = if dataset.zarr_format == Some(3) {
+                Format::ZarrV3
+            } else {
+                Format::ZarrV2
+            };
+            (dataset, format)
+        }
+    })
 }
 
 /// The groups of a multi-data-set archive that hold a data set ("" for one at the root),

@@ -15,7 +15,7 @@ import zipfile
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(ROOT, "target", "release", "daf-mount")
+BIN = os.environ.get("DAF_MOUNT_BIN", os.path.join(ROOT, "target", "release", "daf-mount"))
 WORK = os.environ.get("DAF_BENCH_DIR", "/var/tmp/daf-bench")
 CELLS, GENES = 65536, 4096          # 65536 x 4096 Float32 = 1 GiB
 NNZ = 10_000_000
@@ -295,6 +295,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", default=os.path.join(ROOT, "bench-results.json"))
+    parser.add_argument("--packed-mib", type=int, default=1024, help="size of the packed matrix (scripts/bench_packed.py)")
     args = parser.parse_args()
     os.makedirs(WORK, exist_ok=True)
     files_dir = os.path.join(WORK, "big.daf")
@@ -394,6 +395,9 @@ def main():
     row("zarr-python 3 reads the whole matrix (throughput ratio)", t_m, t_n, "s", ">= 0.8")
     rss.append(zm.rss_anon_kib())
     zm.close()
+    # 10. Packed 1 GiB matrix: FilesDaf view (decoded lazily by the daemon) vs zarr-python 3 on the same shard.
+    import bench_packed
+    bench_packed.packed_row(sys.modules[__name__], WORK, args.rounds, args.packed_mib, row, rows)
     # 7. Mount until usable.
     for label, archive, target in [("10,000", zip10k, "<= 0.1 s"), ("100,000", zip100k, "<= 0.5 s")]:
         times = []

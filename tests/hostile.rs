@@ -15,6 +15,8 @@ mod formats;
 mod formats_links;
 #[path = "hostile/formats_zarr.rs"]
 mod formats_zarr;
+#[path = "hostile/formats_zarr_v3.rs"]
+mod formats_zarr_v3;
 #[path = "hostile/zip.rs"]
 mod zip;
 
@@ -353,7 +355,14 @@ fn hostile_sources_never_crash_hang_or_exhaust_the_daemon() {
     let cases: Vec<Case> = formats::cases()
         .into_iter()
         .chain(formats_zarr::cases())
+        .chain(formats_zarr_v3::cases())
         .chain(zip::cases())
+        .collect();
+    // HOSTILE_ONLY=TEXT runs only the cases whose name contains TEXT (while working on them).
+    let only = std::env::var("HOSTILE_ONLY").unwrap_or_default();
+    let cases: Vec<Case> = cases
+        .into_iter()
+        .filter(|c| c.name.contains(&only))
         .collect();
     let mut failures = Vec::new();
     for case in &cases {

@@ -2,16 +2,21 @@
 //! directory, a ZIP and a multi-data-set archive, elided (fill-value) chunks, and foreign
 //! arrays written by zarr-python 3 (`tests/data/v3/make_foreign.py`).
 //!
-//! The views are those of a v2 source (FilesDaf 1.0 and Zarr v2) until the Zarr v3 view lands:
-//! the same logical data set, so the same files as the v2 fixtures.
+//! The views are pinned to FilesDaf 1.0 and Zarr v2 (`--files-version 1.0 --zarr-format 2`):
+//! the same logical data set as the v2 fixtures, so the same files.
 
 mod common;
 
 use std::path::Path;
 use std::process::Command;
+use std::sync::Arc;
+use std::time::SystemTime;
 
 use common::{assert_same_files, copy_fixture, io_timeout, read_tree, TestMount, Tree, VECTORS};
-use daf_mount::views::ViewSelection;
+use daf_mount::core::DafFs;
+use daf_mount::formats::json::FilesVersion;
+use daf_mount::formats::source::{open_source, Format};
+use daf_mount::views::{ViewOptions, ViewSelection};
 
 const FOREIGN: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -22,9 +27,16 @@ fn fixture(name: &str) -> Tree {
     read_tree(&Path::new(VECTORS).join(name))
 }
 
-/// Mounts `source` whole and reads the tree of every listed top-level directory.
+/// Mounts `source` (FilesDaf 1.0 and Zarr v2 views) and reads the whole tree.
 fn mounted_tree(source: &str, selection: ViewSelection) -> Tree {
-    let mount = TestMount::new(source, selection);
+    let opened = open_source(source).unwrap_or_else(|e| panic!("{source}: {e}"));
+    let options = ViewOptions {
+        selection,
+        zarr: Some(Format::ZarrV2),
+        files: Some(FilesVersion::V1_0),
+    };
+    let core = DafFs::with_staging(opened.datasets, options, SystemTime::UNIX_EPOCH, None);
+    let mount = TestMount::serving(Arc::new(core), false, source);
     let root = mount.path.clone();
     io_timeout(&mount.path, move || read_tree(&root))
 }

@@ -4,7 +4,9 @@ use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
 
-use crate::views::ViewSelection;
+use crate::formats::json::FilesVersion;
+use crate::formats::source::Format;
+use crate::views::{ViewOptions, ViewSelection};
 
 use super::CliError;
 
@@ -15,6 +17,7 @@ Examples:
   daf-mount all.dafs.zarr.zip#/pbmc /mnt/x       one data set of a multi-data-set archive
   daf-mount all.dafs.zarr.zip /mnt/x             every data set of the archive
   daf-mount data.daf.zarr /mnt/x -f -v           stay in the foreground, log what happens
+  daf-mount old.daf.zarr /mnt/x --zarr-format 3  a Zarr v3 view of a Zarr v2 data set
   fusermount3 -u /mnt/x                          unmount (or: umount /mnt/x, or SIGTERM the daemon)
 
 Sources: a FilesDaf directory, a ZarrDaf directory (NAME.daf.zarr), a ZarrDaf ZIP
@@ -50,6 +53,15 @@ pub struct Args {
     /// Which layouts to show.
     #[arg(long, value_enum, default_value_t = ViewArg::Both)]
     pub view: ViewArg,
+    /// The Zarr view's format: 2 (DataAxesFormats 0.2) or 3 (0.3). Default: 3 for a data set
+    /// written by DataAxesFormats 0.3 (Zarr v3, FilesDaf 1.1, packed properties), else 2.
+    /// Also `-o zarr_format=N`.
+    #[arg(long, value_name = "2|3", value_parser = parse_zarr_format)]
+    pub zarr_format: Option<Format>,
+    /// The FilesDaf view's version: 1.0 or 1.1. Default: 1.1 for a data set written by
+    /// DataAxesFormats 0.3, else 1.0. Also `-o files_version=V`.
+    #[arg(long, value_name = "1.0|1.1", value_parser = parse_files_version)]
+    pub files_version: Option<FilesVersion>,
     /// More logging (-v info, -vv debug); RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -72,6 +84,35 @@ impl Args {
     }
 }
 
+fn parse_zarr_format(value: &str) -> Result<Format, String> {
+    match value {
+        "2" => Ok(Format::ZarrV2),
+        "3" => Ok(Format::ZarrV3),
+        other => Err(format!("{other}: the Zarr view's format is 2 or 3")),
+    }
+}
+
+fn parse_files_version(value: &str) -> Result<FilesVersion, String> {
+    match value {
+        "1.0" => Ok(FilesVersion::V1_0),
+        "1.1" => Ok(FilesVersion::V1_1),
+        other => Err(format!(
+            "{other}: the FilesDaf view's version is 1.0 or 1.1"
+        )),
+    }
+}
+
+impl Args {
+    /// The views to show and their formats: the command line's, else the `-o` options'.
+    pub fn view_options(&self, options: &MountOptions) -> ViewOptions {
+        ViewOptions {
+            selection: self.selection(),
+            zarr: self.zarr_format.or(options.zarr_format),
+            files: self.files_version.or(options.files_version),
+        }
+    }
+}
+
 /// The `-o` options that change what daf-mount does.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MountOptions {
@@ -85,6 +126,10 @@ pub struct MountOptions {
     pub fsname: Option<String>,
     /// `ro`: refuse every write (the default is read-write).
     pub read_only: bool,
+    /// `zarr_format=2|3`.
+    pub zarr_format: Option<Format>,
+    /// `files_version=1.0|1.1`.
+    pub files_version: Option<FilesVersion>,
 }
 
 impl MountOptions {
@@ -113,6 +158,18 @@ impl MountOptions {
                     parsed.fsname = Some(option["fsname=".len()..].to_string())
                 }
                 _ if option.starts_with("subtype=") => {}
+                _ if option.starts_with("zarr_format=") => {
+                    parsed.zarr_format = Some(
+                        parse_zarr_format(&option["zarr_format=".len()..])
+                            .map_err(CliError::Option)?,
+                    )
+                }
+                _ if option.starts_with("files_version=") => {
+                    parsed.files_version = Some(
+                        parse_files_version(&option["files_version=".len()..])
+                            .map_err(CliError::Option)?,
+                    )
+                }
                 other => return Err(CliError::Option(format!("unknown mount option: {other}"))),
             }
         }
@@ -128,6 +185,29 @@ impl MountOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn view_formats_come_from_the_command_line_then_the_o_options() {
+        let args = |extra: &[&str]| {
+            Args::try_parse_from(["daf-mount", "x.daf", "/mnt"].iter().chain(extra)).unwrap()
+        };
+        let o = MountOptions::parse(&["zarr_format=3,files_version=1.1".into()]).unwrap();
+        assert_eq!(
+            (o.zarr_format, o.files_version),
+            (Some(Format::ZarrV3), Some(FilesVersion::V1_1))
+        );
+        let none = MountOptions::default();
+        assert_eq!(args(&[]).view_options(&none).zarr, None);
+        assert_eq!(args(&[]).view_options(&o).zarr, Some(Format::ZarrV3));
+        let given = args(&["--zarr-format", "2", "--files-version", "1.0"]);
+        let chosen = given.view_options(&o);
+        assert_eq!(
+            (chosen.zarr, chosen.files),
+            (Some(Format::ZarrV2), Some(FilesVersion::V1_0))
+        );
+        assert!(Args::try_parse_from(["daf-mount", "x", "/m", "--zarr-format", "4"]).is_err());
+        assert!(MountOptions::parse(&["files_version=2.0".into()]).is_err());
+    }
 
     #[test]
     fn mount_options_parse_like_mount_fuse3_passes_them() {

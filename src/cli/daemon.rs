@@ -9,7 +9,6 @@ use nix::sys::signal::{SigSet, Signal};
 
 use crate::core::DafFs;
 use crate::formats::source::open_source;
-use crate::formats::source::Target;
 use crate::fuse::{mount_config, FuseAdapter, MountSettings};
 use crate::staging::StagingArea;
 use crate::stores::zip_append::start_tail_writer;
@@ -65,14 +64,10 @@ pub fn run(args: Args) -> Result<(), CliError> {
         .and_then(|m| m.modified())
         .unwrap_or(SystemTime::UNIX_EPOCH);
     let staging = (!options.read_only).then(|| StagingArea::for_source(&source.path));
-    let appends_to_zip = staging.is_some()
-        && source
-            .datasets
-            .iter()
-            .any(|d| matches!(d.target, Target::Zip { .. }));
+    let appends_to_zip = staging.is_some() && source.datasets.iter().any(|d| d.target.is_zip());
     let core = Arc::new(DafFs::with_staging(
         source.datasets,
-        args.selection(),
+        args.view_options(&options),
         root_mtime,
         staging,
     ));

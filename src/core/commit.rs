@@ -8,7 +8,6 @@ use std::path::Path;
 use std::time::SystemTime;
 
 use crate::staging::commit::{commit, touch_item, CommitError, Outcome, StagedFile};
-use crate::staging::item::item_of;
 use crate::staging::StagingArea;
 
 use super::appender::Job;
@@ -93,7 +92,7 @@ impl DafFs {
             .filter(|(_, s)| !s.is_dir)
             .filter_map(|(path, s)| {
                 let rel = path.strip_prefix(&prefix)?;
-                (item_of(root.kind, rel).as_ref() == Some(&id)).then(|| {
+                (root.layout().item_of(rel).as_ref() == Some(&id)).then(|| {
                     (
                         path.clone(),
                         StagedFile {
@@ -124,7 +123,7 @@ impl DafFs {
         let files: Vec<StagedFile> = members.iter().map(|(_, f)| f.clone()).collect();
         let outcome = commit(
             &mut state.datasets[root.dataset],
-            root.kind,
+            root.layout(),
             &id,
             &files,
             finalize,
@@ -233,7 +232,7 @@ impl DafFs {
                 let at = root.mount_path(rel);
                 let inside =
                     mount.is_empty() || at == mount || at.starts_with(&format!("{mount}/"));
-                (inside && item_of(root.kind, rel).is_some()).then_some(at)
+                (inside && root.layout().item_of(rel).is_some()).then_some(at)
             })
             .collect()
     }
@@ -337,7 +336,7 @@ impl DafFs {
                 .keys()
                 .filter_map(|path| {
                     let (root, rel) = split_canonical(&state.roots, path)?;
-                    Some(item_key(&root.canonical, &item_of(root.kind, rel)?))
+                    Some(item_key(&root.canonical, &root.layout().item_of(rel)?))
                 })
                 .collect()
         };
@@ -416,8 +415,8 @@ pub(super) fn item_mount_paths(
         .iter()
         .filter(|root| root.dataset == dataset)
         .flat_map(|root| {
-            let version = crate::formats::json::FilesVersion::V1_0;
-            crate::views::item_entries(ds, id, root.kind, version)
+            root.layout()
+                .item_entries(ds, id)
                 .into_iter()
                 .map(|e| root.mount_path(&e.path))
                 .collect::<Vec<_>>()

@@ -28,7 +28,7 @@ use crate::formats::source::NamedDataset;
 use crate::staging::StagingArea;
 use crate::stores::blob::CheckState;
 use crate::stores::{Bytes, StoreError};
-use crate::views::{view_entries, view_roots, ViewEntry, ViewNode, ViewRoot, ViewSelection};
+use crate::views::{view_entries, view_roots, ViewEntry, ViewNode, ViewOptions, ViewRoot};
 
 pub use close::Process;
 use namespace::{Entry, EntryKind, InodeTable, Namespace, NodeKind, ROOT};
@@ -170,11 +170,7 @@ impl State {
         mount: &str,
     ) -> Option<(ViewRoot, String, Option<crate::formats::model::PropertyId>)> {
         let (root, rel) = split_mount(&self.roots, mount)?;
-        Some((
-            root.clone(),
-            rel.to_string(),
-            crate::staging::item::item_of(root.kind, rel),
-        ))
+        Some((root.clone(), rel.to_string(), root.layout().item_of(rel)))
     }
 
     fn rebuild(&mut self) {
@@ -307,20 +303,20 @@ impl DafFs {
     /// A read-only filesystem showing `datasets` with the selected views.
     pub fn new(
         datasets: Vec<NamedDataset>,
-        selection: ViewSelection,
+        options: impl Into<ViewOptions>,
         root_mtime: SystemTime,
     ) -> DafFs {
-        DafFs::with_staging(datasets, selection, root_mtime, None)
+        DafFs::with_staging(datasets, options, root_mtime, None)
     }
 
     /// A filesystem that stages writes in `staging` (and shows what is already staged there).
     pub fn with_staging(
         datasets: Vec<NamedDataset>,
-        selection: ViewSelection,
+        options: impl Into<ViewOptions>,
         root_mtime: SystemTime,
         staging: Option<StagingArea>,
     ) -> DafFs {
-        let roots = view_roots(&datasets, selection);
+        let roots = view_roots(&datasets, options.into());
         let staged = staging
             .iter()
             .flat_map(StagingArea::list)

@@ -6,15 +6,14 @@
 use std::fs;
 use std::path::Path;
 
-use crate::staging::item::{group_document_noop, is_group_document, refusal};
-use crate::views::ViewKind;
+use crate::views::layout::refusal;
 
 use super::{split_mount, DafFs, FsError, State};
 
 impl DafFs {
     /// Refuses a file at `mount` that could never be committed (see [`refusal`]).
     pub(super) fn committable(state: &State, mount: &str) -> Result<(), FsError> {
-        match split_mount(&state.roots, mount).and_then(|(root, rel)| refusal(root.kind, rel)) {
+        match split_mount(&state.roots, mount).and_then(|(root, rel)| refusal(root.layout(), rel)) {
             Some(why) => Err(FsError::NotPermitted(why)),
             None => Ok(()),
         }
@@ -22,10 +21,7 @@ impl DafFs {
 
     /// Whether `mount` is a Zarr group document outside items, or attributes.
     pub(super) fn is_document(state: &State, mount: &str) -> bool {
-        split_mount(&state.roots, mount).is_some_and(|(root, rel)| {
-            is_group_document(root.kind, rel)
-                || (root.kind == ViewKind::Zarr && rel.rsplit('/').next() == Some(".zattrs"))
-        })
+        split_mount(&state.roots, mount).is_some_and(|(root, rel)| root.layout().is_document(rel))
     }
 
     /// A staged document at `mount` whose content carries nothing for Daf (a group document,
@@ -41,10 +37,13 @@ impl DafFs {
         if !Self::is_document(state, mount) {
             return None;
         }
-        let verdict = group_document_noop(rel, new, old).map_err(FsError::NotPermitted);
+        let verdict = root
+            .layout()
+            .group_document_noop(rel, new, old)
+            .map_err(FsError::NotPermitted);
         match verdict {
             // Attributes of an item that carry nothing stay with the item's files.
-            Ok(()) if !is_group_document(root.kind, rel) => None,
+            Ok(()) if !root.layout().is_group_document(rel) => None,
             verdict => Some(verdict),
         }
     }

@@ -7,16 +7,14 @@ use std::ffi::OsStr;
 use std::fs;
 use std::sync::RwLockWriteGuard;
 
-use crate::formats::json::FilesVersion;
 use crate::formats::model::PropertyId;
 use crate::staging::commit::{delete_item, CommitError};
-use crate::staging::item::item_of;
-use crate::views::{ViewKind, ViewRoot};
+use crate::views::layout::Removal;
+use crate::views::ViewRoot;
 
 use super::commit::item_mount_paths;
 use super::namespace::NodeKind;
 use super::{resolve_in, split_canonical, DafFs, FsError, State};
-use crate::formats::strings::encode_vlen;
 use crate::stores::Bytes;
 
 impl DafFs {
@@ -69,12 +67,10 @@ impl DafFs {
             return self.try_commit(mount, None, false);
         }
         state.deleted.insert(root.canonical_path(&rel));
-        if root.kind == ViewKind::Files {
-            let files = crate::views::files::item_entries(
-                &state.datasets[root.dataset].dataset,
-                &id,
-                FilesVersion::V1_0,
-            );
+        if root.layout().removal() == Removal::LastFile {
+            let files = root
+                .layout()
+                .item_entries(&state.datasets[root.dataset].dataset, &id);
             let gone = files
                 .iter()
                 .all(|e| state.deleted.contains(&root.canonical_path(&e.path)));
@@ -86,45 +82,24 @@ impl DafFs {
         Ok(())
     }
 
-    /// Removes an emptied committed directory of a Zarr view: an item's node (the item is
-    /// deleted) or a directory inside one (hidden until the node goes).
-    /// For a committed chunk of a Zarr array whose `.zarray` is still there (not a node being
-    /// removed file by file), the bytes of that chunk filled with the fill value: zeros, or as
-    /// many empty strings.
+    /// For a committed chunk that a writer unlinks, the bytes it now holds (see
+    /// [`crate::views::layout::Layout::fill_for_removed_chunk`]).
     fn fill_for_unlinked_chunk(state: &State, root: &ViewRoot, rel: &str) -> Option<Bytes> {
-        if root.kind != ViewKind::Zarr {
-            return None;
-        }
-        let (dir, name) = rel.rsplit_once('/')?;
-        if !name
-            .split('.')
-            .all(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
-        {
-            return None;
-        }
-        let doc = format!("{dir}/.zarray");
-        if state.deleted.contains(&root.canonical_path(&doc)) {
-            return None;
-        }
-        let blob_at = |rel: &str| {
+        let read = |rel: &str| {
+            if state.deleted.contains(&root.canonical_path(rel)) {
+                return None;
+            }
             let ino = resolve_in(&state.namespace, &root.mount_path(rel))?;
             match &state.namespace.node(ino)?.kind {
                 NodeKind::File(blob) => blob.bytes().ok(),
                 _ => None,
             }
         };
-        let meta: serde_json::Value = serde_json::from_slice(blob_at(&doc)?.as_slice()).ok()?;
-        let chunk = blob_at(rel)?;
-        if meta.get("dtype").and_then(serde_json::Value::as_str) == Some("|O") {
-            let count = u32::from_le_bytes(chunk.as_slice().get(..4)?.try_into().ok()?) as usize;
-            return Some(Bytes::from_vec(encode_vlen(
-                std::iter::repeat_n(&b""[..], count),
-                count,
-            )));
-        }
-        Some(Bytes::from_vec(vec![0; chunk.len() as usize]))
+        root.layout().fill_for_removed_chunk(rel, &read)
     }
 
+    /// Removes an emptied committed directory of a Zarr view: an item's node (the item is
+    /// deleted) or a directory inside one (hidden until the node goes).
     pub(super) fn remove_committed_dir(
         &self,
         mut state: RwLockWriteGuard<'_, State>,
@@ -137,10 +112,10 @@ impl DafFs {
                 "{mount}: a directory of the data set cannot be removed"
             ))
         };
-        if root.kind != ViewKind::Zarr {
+        if root.layout().removal() != Removal::NodeDirectory {
             return Err(refused());
         }
-        let id = item_of(ViewKind::Zarr, &format!("{rel}/.zarray")).ok_or_else(refused)?;
+        let id = root.layout().node_item(&rel).ok_or_else(refused)?;
         if rel == id.path() {
             self.delete_now(&mut state, &root, &id)?;
         } else {
@@ -170,7 +145,7 @@ impl DafFs {
                 return true;
             };
             r.dataset != root.dataset
-                || (item_of(r.kind, rel).as_ref() != Some(id)
+                || (r.layout().item_of(rel).as_ref() != Some(id)
                     && !rel.starts_with(&format!("{}/", id.path()))
                     && rel != id.path())
         });

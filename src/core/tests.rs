@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use super::*;
 use crate::formats::source::open_source;
+use crate::views::ViewSelection;
 
 const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/vectors");
 

@@ -12,8 +12,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, MutexGuard, RwLockWriteGuard};
 use std::time::SystemTime;
 
-use crate::formats::source::Target;
-use crate::staging::item::writable_place;
 use crate::staging::StagingArea;
 use crate::stores::Bytes;
 use crate::views::join;
@@ -101,7 +99,7 @@ impl DafFs {
     ) -> Result<(String, String), FsError> {
         let (mount, canonical) = Self::place(state, parent, name)?;
         if let Some((root, rel)) = split_mount(&state.roots, &mount) {
-            if !writable_place(root.kind, rel, is_dir) {
+            if !root.layout().writable_place(rel, is_dir) {
                 return Err(FsError::NotPermitted(format!(
                     "{mount}: not a place for Daf data (a scalar, axis, vector or matrix)"
                 )));
@@ -126,7 +124,7 @@ impl DafFs {
     /// sources allow it (ZIP sources are append-only).
     pub(super) fn replaceable(state: &State, mount: &str) -> Result<(), FsError> {
         match split_mount(&state.roots, mount).map(|(root, _)| &state.datasets[root.dataset].target) {
-            Some(Target::Zip { .. }) => Err(FsError::NotPermitted(format!(
+            Some(target) if target.is_zip() => Err(FsError::NotPermitted(format!(
                 "{mount}: ZIP sources are append-only; committed properties cannot be replaced or removed"
             ))),
             Some(_) => Ok(()),

@@ -66,7 +66,7 @@ impl ChunkCache {
 /// What a decoder did, for tests and the log.
 #[derive(Debug, Default)]
 pub struct DecodeStats {
-    /// Inner chunks decoded (cache misses).
+    /// Inner chunk decodes run (cache misses; failed decodes included).
     pub decoded: AtomicU64,
     /// Most decoded bytes the cache held at once.
     pub peak_cached: AtomicU64,
@@ -192,9 +192,9 @@ impl Decoder {
         let raw = shard
             .slice(offset, nbytes)
             .ok_or_else(|| StoreError::Produce(format!("{}: shard shrank", self.what)))?;
+        self.stats.decoded.fetch_add(1, Ordering::Relaxed);
         match self.pipeline.decode_numeric(raw.as_slice(), &self.inner) {
             Ok(data) => {
-                self.stats.decoded.fetch_add(1, Ordering::Relaxed);
                 let data = Arc::new(data);
                 let mut cache = lock(&self.cache);
                 cache.insert(n, data.clone());

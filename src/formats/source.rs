@@ -134,32 +134,75 @@ pub fn display_name(path: &Path) -> String {
     name
 }
 
-/// Where new content of a data set goes, in the source's own layout.
+/// The on-disk format (layout and version) of a data set: what its reader read and what its
+/// writes are written in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// FilesDaf (a directory, or ZipDaf entries) in the forms of this `daf.json` version.
+    Files(FilesVersion),
+    /// ZarrDaf on Zarr v2 (DataAxesFormats 0.2).
+    ZarrV2,
+    /// ZarrDaf on Zarr v3 (DataAxesFormats 0.3).
+    ZarrV3,
+}
+
+impl Format {
+    /// FilesDaf or Zarr.
+    pub fn family(self) -> Layout {
+        match self {
+            Format::Files(_) => Layout::Files,
+            Format::ZarrV2 | Format::ZarrV3 => Layout::Zarr,
+        }
+    }
+
+    /// The format of the data set at the root of `index`, of family `family`.
+    pub fn of(family: Layout, index: &StoreIndex) -> Format {
+        match family {
+            Layout::Files => Format::Files(files_version(index)),
+            Layout::Zarr if index.contains("zarr.json") && !index.contains(".zgroup") => {
+                Format::ZarrV3
+            }
+            Layout::Zarr => Format::ZarrV2,
+        }
+    }
+}
+
+/// Where a data set is stored.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Target {
-    /// A FilesDaf directory, written in the forms of its version.
-    FilesDir {
-        /// The directory.
-        root: PathBuf,
-        /// Its `daf.json` version.
-        version: FilesVersion,
-    },
-    /// A ZarrDaf directory.
-    ZarrDir {
-        /// The directory.
-        root: PathBuf,
-    },
+pub enum Place {
+    /// A directory.
+    Dir(PathBuf),
     /// The entries under `prefix` of a ZIP archive.
     Zip {
         /// The archive.
         archive: PathBuf,
         /// `GROUP/` of a multi-data-set archive, or "".
         prefix: String,
-        /// The layout of its entries.
-        layout: Layout,
-        /// For FilesDaf entries (ZipDaf), the version of its `daf.json`.
-        version: FilesVersion,
     },
+}
+
+/// Where new content of a data set goes, and in which format (the source's own).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    /// The source's format.
+    pub format: Format,
+    /// Where it is.
+    pub place: Place,
+}
+
+impl Target {
+    /// Whether the data set is in a ZIP archive (append-only).
+    pub fn is_zip(&self) -> bool {
+        matches!(self.place, Place::Zip { .. })
+    }
+
+    /// The directory of a directory source.
+    pub fn dir(&self) -> Option<&Path> {
+        match &self.place {
+            Place::Dir(root) => Some(root),
+            Place::Zip { .. } => None,
+        }
+    }
 }
 
 /// One data set of a source, with where its pair of views goes (`a/b` → `a/b.daf`, `a/b.daf.zarr`).
@@ -196,27 +239,23 @@ pub fn open_source(arg: &str) -> Result<Source, FormatError> {
             // Absolute, so files mapped later still resolve after the daemon leaves the cwd.
             let absolute = std::fs::canonicalize(&path).map_err(|e| StoreError::io(&path, e))?;
             let index = open_directory(&absolute)?;
-            let (dataset, target) = if index.contains("daf.json") {
-                let version = files_version(&index);
-                (
-                    read_files_daf(&index, &path)?,
-                    Target::FilesDir {
-                        root: absolute.clone(),
-                        version,
-                    },
-                )
+            let family = if index.contains("daf.json") {
+                Layout::Files
             } else if index.contains(".zgroup") || index.contains("zarr.json") {
-                (
-                    read_zarr_daf(&index, &path)?,
-                    Target::ZarrDir {
-                        root: absolute.clone(),
-                    },
-                )
+                Layout::Zarr
             } else {
                 return Err(FormatError::NotDaf {
                     path,
                     why: "no daf.json (FilesDaf), .zgroup or zarr.json (ZarrDaf)".into(),
                 });
+            };
+            let dataset = match family {
+                Layout::Files => read_files_daf(&index, &path)?,
+                Layout::Zarr => read_zarr_daf(&index, &path)?,
+            };
+            let target = Target {
+                format: Format::of(family, &index),
+                place: Place::Dir(absolute.clone()),
             };
             Ok(Source {
                 datasets: vec![NamedDataset {
@@ -261,22 +300,24 @@ pub fn open_source(arg: &str) -> Result<Source, FormatError> {
                 datasets.push(NamedDataset {
                     name,
                     dataset: read(&sub, &shown)?,
-                    target: Target::Zip {
-                        archive: path.clone(),
-                        prefix,
-                        layout,
-                        version: files_version(&sub),
+                    target: Target {
+                        format: Format::of(layout, &sub),
+                        place: Place::Zip {
+                            archive: path.clone(),
+                            prefix,
+                        },
                     },
                 });
             } else if !multi {
                 datasets.push(NamedDataset {
                     name: display_name(&path),
                     dataset: read(&index, &path)?,
-                    target: Target::Zip {
-                        archive: path.clone(),
-                        prefix: String::new(),
-                        layout,
-                        version: files_version(&index),
+                    target: Target {
+                        format: Format::of(layout, &index),
+                        place: Place::Zip {
+                            archive: path.clone(),
+                            prefix: String::new(),
+                        },
                     },
                 });
             } else {
@@ -292,11 +333,12 @@ pub fn open_source(arg: &str) -> Result<Source, FormatError> {
                     } else {
                         format!("{group}/")
                     };
-                    let target = Target::Zip {
-                        archive: path.clone(),
-                        prefix,
-                        layout,
-                        version: files_version(&idx),
+                    let target = Target {
+                        format: Format::of(layout, &idx),
+                        place: Place::Zip {
+                            archive: path.clone(),
+                            prefix,
+                        },
                     };
                     match read(&idx, &shown) {
                         Ok(dataset) => datasets.push(NamedDataset {

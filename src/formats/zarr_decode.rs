@@ -1,9 +1,10 @@
-//! Decoding foreign Zarr v2 arrays into Daf's single contiguous chunk.
+//! Decoding foreign Zarr arrays (v2, and v3 through the same layout) into Daf's single
+//! contiguous chunk.
 //!
 //! Daf writes every array as one uncompressed chunk; other tools chunk and compress. This module
 //! turns any supported array (several chunks, edge chunks, missing chunks = fill value, `order`
-//! `F`, big-endian dtypes, the numcodecs compressors blosc/zstd/zlib/gzip/lz4/bz2, and the
-//! `vlen-utf8` filter) into exactly the bytes Daf would have written: little-endian, C order of
+//! `F`, big-endian dtypes, the numcodecs compressors blosc/zstd/zlib/gzip/lz4/bz2, chains of
+//! them with the Zarr v3 `crc32c` checksum, and the `vlen-utf8` filter) into exactly the bytes Daf would have written: little-endian, C order of
 //! the Zarr shape (= Julia's column-major order), or one vlen-utf8 buffer for strings.
 //!
 //! Sources are untrusted: the chunk grid is never enumerated (only the chunks the store holds

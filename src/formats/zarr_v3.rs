@@ -311,7 +311,8 @@ pub fn open_array(index: &StoreIndex, key: &str) -> Result<ZarrArray, FormatErro
         return open_chunked(index, key, v3.layout, mtime, &v3.prefix);
     }
     let layout = v3.layout;
-    if layout.chunks != layout.shape {
+    // One shard covers the array (DAF's shard is the shape; a rounded-up shard is larger).
+    if layout.grid_total() != Some(1) {
         return Err(FormatError::bad(
             "a sharded array of several shards (only single-shard arrays are read)",
         ));

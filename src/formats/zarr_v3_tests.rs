@@ -374,3 +374,62 @@ fn staged_items_are_read_with_the_v3_entry_points() {
         Err(FormatError::MissingFile(_))
     ));
 }
+
+#[test]
+fn single_shard_arrays_are_packed_and_decoded() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/shards");
+    let idx = open_directory(Path::new(dir)).unwrap();
+    let expected: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(format!("{dir}/expected.json")).unwrap()).unwrap();
+    for (name, want) in expected.as_object().unwrap() {
+        let array = open_array(&idx, name).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let packing = array.packing.as_ref().expect("a packed array");
+        let chunk = if array.shape.len() == 2 {
+            "c/0/0"
+        } else {
+            "c/0"
+        };
+        assert!(Arc::ptr_eq(
+            &packing.shard,
+            &idx.get(&format!("{name}/{chunk}")).unwrap().blob
+        ));
+        let shape: Vec<u64> = serde_json::from_value(want["shape"].clone()).unwrap();
+        assert_eq!(array.shape, shape, "{name}");
+        let data = bytes(&array.blob);
+        let values = want["values"].as_array().unwrap();
+        let got: Vec<serde_json::Value> = match want["dtype"].as_str().unwrap() {
+            "float64" => ints(&data, f64::from_le_bytes)
+                .into_iter()
+                .map(Into::into)
+                .collect(),
+            "float32" => ints(&data, f32::from_le_bytes)
+                .into_iter()
+                .map(|v| f64::from(v).into())
+                .collect(),
+            "int32" => ints(&data, i32::from_le_bytes)
+                .into_iter()
+                .map(Into::into)
+                .collect(),
+            "uint16" => ints(&data, u16::from_le_bytes)
+                .into_iter()
+                .map(Into::into)
+                .collect(),
+            "str" => decode_vlen(&data, values.len() as u64)
+                .unwrap()
+                .into_iter()
+                .map(|s| String::from_utf8(s.to_vec()).unwrap().into())
+                .collect(),
+            other => panic!("{other}"),
+        };
+        assert_eq!(&got, values, "{name}");
+    }
+    // A sharded array of several shards is refused (with what it is).
+    let (_tmp, root) = copy_fixture(dir);
+    let meta = root.join("zstd_start_f64/zarr.json");
+    let text = std::fs::read_to_string(&meta)
+        .unwrap()
+        .replacen("128", "64", 1);
+    std::fs::write(&meta, text).unwrap();
+    let err = open_array(&open_directory(&root).unwrap(), "zstd_start_f64").unwrap_err();
+    assert!(err.to_string().contains("several shards"), "{err}");
+}

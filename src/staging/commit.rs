@@ -14,19 +14,15 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::SystemTime;
 
-use crate::formats::files_daf;
-use crate::formats::json::FilesVersion;
-use crate::formats::model::{Axis, Dataset, Item, Payload, PropertyId, ScalarProperty};
-use crate::formats::scalar::Scalar;
-use crate::formats::source::{Layout, NamedDataset, Target};
-use crate::formats::strings::Strings;
+use crate::formats::model::{Axis, Dataset, Item, Payload, PropertyId};
+use crate::formats::source::{Format, NamedDataset};
 use crate::formats::validate::{check_axis, check_payload};
-use crate::formats::zarr_decode::ArrayKind;
 use crate::formats::FormatError;
-use crate::formats::{zarr_daf, zarr_v2};
 use crate::stores::dir::{ensure_dir, file_blob, open_directory, write_atomic};
 use crate::stores::{Entry, StoreError, StoreIndex};
-use crate::views::{files, item_entries, zarr, ViewEntry, ViewKind, ViewNode};
+use crate::views::files_layout::FILES_1_0;
+use crate::views::layout::{layout, Layout, Removal, Staged};
+use crate::views::{ViewEntry, ViewNode};
 
 pub use super::zip_commit::PendingAppend;
 
@@ -96,117 +92,11 @@ fn written_data_fits(item: &Item, staged: &[StagedFile]) -> Result<(), CommitErr
     Ok(())
 }
 
-/// Reads item `id` from `index` (keys relative to the data set root) in `layout`.
-pub(super) fn read_item(
-    layout: Layout,
-    dataset: &Dataset,
-    id: &PropertyId,
-    index: &StoreIndex,
-) -> Result<Item, FormatError> {
-    let path = id.path();
-    let shape = || {
-        dataset
-            .shape(id)
-            .ok_or_else(|| FormatError::Bad(format!("{path}: its axes do not exist")))
-    };
-    Ok(match (layout, id) {
-        (Layout::Files, PropertyId::Scalar(_)) => {
-            let entry = index
-                .get(&format!("{path}.json"))
-                .ok_or_else(|| FormatError::MissingFile(format!("{path}.json")))?;
-            Item::Scalar(ScalarProperty {
-                scalar: Scalar::from_json(entry.blob.bytes()?.as_slice())?,
-                mtime: entry.mtime,
-            })
-        }
-        (Layout::Files, PropertyId::Axis(_)) => {
-            Item::Axis(files_daf::read_axis(index, &format!("{path}.txt"))?)
-        }
-        (Layout::Files, _) => Item::Property(files_daf::read_property(index, &path, shape()?)?),
-        (Layout::Zarr, PropertyId::Scalar(_)) => Item::Scalar(zarr_daf::read_scalar(index, &path)?),
-        (Layout::Zarr, PropertyId::Axis(_)) => {
-            let array = zarr_v2::open_array(index, &path)?;
-            match (array.kind, array.shape.as_slice()) {
-                (ArrayKind::Strings, [n]) => Item::Axis(Axis {
-                    entries: Strings::from_vlen(array.blob, *n),
-                    mtime: array.mtime,
-                }),
-                _ => {
-                    return Err(FormatError::Bad(format!(
-                        "{path}: an axis must be a 1-D string array"
-                    )))
-                }
-            }
-        }
-        (Layout::Zarr, _) => {
-            Item::Property(zarr_daf::read_property(index, &path, &shape()?.zarr())?)
-        }
-    })
-}
-
-/// Whether the staged Zarr nodes of `id` are all there: every chunk of every array, and for a
-/// sparse group its index arrays and `nzval`. (Writers skip chunks that are all fill value, and
-/// an all-true Bool property has no `nzval`: such items only complete when finalised.)
-fn zarr_complete(index: &StoreIndex, id: &PropertyId) -> Result<bool, FormatError> {
-    let path = id.path();
-    let arrays: Vec<String> = if index.contains(&format!("{path}/.zgroup")) {
-        let parts: &[&str] = if matches!(id, PropertyId::Matrix { .. }) {
-            &["colptr", "rowval", "nzval"]
-        } else {
-            &["nzind", "nzval"]
-        };
-        parts.iter().map(|p| format!("{path}/{p}")).collect()
-    } else {
-        vec![path]
-    };
-    for array in arrays {
-        if !index.contains(&format!("{array}/.zarray")) {
-            return Ok(false);
-        }
-        if !zarr_v2::all_chunks_stored(index, &array)? {
-            return Ok(false);
-        }
-    }
-    Ok(true)
-}
-
-/// Daf nodes carry no attributes: a `.zattrs` with anything but xarray's `_ARRAY_DIMENSIONS`
-/// is refused, not dropped.
-fn zarr_attributes_refusal(index: &StoreIndex) -> Result<Option<String>, StoreError> {
-    for key in index
-        .keys()
-        .filter(|k| k.rsplit('/').next() == Some(".zattrs"))
-    {
-        let Some(entry) = index.get(key) else {
-            continue;
-        };
-        let value: Option<serde_json::Value> =
-            serde_json::from_slice(entry.blob.bytes()?.as_slice()).ok();
-        // xarray's dimension names describe the layout Daf already fixes: accepted, dropped.
-        let structural = |(key, names): (&String, &serde_json::Value)| {
-            key == "_ARRAY_DIMENSIONS"
-                && names
-                    .as_array()
-                    .is_some_and(|a| a.iter().all(serde_json::Value::is_string))
-        };
-        if !value
-            .as_ref()
-            .and_then(serde_json::Value::as_object)
-            .is_some_and(|attrs| attrs.iter().all(structural))
-        {
-            return Ok(Some(format!(
-                "{key}: attributes are not part of a Daf data set (only {{}} is accepted)"
-            )));
-        }
-    }
-    Ok(None)
-}
-
-/// Tries to commit item `id` of data set `ds` from its staged files in a view of `kind`.
+/// Tries to commit item `id` of data set `ds` from its staged files in a view in `view`.
 /// `finalize` commits a Zarr item even if chunks (fill value) or `nzval` (all true) are missing.
 pub fn commit(
     ds: &mut NamedDataset,
-    kind: ViewKind,
+    view: &dyn Layout,
     id: &PropertyId,
     staged: &[StagedFile],
     finalize: bool,
@@ -227,7 +117,7 @@ pub fn commit(
     if ds.dataset.contains(id) {
         // Replacing: the staged files go over the item's committed files (in the view's layout).
         // (ZIP sources only accept staged files equal to what they have: see below.)
-        for entry in item_entries(&ds.dataset, id, kind, FilesVersion::V1_0) {
+        for entry in view.item_entries(&ds.dataset, id) {
             if let (ViewNode::File(blob), false) = (entry.node, files.contains_key(&entry.path)) {
                 files.insert(
                     entry.path,
@@ -240,25 +130,20 @@ pub fn commit(
         }
     }
     let index = StoreIndex::new(files, None);
-    let layout = Layout::from(kind);
-    if kind == ViewKind::Zarr {
-        if let Some(why) = zarr_attributes_refusal(&index)? {
-            return Err(CommitError::Refused(why));
-        }
-        match zarr_complete(&index, id) {
-            Ok(false) if !finalize => return Ok(Outcome::Incomplete),
-            Err(FormatError::Store(e)) => return Err(e.into()),
-            Err(e) => return Err(CommitError::Invalid(e.to_string())),
-            _ => {}
-        }
+    match view.staged(&index, id, finalize) {
+        Ok(Staged::Complete) => {}
+        Ok(Staged::Incomplete) => return Ok(Outcome::Incomplete),
+        Ok(Staged::Refused(why)) => return Err(CommitError::Refused(why)),
+        Err(FormatError::Store(e)) => return Err(e.into()),
+        Err(e) => return Err(CommitError::Invalid(e.to_string())),
     }
-    let item = match read_item(layout, &ds.dataset, id, &index) {
+    let item = match view.read_item(&ds.dataset, id, &index) {
         Ok(item) => item,
         Err(FormatError::MissingFile(_)) => return Ok(Outcome::Incomplete),
         Err(FormatError::Store(e)) => return Err(e.into()),
         Err(e) => return Err(CommitError::Invalid(e.to_string())),
     };
-    if layout == Layout::Files {
+    if matches!(view.format(), Format::Files(_)) {
         written_data_fits(&item, staged)?;
     }
     let checked = match (&item, ds.dataset.shape(id)) {
@@ -270,8 +155,8 @@ pub fn commit(
         FormatError::Store(e) => CommitError::Store(e),
         e => CommitError::Invalid(e.to_string()),
     })?;
-    let item = match (&ds.target, ds.dataset.contains(id)) {
-        (Target::Zip { .. }, true) => {
+    let item = match (ds.target.is_zip(), ds.dataset.contains(id)) {
+        (true, true) => {
             return if same_item(&mut ds.dataset, id, item) {
                 Ok(Outcome::Unchanged)
             } else {
@@ -299,7 +184,7 @@ pub fn commit(
     let previous = ds.dataset.take(id);
     ds.dataset.insert(id, item).map_err(CommitError::Invalid)?;
     // A ZIP source gets the item's entries after the commit returns (see `zip_commit`).
-    let written = if matches!(ds.target, Target::Zip { .. }) {
+    let written = if ds.target.is_zip() {
         PendingAppend::new(ds, id).map(Err)
     } else {
         persist(ds, id).map(Ok)
@@ -317,22 +202,19 @@ pub fn commit(
         }
     };
     // Files of the replaced item that the new one does not have (a sparse property made dense).
-    if let Target::FilesDir { root, .. } | Target::ZarrDir { root } = &ds.target {
-        for rel in stale.iter().filter(|rel| !written.contains(rel)) {
+    if let Some(root) = ds.target.dir() {
+        let removed: Vec<&String> = stale.iter().filter(|rel| !written.contains(rel)).collect();
+        for rel in &removed {
             let _ = std::fs::remove_file(root.join(rel));
         }
-        if matches!(ds.target, Target::ZarrDir { .. }) && !stale.is_empty() {
-            refresh_zmetadata(root)?;
+        if !removed.is_empty() {
+            refresh_index_documents(ds)?;
         }
     }
-    let target_layout = match ds.target {
-        Target::FilesDir { .. } => Layout::Files,
-        Target::ZarrDir { .. } => Layout::Zarr,
-        Target::Zip { layout, .. } => layout,
-    };
     // Serve the source's bytes from now on, not the staged files'.
-    let stored =
-        read_item(target_layout, &ds.dataset, id, &written).map_err(|e| read_back_error(id, e))?;
+    let stored = layout(ds.target.format)
+        .read_item(&ds.dataset, id, &written)
+        .map_err(|e| read_back_error(id, e))?;
     ds.dataset
         .insert(id, stored)
         .map_err(CommitError::Invalid)?;
@@ -352,7 +234,8 @@ pub(super) fn read_back_error(id: &PropertyId, e: FormatError) -> CommitError {
 /// both is equal (which covers descriptors, payloads and text). The data set is left as it was.
 fn same_item(dataset: &mut Dataset, id: &PropertyId, item: Item) -> bool {
     let files = |dataset: &Dataset| -> Option<Vec<(String, Vec<u8>)>> {
-        files::item_entries(dataset, id, FilesVersion::V1_0)
+        FILES_1_0
+            .item_entries(dataset, id)
             .into_iter()
             .filter_map(|e| match e.node {
                 ViewNode::File(blob) => Some((e.path, blob)),
@@ -373,13 +256,18 @@ fn same_item(dataset: &mut Dataset, id: &PropertyId, item: Item) -> bool {
 
 /// The files of item `id` in a directory source (relative to its root), as they are on disk.
 fn source_files(ds: &NamedDataset, id: &PropertyId) -> Result<Vec<String>, CommitError> {
-    Ok(match &ds.target {
-        Target::FilesDir { root, version } => files::item_entries(&ds.dataset, id, *version)
+    let Some(root) = ds.target.dir() else {
+        return Ok(Vec::new());
+    };
+    let source = layout(ds.target.format);
+    Ok(match source.removal() {
+        Removal::LastFile => source
+            .item_entries(&ds.dataset, id)
             .into_iter()
             .filter(|e| matches!(e.node, ViewNode::File(_)) && root.join(&e.path).is_file())
             .map(|e| e.path)
             .collect(),
-        Target::ZarrDir { root } => {
+        Removal::NodeDirectory => {
             let node = root.join(id.path());
             if node.is_dir() {
                 open_directory(&node)?
@@ -390,19 +278,15 @@ fn source_files(ds: &NamedDataset, id: &PropertyId) -> Result<Vec<String>, Commi
                 Vec::new()
             }
         }
-        Target::Zip { .. } => Vec::new(),
     })
 }
 
 /// The root of a directory source; ZIP sources are append-only, so changing `id` is refused.
 fn directory_root(ds: &NamedDataset, id: &PropertyId) -> Result<std::path::PathBuf, CommitError> {
-    match &ds.target {
-        Target::FilesDir { root, .. } | Target::ZarrDir { root } => Ok(root.clone()),
-        Target::Zip { .. } => Err(CommitError::Refused(format!(
-            "{}: ZIP sources are append-only",
-            id.path()
-        ))),
-    }
+    ds.target
+        .dir()
+        .map(std::path::Path::to_path_buf)
+        .ok_or_else(|| CommitError::Refused(format!("{}: ZIP sources are append-only", id.path())))
 }
 
 /// Deletes item `id` from a directory source and from the model: descriptors first (readers stop
@@ -417,15 +301,15 @@ pub fn delete_item(ds: &mut NamedDataset, id: &PropertyId) -> Result<(), CommitE
         }
     }
     let mut files = source_files(ds, id)?;
-    let metadata_first =
-        |p: &String| !(p.ends_with(".json") || p.ends_with(".zarray") || p.ends_with(".zgroup"));
-    files.sort_by_key(metadata_first);
+    // Metadata first (readers stop seeing the item), then payloads.
+    let source = layout(ds.target.format);
+    files.sort_by_key(|p| std::cmp::Reverse(source.write_rank(p)));
     for rel in &files {
         let path = root.join(rel);
         std::fs::remove_file(&path).map_err(|e| StoreError::io(&path, e))?;
     }
     let mut dirs = Vec::new();
-    if matches!(ds.target, Target::ZarrDir { .. }) {
+    if source.removal() == Removal::NodeDirectory {
         dirs.push(id.path());
     }
     if let PropertyId::Axis(name) = id {
@@ -443,10 +327,8 @@ pub fn delete_item(ds: &mut NamedDataset, id: &PropertyId) -> Result<(), CommitE
             std::fs::remove_dir_all(&path).map_err(|e| StoreError::io(&path, e))?;
         }
     }
-    if let Target::ZarrDir { root } = &ds.target {
-        refresh_zmetadata(root)?;
-    }
     ds.dataset.remove(id);
+    refresh_index_documents(ds)?;
     Ok(())
 }
 
@@ -475,20 +357,10 @@ pub fn touch_item(
 fn persist(ds: &NamedDataset, id: &PropertyId) -> Result<StoreIndex, CommitError> {
     // ZIP sources are appended to instead (`zip_commit`): this refuses them.
     let root = directory_root(ds, id)?;
-    let zarr_dir = matches!(ds.target, Target::ZarrDir { .. });
-    let (kind, version) = match ds.target {
-        Target::FilesDir { version, .. } => (ViewKind::Files, version),
-        _ => (ViewKind::Zarr, FilesVersion::V1_0),
-    };
-    let mut entries = item_entries(&ds.dataset, id, kind, version);
+    let source = layout(ds.target.format);
+    let mut entries = source.item_entries(&ds.dataset, id);
     // Payloads first, then the metadata that makes readers see them.
-    let rank = |e: &ViewEntry| match e.path.rsplit('/').next().unwrap_or("") {
-        ".zgroup" => 3,
-        ".zarray" | ".zattrs" => 2,
-        name if name.ends_with(".json") => 2,
-        _ => 1,
-    };
-    entries.sort_by_key(rank);
+    entries.sort_by_key(|e: &ViewEntry| source.write_rank(&e.path));
     let mut written = BTreeMap::new();
     for entry in &entries {
         match &entry.node {
@@ -502,59 +374,33 @@ fn persist(ds: &NamedDataset, id: &PropertyId) -> Result<StoreIndex, CommitError
             }
         }
     }
-    if let (PropertyId::Axis(name), false) = (id, zarr_dir) {
-        // Julia creates every directory a new axis implies.
-        ensure_dir(&root, &format!("vectors/{name}"))?;
-        for other in ds.dataset.axes.keys() {
-            ensure_dir(&root, &format!("matrices/{name}/{other}"))?;
-            ensure_dir(&root, &format!("matrices/{other}/{name}"))?;
+    let (documents, dirs) = source.implied(&ds.dataset, id);
+    for dir in dirs {
+        ensure_dir(&root, &dir)?;
+    }
+    for (key, bytes) in documents {
+        if !root.join(&key).exists() {
+            write_atomic(&root, &key, &bytes)?;
         }
     }
-    if zarr_dir {
-        for (key, text) in parent_group_documents(id) {
-            if !root.join(&key).exists() {
-                write_atomic(&root, &key, text.as_bytes())?;
-            }
-        }
-        refresh_zmetadata(&root)?;
-    }
+    refresh_index_documents(ds)?;
     Ok(StoreIndex::new(written, None))
 }
 
-/// The documents (key, text) of the groups a Zarr item lives in below the four top-level ones
-/// (`vectors/A`, `matrices/R`, `matrices/R/C`), as Julia writes them; a source lacking one gets it.
-pub(super) fn parent_group_documents(id: &PropertyId) -> Vec<(String, &'static str)> {
-    let groups = match id {
-        PropertyId::Vector { axis, .. } => vec![format!("vectors/{axis}")],
-        PropertyId::Matrix { rows, cols, .. } => vec![
-            format!("matrices/{rows}"),
-            format!("matrices/{rows}/{cols}"),
-        ],
-        _ => Vec::new(),
+/// Rewrites the index documents a directory source keeps in step with its content
+/// (`.zmetadata`, the root `zarr.json`, `metadata.json`: see [`Layout::index_documents`]).
+fn refresh_index_documents(ds: &NamedDataset) -> Result<(), CommitError> {
+    let Some(root) = ds.target.dir() else {
+        return Ok(());
     };
-    groups
-        .iter()
-        .flat_map(|group| {
-            [(".zgroup", zarr_v2::ZGROUP), (".zattrs", zarr_v2::ZATTRS)]
-                .map(|(doc, text)| (format!("{group}/{doc}"), text))
-        })
-        .collect()
-}
-
-/// Rewrites a Zarr directory's `.zmetadata` from its metadata documents (sorted keys).
-fn refresh_zmetadata(root: &std::path::Path) -> Result<(), CommitError> {
-    let index = open_directory(root)?;
-    let documents: Vec<_> = index
-        .keys()
-        .filter(|k| {
-            [".zarray", ".zgroup", ".zattrs"]
-                .iter()
-                .any(|d| k.rsplit('/').next() == Some(*d))
-        })
-        .filter_map(|k| index.get(k).map(|e| (k.to_string(), e.blob.clone())))
-        .collect();
-    let text = zarr::consolidated(&documents)?;
-    write_atomic(root, ".zmetadata", text.as_slice())?;
+    let source = layout(ds.target.format);
+    let mut documents = Vec::new();
+    if source.has_index_documents() {
+        documents = source.index_documents(&ds.dataset, &open_directory(root)?)?;
+    }
+    for (key, bytes) in documents {
+        write_atomic(root, &key, &bytes)?;
+    }
     Ok(())
 }
 

@@ -11,11 +11,12 @@
 use std::path::PathBuf;
 
 use crate::formats::model::PropertyId;
-use crate::formats::source::{Layout, NamedDataset, Target};
+use crate::formats::source::{Format, NamedDataset, Place};
 use crate::stores::{zip_append, Bytes, Entry, StoreIndex};
-use crate::views::{item_entries, ViewNode};
+use crate::views::layout::layout;
+use crate::views::ViewNode;
 
-use super::commit::{parent_group_documents, read_back_error, read_item, CommitError};
+use super::commit::{read_back_error, CommitError};
 
 /// An item committed into the model of a ZIP source whose entries are still to be appended.
 #[derive(Debug)]
@@ -25,7 +26,9 @@ pub struct PendingAppend {
     /// The item.
     pub id: PropertyId,
     prefix: String,
-    layout: Layout,
+    format: Format,
+    /// Documents of the groups the item lives in, appended where the archive lacks them.
+    implied: Vec<(String, Vec<u8>)>,
     /// The item's files in the archive's layout (keys without the prefix).
     files: Vec<(String, Bytes)>,
 }
@@ -33,17 +36,12 @@ pub struct PendingAppend {
 impl PendingAppend {
     /// The entries that item `id` (already in `ds`'s model) adds to its ZIP source.
     pub(super) fn new(ds: &NamedDataset, id: &PropertyId) -> Result<PendingAppend, CommitError> {
-        let Target::Zip {
-            archive,
-            prefix,
-            layout,
-            version,
-        } = &ds.target
-        else {
+        let Place::Zip { archive, prefix } = &ds.target.place else {
             return Err(CommitError::Refused("not a ZIP source".into()));
         };
+        let source = layout(ds.target.format);
         let mut files = Vec::new();
-        for entry in item_entries(&ds.dataset, id, (*layout).into(), *version) {
+        for entry in source.item_entries(&ds.dataset, id) {
             if let ViewNode::File(blob) = entry.node {
                 files.push((entry.path, blob.bytes()?));
             }
@@ -52,7 +50,8 @@ impl PendingAppend {
             archive: archive.clone(),
             id: id.clone(),
             prefix: prefix.clone(),
-            layout: *layout,
+            format: ds.target.format,
+            implied: source.implied(&ds.dataset, id).0,
             files,
         })
     }
@@ -63,12 +62,10 @@ impl PendingAppend {
     pub fn write(&self) -> Result<StoreIndex, CommitError> {
         let appended = zip_append::append_with(&self.archive, |archive| {
             let mut files = Vec::new();
-            if self.layout == Layout::Zarr {
-                for (key, text) in parent_group_documents(&self.id) {
-                    let key = format!("{}{key}", self.prefix);
-                    if !archive.records.iter().any(|r| r.name == key) {
-                        files.push((key, Bytes::from_vec(text.as_bytes().to_vec())));
-                    }
+            for (key, bytes) in &self.implied {
+                let key = format!("{}{key}", self.prefix);
+                if !archive.records.iter().any(|r| r.name == key) {
+                    files.push((key, Bytes::from_vec(bytes.clone())));
                 }
             }
             for (path, bytes) in &self.files {
@@ -89,7 +86,8 @@ impl PendingAppend {
         ds: &mut NamedDataset,
         written: &StoreIndex,
     ) -> Result<(), CommitError> {
-        let stored = read_item(self.layout, &ds.dataset, &self.id, written)
+        let stored = layout(self.format)
+            .read_item(&ds.dataset, &self.id, written)
             .map_err(|e| read_back_error(&self.id, e))?;
         ds.dataset.take(&self.id);
         ds.dataset

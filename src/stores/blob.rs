@@ -57,10 +57,10 @@ pub struct Blob {
     producing: Mutex<()>,
     /// The integrity check guarding this blob's bytes (its own, or its parent's for a slice).
     check: Option<Arc<Check>>,
-    /// Where ranges of a ranged blob come from.
-    ranged: Option<Arc<dyn RangeSource>>,
     /// The content is a constant fill (a Zarr array whose chunks are not stored), see [`Blob::fill`].
     fill: bool,
+    /// Where ranges of a ranged blob come from.
+    ranged: Option<Arc<dyn RangeSource>>,
 }
 
 /// The most bytes a fill blob with a non-zero pattern may build (a zero fill is a map of the
@@ -85,8 +85,8 @@ impl Blob {
             producer: None,
             producing: Mutex::new(()),
             check,
-            ranged: None,
             fill: false,
+            ranged: None,
         })
     }
 
@@ -133,8 +133,8 @@ impl Blob {
             producer: Some(Box::new(producer)),
             producing: Mutex::new(()),
             check: None,
-            ranged: None,
             fill: false,
+            ranged: None,
         }
     }
 
@@ -150,15 +150,8 @@ impl Blob {
             }
         };
         Arc::new(Blob {
-            known_len: Some(len),
-            backing: None,
-            value: OnceLock::new(),
-            failed: OnceLock::new(),
-            producer: Some(Box::new(producer)),
-            producing: Mutex::new(()),
-            check: None,
             ranged: Some(source),
-            fill: false,
+            ..Blob::unproduced(Some(len), producer)
         })
     }
 
@@ -208,8 +201,8 @@ impl Blob {
             producer: Some(Box::new(producer)),
             producing: Mutex::new(()),
             check: None,
-            ranged: None,
             fill: false,
+            ranged: None,
         })
     }
 
@@ -289,8 +282,8 @@ impl Blob {
             producing: Mutex::new(()),
             // A slice answers for its parent's check: once that fails, the slice fails too.
             check,
-            ranged: None,
             fill: false,
+            ranged: None,
         })
     }
 

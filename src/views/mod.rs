@@ -5,14 +5,18 @@
 //! `.zarray`s, scalar chunks, converted text). The core turns these lists into an inode tree.
 
 pub mod files;
+pub mod files_layout;
+pub mod layout;
 pub mod zarr;
+pub mod zarr_v2_layout;
 pub mod zarr_v3;
 
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use crate::formats::json::FilesVersion;
 use crate::formats::model::Dataset;
-use crate::formats::source::NamedDataset;
+use crate::formats::source::{Format, NamedDataset};
 use crate::stores::{Blob, Bytes};
 
 /// A node of a view.
@@ -113,7 +117,7 @@ impl ViewBuilder {
 pub enum ViewKind {
     /// FilesDaf.
     Files,
-    /// ZarrDaf on Zarr v2.
+    /// ZarrDaf (Zarr v2 or v3).
     Zarr,
 }
 
@@ -135,27 +139,15 @@ impl From<crate::formats::source::Layout> for ViewKind {
     }
 }
 
-/// The files and directories of item `id` in a view of `kind` (FilesDaf descriptors in the form
-/// of `version`), relative to the data set's root in that view.
-pub fn item_entries(
-    dataset: &Dataset,
-    id: &crate::formats::model::PropertyId,
-    kind: ViewKind,
-    version: crate::formats::json::FilesVersion,
-) -> Vec<ViewEntry> {
-    match kind {
-        ViewKind::Files => files::item_entries(dataset, id, version),
-        ViewKind::Zarr => zarr::item_entries(dataset, id),
-    }
-}
-
 /// Where one view of one data set sits in the mount.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ViewRoot {
     /// Index of the data set.
     pub dataset: usize,
-    /// Which layout.
+    /// FilesDaf or Zarr.
     pub kind: ViewKind,
+    /// The format (layout and version) the view is in.
+    pub format: Format,
     /// Its directory in the mount ("" when a single view is mounted at the root).
     pub mount: String,
     /// Its directory in a `--view both` mount (`NAME.daf` or `NAME.daf.zarr`): the stable name
@@ -164,6 +156,11 @@ pub struct ViewRoot {
 }
 
 impl ViewRoot {
+    /// The layout the view is in.
+    pub fn layout(&self) -> &'static dyn layout::Layout {
+        layout::layout(self.format)
+    }
+
     /// `rel` (relative to the view) as a mount path.
     pub fn mount_path(&self, rel: &str) -> String {
         join(&self.mount, rel)
@@ -184,11 +181,64 @@ pub fn join(dir: &str, rel: &str) -> String {
     }
 }
 
+/// Which views a mount shows, and in which formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ViewOptions {
+    /// Which views.
+    pub selection: ViewSelection,
+    /// The Zarr view's format (`--zarr-format`; `None`: the default of each data set).
+    pub zarr: Option<Format>,
+    /// The FilesDaf view's version (`--files-version`; `None`: the default of each data set).
+    pub files: Option<FilesVersion>,
+}
+
+impl From<ViewSelection> for ViewOptions {
+    fn from(selection: ViewSelection) -> ViewOptions {
+        ViewOptions {
+            selection,
+            zarr: None,
+            files: None,
+        }
+    }
+}
+
+/// Whether a data set was written by DataAxesFormats 0.3 or later: a Zarr v3 or FilesDaf 1.1
+/// source, or any packed property. Such a data set's views default to Zarr v3 and FilesDaf 1.1;
+/// any other keeps the seed's Zarr v2 and FilesDaf 1.0.
+pub fn is_current(ds: &NamedDataset) -> bool {
+    matches!(
+        ds.target.format,
+        Format::ZarrV3 | Format::Files(FilesVersion::V1_1)
+    ) || ds
+        .dataset
+        .properties()
+        .any(|p| !p.property.packed.is_empty())
+}
+
+/// The format of the view of `kind` of data set `ds` under `options`.
+fn view_format(ds: &NamedDataset, kind: ViewKind, options: ViewOptions) -> Format {
+    let current = is_current(ds);
+    match kind {
+        ViewKind::Files => Format::Files(options.files.unwrap_or(if current {
+            FilesVersion::V1_1
+        } else {
+            FilesVersion::V1_0
+        })),
+        ViewKind::Zarr => options.zarr.unwrap_or(if current {
+            Format::ZarrV3
+        } else {
+            Format::ZarrV2
+        }),
+    }
+}
+
 /// The view roots of a mount: for each data set, the views selected, under the right names.
-pub fn view_roots(datasets: &[NamedDataset], selection: ViewSelection) -> Vec<ViewRoot> {
+pub fn view_roots(datasets: &[NamedDataset], options: ViewOptions) -> Vec<ViewRoot> {
+    let selection = options.selection;
     let single = datasets.len() == 1 && selection != ViewSelection::Both;
     let mut roots = Vec::new();
-    for (index, NamedDataset { name, .. }) in datasets.iter().enumerate() {
+    for (index, ds) in datasets.iter().enumerate() {
+        let name = &ds.name;
         for (kind, suffix) in [(ViewKind::Files, ".daf"), (ViewKind::Zarr, ".daf.zarr")] {
             let shown = match selection {
                 ViewSelection::Both => true,
@@ -205,6 +255,7 @@ pub fn view_roots(datasets: &[NamedDataset], selection: ViewSelection) -> Vec<Vi
                 roots.push(ViewRoot {
                     dataset: index,
                     kind,
+                    format: view_format(ds, kind, options),
                     mount,
                     canonical,
                 });
@@ -220,10 +271,7 @@ pub fn view_roots(datasets: &[NamedDataset], selection: ViewSelection) -> Vec<Vi
 /// has FilesDaf files like `NAME.colptr` of 256 or more) is left out with a warning: the kernel
 /// could list it but never look it up.
 pub fn view_entries(dataset: &Dataset, root: &ViewRoot) -> Vec<ViewEntry> {
-    let mut entries = match root.kind {
-        ViewKind::Files => files::files_view(dataset, &root.mount),
-        ViewKind::Zarr => zarr::zarr_view(dataset, &root.mount),
-    };
+    let mut entries = root.layout().view(dataset, &root.mount);
     entries.retain(|e| {
         let name = e.path.rsplit('/').next().unwrap_or(&e.path);
         let fits = name.len() <= NAME_MAX;

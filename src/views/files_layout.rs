@@ -1,0 +1,245 @@
+//! FilesDaf 1.0 and 1.1 as a [`Layout`]: the FilesDaf view and reader, which files of the view
+//! belong to which item, and where a writer may create files.
+
+use crate::formats::files_daf;
+use crate::formats::json::FilesVersion;
+use crate::formats::model::{Dataset, Item, PropertyId, ScalarProperty};
+use crate::formats::scalar::Scalar;
+use crate::formats::source::Format;
+use crate::formats::FormatError;
+use crate::stores::{StoreError, StoreIndex};
+
+use super::layout::{Layout, Removal, Staged};
+use super::{files, ViewEntry};
+
+const VECTOR_FILES: [&str; 6] = ["json", "data", "txt", "nzind", "nzval", "nztxt"];
+const MATRIX_FILES: [&str; 7] = ["json", "data", "txt", "colptr", "rowval", "nzval", "nztxt"];
+
+/// FilesDaf in the forms of one version.
+#[derive(Debug)]
+pub struct FilesLayout {
+    version: FilesVersion,
+}
+
+/// FilesDaf 1.0 (the seed's forms).
+pub static FILES_1_0: FilesLayout = FilesLayout {
+    version: FilesVersion::V1_0,
+};
+
+/// FilesDaf 1.1 (DataAxesFormats 0.3).
+pub static FILES_1_1: FilesLayout = FilesLayout {
+    version: FilesVersion::V1_1,
+};
+
+/// `.` or `..` as the name of a FilesDaf file's property (`..json`, `...data`).
+fn property_stem(name: &str) -> Option<&str> {
+    let (stem, ext) = name.rsplit_once('.')?;
+    let daf_extension = VECTOR_FILES.contains(&ext) || MATRIX_FILES.contains(&ext);
+    ([".", ".."].contains(&stem) && daf_extension).then_some(stem)
+}
+
+impl Layout for FilesLayout {
+    fn format(&self) -> Format {
+        Format::Files(self.version)
+    }
+
+    fn read_item(
+        &self,
+        dataset: &Dataset,
+        id: &PropertyId,
+        index: &StoreIndex,
+    ) -> Result<Item, FormatError> {
+        let path = id.path();
+        Ok(match id {
+            PropertyId::Scalar(_) => {
+                let entry = index
+                    .get(&format!("{path}.json"))
+                    .ok_or_else(|| FormatError::MissingFile(format!("{path}.json")))?;
+                Item::Scalar(ScalarProperty {
+                    scalar: Scalar::from_json(entry.blob.bytes()?.as_slice())?,
+                    mtime: entry.mtime,
+                })
+            }
+            PropertyId::Axis(_) => Item::Axis(files_daf::read_axis(index, &format!("{path}.txt"))?),
+            _ => {
+                let shape = dataset
+                    .shape(id)
+                    .ok_or_else(|| FormatError::Bad(format!("{path}: its axes do not exist")))?;
+                Item::Property(files_daf::read_property(index, &path, shape)?)
+            }
+        })
+    }
+
+    fn view(&self, dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {
+        files::files_view(dataset, prefix)
+    }
+
+    fn item_entries(&self, dataset: &Dataset, id: &PropertyId) -> Vec<ViewEntry> {
+        files::item_entries(dataset, id, self.version)
+    }
+
+    fn item_of(&self, rel: &str) -> Option<PropertyId> {
+        let parts: Vec<&str> = rel.split('/').collect();
+        if parts.last()?.starts_with('.') {
+            return None;
+        }
+        let named = |file: &str, exts: &[&str]| {
+            let (name, ext) = file.rsplit_once('.')?;
+            (exts.contains(&ext) && !name.is_empty()).then(|| name.to_string())
+        };
+        match parts.as_slice() {
+            ["scalars", file] => named(file, &["json"]).map(PropertyId::Scalar),
+            ["axes", file] => named(file, &["txt"]).map(PropertyId::Axis),
+            ["vectors", axis, file] => named(file, &VECTOR_FILES).map(|name| PropertyId::Vector {
+                axis: axis.to_string(),
+                name,
+            }),
+            ["matrices", rows, cols, file] => {
+                named(file, &MATRIX_FILES).map(|name| PropertyId::Matrix {
+                    rows: rows.to_string(),
+                    cols: cols.to_string(),
+                    name,
+                })
+            }
+            _ => None,
+        }
+    }
+
+    fn writable_place(&self, rel: &str, is_dir: bool) -> bool {
+        let parts: Vec<&str> = rel.split('/').collect();
+        let hidden = parts.last().is_some_and(|n| n.starts_with('.'));
+        match (is_dir, parts.as_slice()) {
+            (false, [_]) => hidden,
+            (false, ["scalars" | "axes", _])
+            | (false, ["vectors", _, _])
+            | (false, ["matrices", _, _, _]) => true,
+            (true, ["vectors" | "matrices", _]) | (true, ["matrices", _, _]) => true,
+            _ => false,
+        }
+    }
+
+    /// A hidden name that is not a property's file.
+    fn is_temporary(&self, rel: &str) -> bool {
+        let name = rel.rsplit('/').next().unwrap_or(rel);
+        name.starts_with('.') && property_stem(name).is_none()
+    }
+
+    fn bad_property_name(&self, rel: &str) -> Option<String> {
+        let name = rel.rsplit('/').next().unwrap_or(rel);
+        property_stem(name).map(|stem| format!("{rel}: a property cannot be named {stem:?}"))
+    }
+
+    /// Missing files show as `FormatError::MissingFile` when the item is read.
+    fn staged(&self, _: &StoreIndex, _: &PropertyId, _: bool) -> Result<Staged, FormatError> {
+        Ok(Staged::Complete)
+    }
+
+    fn write_rank(&self, path: &str) -> u8 {
+        if path.ends_with(".json") {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// Julia creates every directory a new axis implies.
+    fn implied(&self, dataset: &Dataset, id: &PropertyId) -> (Vec<(String, Vec<u8>)>, Vec<String>) {
+        let mut dirs = Vec::new();
+        if let PropertyId::Axis(name) = id {
+            dirs.push(format!("vectors/{name}"));
+            for other in dataset.axes.keys() {
+                dirs.push(format!("matrices/{name}/{other}"));
+                dirs.push(format!("matrices/{other}/{name}"));
+            }
+        }
+        (Vec::new(), dirs)
+    }
+
+    fn has_index_documents(&self) -> bool {
+        false
+    }
+
+    fn index_documents(
+        &self,
+        _: &Dataset,
+        _: &StoreIndex,
+    ) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        Ok(Vec::new())
+    }
+
+    fn removal(&self) -> Removal {
+        Removal::LastFile
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::views::layout::refusal;
+
+    #[test]
+    fn only_daf_places_are_writable() {
+        let files = &FILES_1_0;
+        assert!(files.writable_place("vectors/cell/x.data", false));
+        assert!(files.writable_place("vectors/cell/.x.tmp", false));
+        assert!(files.writable_place("matrices/batch/cell", true));
+        assert!(!files.writable_place("notes.txt", false));
+        assert!(!files.writable_place("vectors/cell/sub", true));
+    }
+
+    #[test]
+    fn names_that_could_never_commit_are_refused() {
+        for rel in [
+            "vectors/cell/score.data",
+            "scalars/n.json",
+            "vectors/cell/.score.data.partial",
+            "scalars/.t",
+        ] {
+            assert_eq!(refusal(&FILES_1_0, rel), None, "{rel}");
+        }
+        for rel in [
+            "daf.json",
+            "scalars/notes.txt",
+            "vectors/cell/score.csv",
+            "scalars/..json",
+            "scalars/...json",
+            "vectors/cell/...data",
+        ] {
+            assert!(refusal(&FILES_1_0, rel).is_some(), "{rel}");
+        }
+    }
+
+    #[test]
+    fn paths_map_to_their_items() {
+        let v = |axis: &str, name: &str| {
+            Some(PropertyId::Vector {
+                axis: axis.into(),
+                name: name.into(),
+            })
+        };
+        let files = &FILES_1_1;
+        assert_eq!(files.item_of("vectors/cell/score.data"), v("cell", "score"));
+        assert_eq!(
+            files.item_of("vectors/cell/score.v2.json"),
+            v("cell", "score.v2")
+        );
+        assert_eq!(files.item_of("vectors/cell/.score.data.tmp"), None);
+        assert_eq!(files.item_of("vectors/cell/score.csv"), None);
+        assert_eq!(
+            files.item_of("scalars/n.json"),
+            Some(PropertyId::Scalar("n".into()))
+        );
+        assert_eq!(
+            files.item_of("axes/batch.txt"),
+            Some(PropertyId::Axis("batch".into()))
+        );
+        assert_eq!(
+            files.item_of("matrices/cell/gene/umis.colptr"),
+            Some(PropertyId::Matrix {
+                rows: "cell".into(),
+                cols: "gene".into(),
+                name: "umis".into()
+            })
+        );
+    }
+}

@@ -455,11 +455,18 @@ fn a_v3_source_is_shown_as_it_is_stored() {
     for (path, expected) in fixture_files() {
         let shown = &view[&path];
         if path != "zarr.json" {
-            assert_eq!(shown.bytes().unwrap().as_slice(), expected.as_slice(), "{path}");
+            assert_eq!(
+                shown.bytes().unwrap().as_slice(),
+                expected.as_slice(),
+                "{path}"
+            );
         }
         if path.contains("/c/") && !path.starts_with("scalars/") {
             // The source's own chunk, not a copy.
-            assert!(Arc::ptr_eq(shown, &index.get(&path).unwrap().blob), "{path}");
+            assert!(
+                Arc::ptr_eq(shown, &index.get(&path).unwrap().blob),
+                "{path}"
+            );
         }
     }
     assert_eq!(view.len(), fixture_files().len());

@@ -7,10 +7,11 @@
 //! Numeric chunks are the model's blobs (the same `Arc<Blob>` as the v2 view's chunks); strings are
 //! vlen-utf8; scalar chunks are synthesised. A chunk that holds only the fill value is left out,
 //! as Julia leaves it out. A packed array (`Property::packed`) is a `sharding_indexed` array whose
-//! chunk is the source's shard itself; its shard shape is the array shape rounded up to a multiple
-//! of the inner chunk shape, which makes the same bytes a valid shard for every reader (Julia's own
-//! `zarr.json` declares the shape itself, which zarr-python 3 and TensorStore refuse when the
-//! inner chunks do not divide it).
+//! chunk is the source's shard itself; its shard shape is `Packing::shard_shape` (for Julia's
+//! shards the array shape rounded up to a multiple of the inner chunk shape), which makes the same
+//! bytes a valid shard for every reader (Julia's own `zarr.json` declares the array shape, which
+//! zarr-python 3 and TensorStore refuse when the inner chunks do not divide it). A shard without
+//! a Zarr index (FilesDaf `"zipped"`) is shown flat, decoded.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

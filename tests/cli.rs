@@ -28,6 +28,13 @@ fn every_error_is_one_line_naming_the_problem_and_the_path() {
     let future = tmp.path().join("future.daf");
     std::fs::create_dir(&future).unwrap();
     std::fs::write(future.join("daf.json"), "{\"version\":[2,0]}\n").unwrap();
+    let future_zarr = tmp.path().join("future.daf.zarr");
+    std::fs::create_dir(&future_zarr).unwrap();
+    std::fs::write(
+        future_zarr.join("zarr.json"),
+        r#"{"zarr_format":3,"node_type":"group","attributes":{"daf":[1,3]}}"#,
+    )
+    .unwrap();
     let archive = std::fs::read(format!("{VECTORS}/zarr_v2.daf.zarr.zip")).unwrap();
     let truncated = tmp.path().join("cut.daf.zarr.zip");
     std::fs::write(&truncated, &archive[..archive.len() / 2]).unwrap();
@@ -58,9 +65,9 @@ fn every_error_is_one_line_naming_the_problem_and_the_path() {
             future.display().to_string(),
         ),
         (
-            vec![format!("{VECTORS}/zarr_v3.daf.zarr"), mnt_s.clone()],
-            "unsupported Zarr version 3",
-            "zarr_v3.daf.zarr".into(),
+            vec![future_zarr.display().to_string(), mnt_s.clone()],
+            "unsupported ZarrDaf version 1.3",
+            future_zarr.join("zarr.json").display().to_string(),
         ),
         (
             vec![truncated.display().to_string(), mnt_s.clone()],

@@ -32,7 +32,7 @@ fn every_error_is_one_line_naming_the_problem_and_the_path() {
     std::fs::create_dir(&future_zarr).unwrap();
     std::fs::write(
         future_zarr.join("zarr.json"),
-        r#"{"zarr_format":3,"node_type":"group","attributes":{"daf":[1,3]}}"#,
+        "{\"zarr_format\":3,\"node_type\":\"group\",\"attributes\":{\"daf\":[1,3]}}",
     )
     .unwrap();
     let archive = std::fs::read(format!("{VECTORS}/zarr_v2.daf.zarr.zip")).unwrap();
@@ -67,7 +67,7 @@ fn every_error_is_one_line_naming_the_problem_and_the_path() {
         (
             vec![future_zarr.display().to_string(), mnt_s.clone()],
             "unsupported ZarrDaf version 1.3",
-            future_zarr.join("zarr.json").display().to_string(),
+            future_zarr.display().to_string(),
         ),
         (
             vec![truncated.display().to_string(), mnt_s.clone()],
@@ -108,6 +108,10 @@ fn every_error_is_one_line_naming_the_problem_and_the_path() {
     for (args, problem, path) in cases {
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         let (code, stderr) = run(&argv);
+        if is_mounted(&mnt) {
+            // A source that should have been refused was mounted: do not leave the mount behind.
+            let _ = Command::new("fusermount3").arg("-u").arg(&mnt).status();
+        }
         assert_eq!(code, 1, "{args:?}: {stderr}");
         assert_eq!(
             stderr.lines().count(),

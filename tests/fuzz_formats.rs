@@ -18,6 +18,7 @@ use serde_json::{json, Value};
 
 use daf_mount::formats::files_daf::read_files_daf;
 use daf_mount::formats::json::parse_descriptor;
+use daf_mount::formats::json::FilesVersion;
 use daf_mount::formats::model::Dataset;
 use daf_mount::formats::names::check_name;
 use daf_mount::formats::source::{parse_source, SourceSpec};
@@ -27,6 +28,7 @@ use daf_mount::formats::zarr_v2::open_array;
 use daf_mount::stores::{Blob, Bytes, Entry, StoreIndex};
 use daf_mount::views::files::files_view;
 use daf_mount::views::zarr::zarr_view;
+use daf_mount::views::zarr_v3::zarr_v3_view;
 use daf_mount::views::ViewNode;
 
 /// `PROPTEST_CASES` if set, else `default`.
@@ -71,9 +73,11 @@ fn produce_views(dataset: &Dataset) {
     for name in names {
         assert_eq!(check_name(name), None, "{name:?} was accepted");
     }
-    for entry in files_view(dataset, "x")
+    for entry in files_view(dataset, "x", FilesVersion::V1_0)
         .into_iter()
+        .chain(files_view(dataset, "y", FilesVersion::V1_1))
         .chain(zarr_view(dataset, "x"))
+        .chain(zarr_v3_view(dataset, "z"))
     {
         if let ViewNode::File(blob) = entry.node {
             let announced = blob.known_len();

@@ -158,3 +158,18 @@ fn foreign_zarr_python_arrays_are_plain_files() {
         b"{\"value\":42,\"type\":\"Int64\"}\n"
     );
 }
+
+#[test]
+fn a_v3_directory_without_consolidated_metadata_shows_the_same_data_set() {
+    require_fuse!();
+    let (_tmp, root) = copy_fixture("zarr_v3.daf.zarr");
+    // The root as Zarr.jl first writes it (§5.2), before DataAxesFormats adds the consolidated
+    // metadata: the reader walks the node documents, never the consolidated field.
+    std::fs::write(
+        root.join("zarr.json"),
+        "{\"attributes\":{\"daf\":[1,0]},\"node_type\":\"group\",\"zarr_format\":3}",
+    )
+    .unwrap();
+    let tree = mounted_tree(root.to_str().unwrap(), ViewSelection::Both);
+    check_views(&tree, "zarr_v3", "plain v3 root");
+}

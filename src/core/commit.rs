@@ -403,7 +403,8 @@ pub(super) fn discard_staged<'a>(
     }
 }
 
-/// The mount paths of every file of item `id` of data set `dataset`, in every view shown.
+/// The mount paths of every file of item `id` of data set `dataset`, in every view shown, and
+/// of the files derived from every item (`views::DERIVED_FILES`), which change with it.
 pub(super) fn item_mount_paths(
     state: &State,
     dataset: usize,
@@ -419,6 +420,7 @@ pub(super) fn item_mount_paths(
                 .item_entries(ds, id)
                 .into_iter()
                 .map(|e| root.mount_path(&e.path))
+                .chain(crate::views::DERIVED_FILES.map(|f| root.mount_path(f)))
                 .collect::<Vec<_>>()
         })
         .collect()

@@ -167,6 +167,17 @@ impl DafFs {
             })
             .collect();
         self.invalidate_entries(entries);
+        // The files derived from every item (`metadata.json`, ...) changed in place.
+        let derived: Vec<u64> = gone
+            .iter()
+            .filter(|p| {
+                crate::views::DERIVED_FILES
+                    .iter()
+                    .any(|f| p.rsplit('/').next() == Some(*f))
+            })
+            .map(|p| state.inodes.ino(p))
+            .collect();
+        self.invalidate(derived);
         Ok(())
     }
 

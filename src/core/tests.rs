@@ -121,18 +121,23 @@ fn view_of(fs: &DafFs, dir: &str) -> BTreeMap<String, Option<Vec<u8>>> {
 fn every_source_kind_shows_the_fixture_layouts() {
     // The seed FilesDaf fixture carries the seed-only sidecar axes/metadata.json, which is an
     // optional cache (§2.8) that the view does not synthesise.
-    // The FilesDaf view of a FilesDaf source is in the source's version (its own files), without
-    // the 1.1 root index metadata.json (§3.5, an optional cache the view does not keep).
+    // The FilesDaf view of a FilesDaf source is in the source's version (its own files); a 1.1
+    // view synthesises the root index metadata.json (§3.5), equal as JSON to the fixture's.
     let files_1_0 = fixture("files_v1_0.daf", &["axes/metadata.json"]);
-    let files_1_1 = fixture("files_v1_1.daf", &["metadata.json"]);
-    let zarr = fixture("zarr_v2.daf.zarr", &[]);
-    for (source, name, files) in [
-        ("files_v1_0.daf", "files_v1_0", &files_1_0),
-        ("files_v1_1.daf", "files_v1_1", &files_1_1),
-        ("zarr_v2.daf.zarr", "zarr_v2", &files_1_0),
-        ("zarr_v2.daf.zarr.zip", "zarr_v2", &files_1_0),
-        ("zipdaf_v1_0.daf.zip", "zipdaf_v1_0", &files_1_0),
-        ("multi_v1_1.dafs.zip#/g1", "g1", &files_1_1),
+    let files_1_1 = fixture("files_v1_1.daf", &[]);
+    // Data sets written by DataAxesFormats 0.3 (FilesDaf 1.1, Zarr v3) get a Zarr v3 and a
+    // FilesDaf 1.1 view by default; the others the seed's Zarr v2 and FilesDaf 1.0.
+    let zarr_v2 = fixture("zarr_v2.daf.zarr", &[]);
+    let zarr_v3 = fixture("zarr_v3.daf.zarr", &[]);
+    for (source, name, files, zarr) in [
+        ("files_v1_0.daf", "files_v1_0", &files_1_0, &zarr_v2),
+        ("files_v1_1.daf", "files_v1_1", &files_1_1, &zarr_v3),
+        ("zarr_v2.daf.zarr", "zarr_v2", &files_1_0, &zarr_v2),
+        ("zarr_v2.daf.zarr.zip", "zarr_v2", &files_1_0, &zarr_v2),
+        ("zarr_v3.daf.zarr", "zarr_v3", &files_1_1, &zarr_v3),
+        ("zarr_v3.daf.zarr.zip", "zarr_v3", &files_1_1, &zarr_v3),
+        ("zipdaf_v1_0.daf.zip", "zipdaf_v1_0", &files_1_0, &zarr_v2),
+        ("multi_v1_1.dafs.zip#/g1", "g1", &files_1_1, &zarr_v3),
     ] {
         let fs = mount(&format!("{VECTORS}/{source}"), ViewSelection::Both);
         let root: Vec<String> = fs
@@ -162,9 +167,38 @@ fn every_source_kind_shows_the_fixture_layouts() {
         }
         assert_same_tree(
             &view_of(&fs, &format!("{name}.daf.zarr")),
-            &zarr,
+            zarr,
             &format!("{source} Zarr view"),
         );
+    }
+}
+
+#[test]
+fn the_view_formats_can_be_chosen() {
+    // Each source in each of the four layouts the options ask for.
+    let files_1_0 = fixture("files_v1_0.daf", &["axes/metadata.json"]);
+    let files_1_1 = fixture("files_v1_1.daf", &[]);
+    let zarr_v2 = fixture("zarr_v2.daf.zarr", &[]);
+    let zarr_v3 = fixture("zarr_v3.daf.zarr", &[]);
+    use crate::formats::json::FilesVersion::{V1_0, V1_1};
+    use crate::formats::source::Format::{ZarrV2, ZarrV3};
+    for source in ["files_v1_0.daf", "zarr_v2.daf.zarr", "zarr_v3.daf.zarr.zip"] {
+        for (zarr_format, files_version, zarr, files) in [
+            (ZarrV3, V1_1, &zarr_v3, &files_1_1),
+            (ZarrV2, V1_0, &zarr_v2, &files_1_0),
+        ] {
+            let opened = open_source(&format!("{VECTORS}/{source}")).unwrap();
+            let options = crate::views::ViewOptions {
+                selection: ViewSelection::Both,
+                zarr: Some(zarr_format),
+                files: Some(files_version),
+            };
+            let fs = DafFs::new(opened.datasets, options, SystemTime::UNIX_EPOCH);
+            let name = crate::formats::source::display_name(Path::new(source));
+            let what = format!("{source} as {zarr_format:?}, {files_version:?}");
+            assert_same_tree(&view_of(&fs, &format!("{name}.daf.zarr")), zarr, &what);
+            assert_same_tree(&view_of(&fs, &format!("{name}.daf")), files, &what);
+        }
     }
 }
 
@@ -286,4 +320,57 @@ fn operations_answer_like_a_read_only_file_system() {
         .unwrap();
     assert_eq!(fs.getattr(axis).unwrap().mtime, source_mtime);
     assert!(fs.stats().inodes > 50);
+}
+
+/// A ranged blob of `len` bytes whose byte `i` is `i % 251`, counting the bytes it makes.
+struct Pattern {
+    made: std::sync::atomic::AtomicU64,
+}
+
+impl crate::stores::blob::RangeSource for Pattern {
+    fn read_range(&self, offset: u64, len: u64) -> Result<Bytes, crate::stores::StoreError> {
+        self.made
+            .fetch_add(len, std::sync::atomic::Ordering::Relaxed);
+        Ok(Bytes::from_vec(
+            (offset..offset + len).map(|i| (i % 251) as u8).collect(),
+        ))
+    }
+}
+
+#[test]
+fn reads_of_a_ranged_file_make_only_the_range() {
+    use crate::formats::model::Payload;
+    use crate::formats::types::NumType;
+    let mut source = open_source(&format!("{VECTORS}/files_v1_0.daf")).unwrap();
+    let pattern = Arc::new(Pattern {
+        made: Default::default(),
+    });
+    let len = 64 << 20;
+    let blob = crate::stores::Blob::ranged(len, pattern.clone());
+    let score = source.datasets[0]
+        .dataset
+        .vectors
+        .get_mut("cell")
+        .and_then(|v| v.get_mut("score"))
+        .unwrap();
+    score.payload = Payload::Dense {
+        eltype: NumType::Float64,
+        data: blob.clone(),
+    };
+    let fs = DafFs::new(source.datasets, ViewSelection::Both, SystemTime::UNIX_EPOCH);
+    let ino = fs
+        .resolve("files_v1_0.daf/vectors/cell/score.data")
+        .unwrap();
+    assert_eq!(fs.getattr(ino).unwrap().size, len);
+    assert!(fs.is_ranged(ino));
+    let got = fs.read(ino, u64::MAX, 10_000_000, 4096).unwrap();
+    let want: Vec<u8> = (10_000_000..10_004_096u64)
+        .map(|i| (i % 251) as u8)
+        .collect();
+    assert_eq!(got.as_slice(), want.as_slice());
+    // The last read is cut at the end of the file.
+    assert_eq!(fs.read(ino, u64::MAX, len - 100, 4096).unwrap().len(), 100);
+    assert!(!blob.is_materialized());
+    let made = pattern.made.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(made, 4096 + 100);
 }

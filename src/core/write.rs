@@ -393,7 +393,10 @@ impl DafFs {
                 // A group document that changes nothing (zarr re-saving a group, a writer's
                 // consolidated metadata, which is derived here): accepted and dropped.
                 log::info!("{new_mount}: a writer's copy that changes nothing dropped");
-                return Self::drop_staged(&mut state, &disk, &old_path);
+                let ino = Self::drop_renamed(&mut state, &disk, &old_path, &new_mount)?;
+                drop(state);
+                self.invalidate(vec![ino]);
+                return Ok(());
             }
             Some(Err(refused)) => return Err(refused),
             None => {}
@@ -405,7 +408,10 @@ impl DafFs {
                     // Rewriting a document with the same content (zarr re-saving a group's
                     // .zgroup) changes nothing: accept it and drop the staged copy.
                     if same_document(&fs::read(&disk)?, blob.bytes()?.as_slice()) {
-                        return Self::drop_staged(&mut state, &disk, &old_path);
+                        let ino = Self::drop_renamed(&mut state, &disk, &old_path, &new_mount)?;
+                        drop(state);
+                        self.invalidate(vec![ino]);
+                        return Ok(());
                     }
                     Self::replaceable(&state, &new_mount)?;
                 }
@@ -473,13 +479,21 @@ impl DafFs {
         committed
     }
 
-    /// Accepts a rename of the staged file `disk` (at mount path `mount`) by dropping it.
-    fn drop_staged(state: &mut State, disk: &Path, mount: &str) -> Result<(), FsError> {
+    /// Drops the staged file `old_path` renamed onto `new_mount` (a copy that changes nothing):
+    /// the kernel now holds the renamed file's inode at `new_mount`, so that inode number stands
+    /// for what is there from now on. Returns it (its cached attributes are the dropped file's).
+    fn drop_renamed(
+        state: &mut State,
+        disk: &Path,
+        old_path: &str,
+        new_mount: &str,
+    ) -> Result<u64, FsError> {
         fs::remove_file(disk)?;
-        let canonical = Self::canonical(state, mount)?;
+        let canonical = Self::canonical(state, old_path)?;
         state.staged.remove(&canonical);
+        state.inodes.rename(old_path, new_mount);
         state.rebuild();
-        Ok(())
+        Ok(state.inodes.ino(new_mount))
     }
 
     /// Adds a second name for a staged file.

@@ -5,6 +5,7 @@
 //! `matrices/R/C/*.json`; other names are ignored. Payloads become blobs of the store (mapped
 //! ranges), never copies; a `.data` file longer than its axis requires is cut to its logical size.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -15,10 +16,11 @@ use crate::stores::{Blob, Bytes, Entry, StoreIndex};
 
 use super::json::{parse_descriptor, Descriptor, FilesVersion};
 use super::model::{
-    Axis, Dataset, FilesSource, Payload, Property, ScalarProperty, Shape, SparseIndex,
+    Axis, Dataset, FilesSource, Payload, Property, PropertyId, ScalarProperty, Shape, SparseIndex,
 };
 use super::names::accept_name;
 use super::scalar::Scalar;
+use super::shard::{flat_blob, Packing};
 use super::strings::{count_lines, densify_sparse_strings, SparsePositions, Strings};
 use super::types::{ElementType, NumType};
 use super::FormatError;
@@ -127,24 +129,39 @@ pub fn read_files_daf(index: &StoreIndex, path: &Path) -> Result<Dataset, Format
 const DOCUMENT_COPY_LIMIT: u64 = 64 * 1024;
 
 /// The source's own documents for the FilesDaf view: `daf.json`, the file of every scalar read,
-/// and the descriptor of every property read, unless the source is 1.0 and the descriptor is in
-/// the 1.1 form (HEAD writes those into 1.0 directories, §3.1; a 1.0 reader cannot read them, so
-/// the view synthesises the 1.0 form instead).
+/// and the descriptor of every property read, with the view version each one fits (see
+/// [`FilesSource::forms`]; HEAD writes 1.1-form descriptors into 1.0 directories, §3.1, which a
+/// 1.0 view must show in the 1.0 form). A packed property's descriptor is never served: the
+/// view shows its payload flat, so it gets a flat descriptor.
 fn source_documents(index: &StoreIndex, dataset: &Dataset) -> FilesSource {
     let version = files_version(index);
+    let mut forms = BTreeMap::new();
     let mut paths = vec!["daf.json".to_string()];
     paths.extend(dataset.scalars.keys().map(|n| format!("scalars/{n}.json")));
-    paths.extend(dataset.properties().filter_map(|p| {
+    for path in &paths {
+        forms.insert(path.clone(), version);
+    }
+    for p in dataset.properties() {
         let path = format!("{}.json", p.path);
-        let form_1_1 = || {
-            index
-                .get(&path)
-                .and_then(|e| e.blob.bytes().ok())
-                .and_then(|b| parse_descriptor(b.as_slice()).ok())
-                .is_none_or(|d| d.is_1_1_form())
+        let descriptor = index
+            .get(&path)
+            .and_then(|e| e.blob.bytes().ok())
+            .and_then(|b| parse_descriptor(b.as_slice()).ok());
+        let Some(descriptor) = descriptor.filter(|d| !d.is_packed()) else {
+            continue;
         };
-        (version == FilesVersion::V1_1 || !form_1_1()).then_some(path)
-    }));
+        let form = match descriptor {
+            Descriptor::Dense { .. } => None,
+            d if d.is_1_1_form() => Some(FilesVersion::V1_1),
+            _ if version == FilesVersion::V1_0 => Some(FilesVersion::V1_0),
+            // A 1.1 source's own 1.0-form sparse descriptor: 1.1 readers read it too.
+            _ => None,
+        };
+        if let Some(form) = form {
+            forms.insert(path.clone(), form);
+        }
+        paths.push(path);
+    }
     // Kept as small heap copies (they were read at mount): a mapping per document would count
     // against the process's map limit (vm.max_map_count) for as long as the mount lasts.
     let documents = paths
@@ -163,7 +180,23 @@ fn source_documents(index: &StoreIndex, dataset: &Dataset) -> FilesSource {
     FilesSource {
         version: Some(version),
         documents,
+        forms,
     }
+}
+
+/// The packed payload files (§8) FilesDaf property `id` may have, which the (flat) FilesDaf view
+/// does not name: a directory source's item loses them too when it is replaced or deleted.
+pub fn packed_payloads(id: &PropertyId) -> Vec<String> {
+    let components: &[&str] = match id {
+        PropertyId::Vector { .. } => &["", ".nzind", ".nzval"],
+        PropertyId::Matrix { .. } => &["", ".colptr", ".rowval", ".nzval"],
+        _ => &[],
+    };
+    let base = id.path();
+    components
+        .iter()
+        .map(|c| format!("{base}{c}.zip"))
+        .collect()
 }
 
 /// The version of a FilesDaf tree (1.0 unless `daf.json` says 1.1).
@@ -220,8 +253,8 @@ fn read_properties(
     dir: &str,
     shape: Shape,
     path: &Path,
-) -> std::collections::BTreeMap<String, Property> {
-    let mut props = std::collections::BTreeMap::new();
+) -> BTreeMap<String, Property> {
+    let mut props = BTreeMap::new();
     for file in index.children(dir) {
         let Some(name) = file.strip_suffix(".json") else {
             continue;
@@ -240,11 +273,18 @@ fn read_properties(
     props
 }
 
-/// The files of one property, tracking the latest mtime among those used.
+/// The files of one property, tracking the latest mtime among those used, and the packed ones
+/// among them (`daf-formats.md` §8: `NAME.zip`, `NAME.COMP.zip`), read as lazily decoded flat
+/// blobs.
 struct PropertyFiles<'a> {
     index: &'a StoreIndex,
     base: &'a str,
     mtime: SystemTime,
+    /// The packed payloads the descriptor declares: component (`""` for a dense payload) → its
+    /// descriptor object with the packing keys.
+    specs: BTreeMap<String, Value>,
+    /// The packing of every packed payload read.
+    packed: BTreeMap<String, Arc<Packing>>,
 }
 
 impl PropertyFiles<'_> {
@@ -259,30 +299,86 @@ impl PropertyFiles<'_> {
             .ok_or_else(|| FormatError::MissingFile(format!("{}.{ext}", self.base)))
     }
 
-    /// A blob of exactly `count` elements of `t`.
-    fn sized(&mut self, ext: &str, t: NumType, count: u64) -> Result<Arc<Blob>, FormatError> {
-        let blob = self.required(ext)?;
-        let len = blob.len()?;
-        if Some(len) != count.checked_mul(t.size()) {
-            return Err(FormatError::bad(format!(
-                ".{ext} has {len} bytes, {count} × {} expected",
-                t.julia_name()
-            )));
-        }
-        Ok(blob)
+    /// The flat content of packed payload `comp` (`""`: the dense payload `NAME.zip`, else
+    /// `NAME.COMP.zip`) of `shape` (C order) elements of `eltype`, decoded lazily from its shard.
+    fn unpack(
+        &mut self,
+        comp: &str,
+        eltype: ElementType,
+        shape: Vec<u64>,
+    ) -> Result<Arc<Blob>, FormatError> {
+        let ext = if comp.is_empty() {
+            "zip".to_string()
+        } else {
+            format!("{comp}.zip")
+        };
+        let spec = self
+            .specs
+            .get(comp)
+            .ok_or_else(|| FormatError::bad(format!("{comp} is not packed")))?
+            .clone();
+        let shard = self.required(&ext)?;
+        let what = format!("{}.{ext}", self.base);
+        let packing = Packing::from_files_descriptor(&spec, eltype, shape, shard)
+            .map_err(|e| FormatError::bad(format!(".{ext}: {e}")))?;
+        let flat =
+            flat_blob(&packing, what).map_err(|e| FormatError::bad(format!(".{ext}: {e}")))?;
+        self.packed.insert(comp.to_string(), Arc::new(packing));
+        Ok(flat)
     }
 
-    /// Number of `t` elements in a file that must hold a whole number of them.
-    fn count_of(&mut self, ext: &str, t: NumType) -> Result<(Arc<Blob>, u64), FormatError> {
-        let blob = self.required(ext)?;
-        let len = blob.len()?;
-        if len % t.size() != 0 {
-            return Err(FormatError::bad(format!(
-                ".{ext} size {len} is not a multiple of {}",
-                t.size()
-            )));
+    /// Component `comp` of `t` elements: the file `.comp`, whose size gives the element count
+    /// (which must be `count` when given), or the packed `.comp.zip`, whose count the descriptor
+    /// declares. Returns the flat blob and its element count.
+    fn component(
+        &mut self,
+        comp: &str,
+        t: NumType,
+        count: Option<u64>,
+    ) -> Result<(Arc<Blob>, u64), FormatError> {
+        if let Some(spec) = self.specs.get(comp) {
+            let declared = spec.get("n_elements").and_then(Value::as_u64);
+            let n = match (count, declared) {
+                (Some(c), Some(d)) if c != d => {
+                    return Err(FormatError::bad(format!(
+                        "packed {comp} declares {d} elements, {c} expected"
+                    )))
+                }
+                (Some(n), _) | (None, Some(n)) => n,
+                (None, None) => {
+                    return Err(FormatError::bad(format!(
+                        "packed {comp} without \"n_elements\""
+                    )))
+                }
+            };
+            return Ok((self.unpack(comp, ElementType::Num(t), vec![n])?, n));
         }
-        Ok((blob, len / t.size()))
+        let blob = self.required(comp)?;
+        let len = blob.len()?;
+        match count {
+            Some(count) if Some(len) != count.checked_mul(t.size()) => {
+                Err(FormatError::bad(format!(
+                    ".{comp} has {len} bytes, {count} × {} expected",
+                    t.julia_name()
+                )))
+            }
+            Some(count) => Ok((blob, count)),
+            None if len % t.size() != 0 => Err(FormatError::bad(format!(
+                ".{comp} size {len} is not a multiple of {}",
+                t.size()
+            ))),
+            None => Ok((blob, len / t.size())),
+        }
+    }
+
+    /// A component of exactly `count` elements of `t`.
+    fn sized(&mut self, comp: &str, t: NumType, count: u64) -> Result<Arc<Blob>, FormatError> {
+        Ok(self.component(comp, t, Some(count))?.0)
+    }
+
+    /// A component holding a whole number of `t` elements, and that number.
+    fn count_of(&mut self, comp: &str, t: NumType) -> Result<(Arc<Blob>, u64), FormatError> {
+        self.component(comp, t, None)
     }
 }
 
@@ -295,18 +391,45 @@ pub(crate) fn read_property(
         .get(&format!("{base}.json"))
         .ok_or_else(|| FormatError::MissingFile(format!("{base}.json")))?;
     let descriptor = parse_descriptor(descriptor_entry.blob.bytes()?.as_slice())?;
+    let specs = match &descriptor {
+        Descriptor::Dense {
+            packed: Some(spec), ..
+        } => BTreeMap::from([(String::new(), spec.clone())]),
+        Descriptor::Dense { packed: None, .. } => BTreeMap::new(),
+        Descriptor::Sparse { packed, .. } => packed.clone(),
+    };
     let mut files = PropertyFiles {
         index,
         base,
         mtime: descriptor_entry.mtime,
+        specs,
+        packed: BTreeMap::new(),
     };
     let len = shape.len();
     let payload = match descriptor {
         Descriptor::Dense {
             eltype: ElementType::String,
-        } => Payload::DenseStrings(Strings::from_lines(files.required("txt")?, len).named(base)),
+            packed,
+        } => {
+            let lines = match packed {
+                Some(_) => {
+                    let vlen = files.unpack("", ElementType::String, shape.zarr())?;
+                    Strings::from_vlen(vlen, len)
+                }
+                None => Strings::from_lines(files.required("txt")?, len),
+            };
+            Payload::DenseStrings(lines.named(base))
+        }
         Descriptor::Dense {
             eltype: ElementType::Num(t),
+            packed: Some(_),
+        } => Payload::Dense {
+            eltype: t,
+            data: files.unpack("", ElementType::Num(t), shape.zarr())?,
+        },
+        Descriptor::Dense {
+            eltype: ElementType::Num(t),
+            packed: None,
         } => {
             let data = files.required("data")?;
             let available = data.len()?;
@@ -328,6 +451,7 @@ pub(crate) fn read_property(
             indtype,
             nnz,
             has_nzval,
+            ..
         } => {
             let (index, found_nnz) = match shape {
                 Shape::Vector(_) => {
@@ -352,7 +476,13 @@ pub(crate) fn read_property(
             }
             match eltype {
                 ElementType::String => {
-                    let nztxt = files.required("nztxt")?;
+                    // Packed string values are vlen-utf8 (`NAME.nzval.zip`), flat ones text.
+                    let nztxt = if files.specs.contains_key("nzval") {
+                        let vlen = files.unpack("nzval", ElementType::String, vec![found_nnz])?;
+                        Strings::from_vlen(vlen, found_nnz).named(base).lines()
+                    } else {
+                        files.required("nztxt")?
+                    };
                     let positions = match (&index, shape) {
                         (SparseIndex::Vector { nzind }, _) => SparsePositions::Vector {
                             nzind: nzind.clone(),
@@ -410,104 +540,10 @@ pub(crate) fn read_property(
     Ok(Property {
         payload,
         mtime: files.mtime,
-        packed: Default::default(),
+        packed: files.packed,
     })
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::stores::dir::open_directory;
-
-    const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures");
-
-    #[test]
-    fn reads_the_seed_fixture() {
-        let root = Path::new(FIXTURES).join("vectors/files_v1_0.daf");
-        let ds = read_files_daf(&open_directory(&root).unwrap(), &root).unwrap();
-        assert_eq!(
-            ds.scalars.keys().collect::<Vec<_>>(),
-            vec!["ratio", "title"]
-        );
-        assert_eq!(ds.axes["cell"].len(), 3);
-        assert_eq!(ds.axes["gene"].len(), 2);
-        let cell = &ds.vectors["cell"];
-        assert_eq!(
-            cell.keys().collect::<Vec<_>>(),
-            vec!["counts", "is_marker", "score", "type"]
-        );
-        assert!(matches!(
-            cell["is_marker"].payload,
-            Payload::Sparse {
-                nzval: None,
-                eltype: NumType::Bool,
-                ..
-            }
-        ));
-        assert!(matches!(
-            ds.matrices[&("cell".into(), "gene".into())]["umis"].payload,
-            Payload::Sparse { .. }
-        ));
-    }
-
-    #[test]
-    fn reads_the_1_1_fixture_and_the_julia_fixture() {
-        let root = Path::new(FIXTURES).join("vectors/files_v1_1.daf");
-        let ds = read_files_daf(&open_directory(&root).unwrap(), &root).unwrap();
-        assert_eq!(ds.vectors["cell"].len(), 4);
-        let julia = Path::new(FIXTURES).join("julia-filesdaf");
-        let ds = read_files_daf(&open_directory(&julia).unwrap(), &julia).unwrap();
-        assert!(!ds.vectors["cell"].is_empty());
-        assert_eq!(ds.matrices[&("gene".into(), "cell".into())].len(), 3);
-    }
-
-    #[test]
-    fn versions_and_missing_markers_are_errors() {
-        let tmp = tempfile::tempdir().unwrap();
-        std::fs::write(tmp.path().join("daf.json"), "{\"version\":[2,0]}\n").unwrap();
-        let err = read_files_daf(&open_directory(tmp.path()).unwrap(), tmp.path()).unwrap_err();
-        assert!(
-            err.to_string().contains("unsupported FilesDaf version 2.0"),
-            "{err}"
-        );
-        std::fs::remove_file(tmp.path().join("daf.json")).unwrap();
-        let err = read_files_daf(&open_directory(tmp.path()).unwrap(), tmp.path()).unwrap_err();
-        assert!(err.to_string().starts_with("not a daf data set"), "{err}");
-    }
-
-    #[test]
-    fn inconsistent_properties_are_skipped_and_long_data_is_cut() {
-        let tmp = tempfile::tempdir().unwrap();
-        let p = tmp.path();
-        for d in ["scalars", "axes", "vectors/a", "matrices/a/a"] {
-            std::fs::create_dir_all(p.join(d)).unwrap();
-        }
-        std::fs::write(p.join("daf.json"), "{\"version\":[1,0]}\n").unwrap();
-        std::fs::write(p.join("axes/a.txt"), "x\ny\n").unwrap();
-        std::fs::write(
-            p.join("vectors/a/long.json"),
-            "{\"format\":\"dense\",\"eltype\":\"UInt8\"}\n",
-        )
-        .unwrap();
-        std::fs::write(p.join("vectors/a/long.data"), [1u8, 2, 3, 4]).unwrap();
-        std::fs::write(
-            p.join("vectors/a/short.json"),
-            "{\"format\":\"dense\",\"eltype\":\"Int64\"}\n",
-        )
-        .unwrap();
-        std::fs::write(p.join("vectors/a/short.data"), [1u8, 2, 3]).unwrap();
-        std::fs::write(
-            p.join("vectors/a/nonzval.json"),
-            "{\"format\":\"sparse\",\"eltype\":\"Int8\",\"indtype\":\"UInt8\"}\n",
-        )
-        .unwrap();
-        std::fs::write(p.join("vectors/a/nonzval.nzind"), [1u8]).unwrap();
-        let ds = read_files_daf(&open_directory(p).unwrap(), p).unwrap();
-        let vectors = &ds.vectors["a"];
-        assert_eq!(vectors.keys().collect::<Vec<_>>(), vec!["long"]);
-        let Payload::Dense { data, .. } = &vectors["long"].payload else {
-            panic!()
-        };
-        assert_eq!(data.bytes().unwrap().as_slice(), &[1, 2]);
-    }
-}
+#[path = "files_daf_tests.rs"]
+mod tests;

@@ -2,7 +2,10 @@
 //!
 //! Writers follow the literal key orders of `daf-formats.md` §2 (FilesDaf 1.0) so a synthesised
 //! file is byte-identical to what Julia writes; readers parse JSON and accept both the 1.0 and the
-//! 1.1 descriptor forms (§3.3) and any key order or whitespace.
+//! 1.1 descriptor forms (§3.3), the packing keys of packed payloads (§8), and any key order or
+//! whitespace.
+
+use std::collections::BTreeMap;
 
 use serde_json::Value;
 
@@ -53,10 +56,12 @@ pub fn sparse_descriptor(eltype: ElementType, indtype: NumType) -> String {
 /// A parsed vector or matrix descriptor, 1.0 or 1.1 form.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Descriptor {
-    /// `{"format":"dense","eltype":T}`.
+    /// `{"format":"dense","eltype":T}`, or a packed payload (`NAME.zip`).
     Dense {
         /// Element type.
         eltype: ElementType,
+        /// When the payload is packed: the descriptor object with its packing keys (§8).
+        packed: Option<Value>,
     },
     /// Sparse, in either form.
     Sparse {
@@ -69,20 +74,28 @@ pub enum Descriptor {
         /// `Some(false)` when the 1.1 form says there is no `nzval` (all-true Bool); `None` in the
         /// 1.0 form, where the presence of the `.nzval` file decides.
         has_nzval: Option<bool>,
+        /// The components stored packed (`NAME.COMP.zip`, 1.1 form only): component name
+        /// (`nzind`, `colptr`, `rowval`, `nzval`) → its descriptor object with packing keys.
+        packed: BTreeMap<String, Value>,
     },
 }
 
 impl Descriptor {
     /// Whether this is the FilesDaf 1.1 sparse form (per-component descriptors), which a 1.0
-    /// reader cannot read; dense descriptors are the same in both versions.
+    /// reader cannot read; flat dense descriptors are the same in both versions.
     pub fn is_1_1_form(&self) -> bool {
-        matches!(
-            self,
-            Descriptor::Sparse {
-                has_nzval: Some(_),
-                ..
-            }
-        )
+        match self {
+            Descriptor::Dense { packed, .. } => packed.is_some(),
+            Descriptor::Sparse { has_nzval, .. } => has_nzval.is_some(),
+        }
+    }
+
+    /// Whether any payload of the property is packed (§8).
+    pub fn is_packed(&self) -> bool {
+        match self {
+            Descriptor::Dense { packed, .. } => packed.is_some(),
+            Descriptor::Sparse { packed, .. } => !packed.is_empty(),
+        }
     }
 }
 
@@ -105,25 +118,44 @@ fn index_type(obj: &Value, key: &str) -> Result<NumType, FormatError> {
     }
 }
 
+/// The packed forms a reader knows (§8): `indexed+zipped` (DataAxesFormats: shard index, then a
+/// ZIP of the inner chunks) and `zipped` (the ZIP alone).
+const PACKED_FORMATS: [&str; 2] = ["indexed+zipped", "zipped"];
+
+/// `obj` itself when it describes a packed payload (it has `packed_format`), `None` when flat.
+fn packing_of(obj: &Value) -> Result<Option<Value>, FormatError> {
+    match obj.get("packed_format") {
+        None => Ok(None),
+        Some(Value::String(f)) if PACKED_FORMATS.contains(&f.as_str()) => Ok(Some(obj.clone())),
+        Some(other) => Err(FormatError::bad(format!(
+            "unknown packed_format {other} (daf-mount reads {})",
+            PACKED_FORMATS.join(", ")
+        ))),
+    }
+}
+
+/// The sparse components a 1.1 descriptor may describe.
+const COMPONENTS: [&str; 4] = ["nzind", "colptr", "rowval", "nzval"];
+
 /// Parses a descriptor file's bytes.
 pub fn parse_descriptor(bytes: &[u8]) -> Result<Descriptor, FormatError> {
     let value: Value = serde_json::from_slice(bytes)
         .map_err(|e| FormatError::bad(format!("invalid JSON: {e}")))?;
     let format = value.get("format").and_then(Value::as_str);
-    if value.get("packed_format").is_some() {
-        return Err(FormatError::bad(
-            "packed properties (FilesDaf 1.1 \"packed_format\") are not supported",
-        ));
-    }
     match format {
         Some("dense") => Ok(Descriptor::Dense {
             eltype: type_field(&value, "eltype")?,
+            packed: packing_of(&value)?,
         }),
+        Some("sparse") if value.get("packed_format").is_some() => Err(FormatError::bad(
+            "a sparse descriptor packs its components, not itself (\"packed_format\" at the top)",
+        )),
         Some("sparse") if value.get("eltype").is_some() => Ok(Descriptor::Sparse {
             eltype: type_field(&value, "eltype")?,
             indtype: index_type(&value, "indtype")?,
             nnz: None,
             has_nzval: None,
+            packed: BTreeMap::new(),
         }),
         Some("sparse") => {
             // 1.1: per-component descriptors; the index type comes from nzind or colptr/rowval.
@@ -134,12 +166,11 @@ pub fn parse_descriptor(bytes: &[u8]) -> Result<Descriptor, FormatError> {
             let indtype = index_type(index.1, "eltype")?;
             let nnz_of = |c: &Value| c.get("n_elements").and_then(Value::as_u64);
             let nzval = value.get("nzval");
-            if nzval.is_some_and(|c| c.get("packed_format").is_some())
-                || index.1.get("packed_format").is_some()
-            {
-                return Err(FormatError::bad(
-                    "packed sparse components are not supported",
-                ));
+            let mut packed = BTreeMap::new();
+            for name in COMPONENTS {
+                if let Some(spec) = value.get(name).map(packing_of).transpose()?.flatten() {
+                    packed.insert(name.to_string(), spec);
+                }
             }
             let nnz = nzval.and_then(nnz_of).or_else(|| {
                 let pos = if index.0 == "colptr" {
@@ -157,6 +188,7 @@ pub fn parse_descriptor(bytes: &[u8]) -> Result<Descriptor, FormatError> {
                 indtype,
                 nnz,
                 has_nzval: Some(nzval.is_some()),
+                packed,
             })
         }
         Some(other) => Err(FormatError::bad(format!("unknown format \"{other}\""))),
@@ -196,7 +228,8 @@ mod tests {
                 eltype: ElementType::Num(NumType::Int64),
                 indtype: NumType::Int32,
                 nnz: None,
-                has_nzval: None
+                has_nzval: None,
+                packed: BTreeMap::new(),
             }
         );
         let v11 = parse_descriptor(
@@ -209,7 +242,8 @@ mod tests {
                 eltype: ElementType::Num(NumType::UInt16),
                 indtype: NumType::Int64,
                 nnz: Some(3),
-                has_nzval: Some(true)
+                has_nzval: Some(true),
+                packed: BTreeMap::new(),
             }
         );
         let bool11 = parse_descriptor(
@@ -222,7 +256,8 @@ mod tests {
                 eltype: ElementType::Num(NumType::Bool),
                 indtype: NumType::Int64,
                 nnz: Some(1),
-                has_nzval: Some(false)
+                has_nzval: Some(false),
+                packed: BTreeMap::new(),
             }
         );
         assert!(parse_descriptor(b"{\"format\":\"dense\",\"eltype\":\"Float16\"}").is_err());
@@ -298,5 +333,58 @@ mod version_tests {
                 ..
             })
         ));
+    }
+}
+
+#[cfg(test)]
+mod packed_tests {
+    use super::*;
+
+    #[test]
+    fn packed_dense_and_component_descriptors_keep_their_packing_keys() {
+        let dense = br#"{"format":"dense","eltype":"Float64","packed_format":"indexed+zipped","chunk_shape":[1024],"compression":"zstd","compression_level":5,"index_location":"start"}"#;
+        let Descriptor::Dense { eltype, packed } = parse_descriptor(dense).unwrap() else {
+            panic!("not dense")
+        };
+        assert_eq!(eltype, ElementType::Num(NumType::Float64));
+        let spec = packed.expect("packed");
+        assert_eq!(spec["chunk_shape"], serde_json::json!([1024]));
+        assert_eq!(spec["compression"], "zstd");
+
+        let sparse = br#"{"format":"sparse","colptr":{"format":"dense","eltype":"Int64","n_elements":3},"rowval":{"format":"dense","eltype":"Int64","n_elements":2000,"packed_format":"indexed+zipped","chunk_shape":[1024],"compression":"gzip","compression_level":5,"index_location":"start"},"nzval":{"format":"dense","eltype":"String","n_elements":2000,"packed_format":"zipped","chunk_shape":[512],"compression":"zstd","compression_level":3,"index_location":"start"}}"#;
+        let d = parse_descriptor(sparse).unwrap();
+        assert!(d.is_packed() && d.is_1_1_form());
+        let Descriptor::Sparse {
+            eltype,
+            nnz,
+            packed,
+            ..
+        } = d
+        else {
+            panic!("not sparse")
+        };
+        assert_eq!(eltype, ElementType::String);
+        assert_eq!(nnz, Some(2000));
+        assert_eq!(packed.keys().collect::<Vec<_>>(), vec!["nzval", "rowval"]);
+        assert_eq!(packed["nzval"]["packed_format"], "zipped");
+
+        let flat = parse_descriptor(br#"{"format":"dense","eltype":"Int8"}"#).unwrap();
+        assert!(!flat.is_packed() && !flat.is_1_1_form());
+    }
+
+    #[test]
+    fn unknown_packed_forms_are_errors() {
+        let err =
+            parse_descriptor(br#"{"format":"dense","eltype":"Float64","packed_format":"tarred"}"#)
+                .unwrap_err();
+        assert!(err.to_string().contains("unknown packed_format"), "{err}");
+        assert!(parse_descriptor(
+            br#"{"format":"sparse","eltype":"Int64","indtype":"Int64","packed_format":"zipped"}"#
+        )
+        .is_err());
+        assert!(parse_descriptor(
+            br#"{"format":"sparse","nzind":{"format":"dense","eltype":"Int64","n_elements":1,"packed_format":7}}"#
+        )
+        .is_err());
     }
 }

@@ -1,13 +1,16 @@
 //! Formats: the Daf data model and the readers of each on-disk layout.
 //!
 //! `source` parses a command-line source path (`daf-formats.md` §6.3), opens its store and runs
-//! the matching reader: `files_daf` (FilesDaf 1.0/1.1 trees, in a directory or a ZIP) or
-//! `zarr_daf` (ZarrDaf on Zarr v2 arrays, `zarr_v2`, or Zarr v3 arrays, `zarr_v3`, in a directory
-//! or a ZIP, including arrays written by foreign Zarr tools, decoded by `zarr_decode`). Readers check versions and sizes up front and
+//! the matching reader: `files_daf` (FilesDaf 1.0/1.1 trees, in a directory or a ZIP, packed
+//! payloads included; `files_index` writes the 1.1 root `metadata.json`) or `zarr_daf` (ZarrDaf on
+//! Zarr v2 arrays, `zarr_v2`, or Zarr v3 arrays, `zarr_v3`, in a directory or a ZIP, including
+//! arrays written by foreign Zarr tools, decoded by `zarr_decode`, and packed arrays, `shard`).
+//! Readers check versions and sizes up front and
 //! skip (with a warning) a property that is inconsistent, rather than refusing the whole mount.
 //! Every name taken from a source passes `names::check_name` before it is used.
 
 pub mod files_daf;
+pub mod files_index;
 pub mod json;
 pub mod model;
 pub mod names;

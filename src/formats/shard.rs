@@ -323,3 +323,7 @@ fn blosc_codec(compression: &str, level: i64, typesize: u64) -> Result<Value, Fo
 #[cfg(test)]
 #[path = "shard_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "shard_spec_tests.rs"]
+mod spec_tests;

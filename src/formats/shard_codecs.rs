@@ -9,6 +9,7 @@
 use serde_json::Value;
 
 use super::scalar::Scalar;
+use super::shard_index::ChunkCrc;
 use super::strings::decode_vlen;
 use super::types::{ElementType, Endian, NumType};
 use super::zarr_decode::Compressor;
@@ -127,8 +128,30 @@ impl Pipeline {
         })
     }
 
-    /// Undoes the bytes-to-bytes codecs of one stored chunk: at most `limit` bytes come out.
-    fn unwrap_bytes(&self, raw: &[u8], limit: u64) -> Result<Vec<u8>, String> {
+    /// Undoes the bytes-to-bytes codecs of one stored chunk: at most `limit` bytes come out,
+    /// and they (or the stored bytes) must have the CRC-32 `crc` when one is recorded.
+    fn unwrap_bytes(
+        &self,
+        raw: &[u8],
+        limit: u64,
+        crc: Option<ChunkCrc>,
+    ) -> Result<Vec<u8>, String> {
+        let mismatch = |what: &str| format!("{what} do not match the CRC-32 of their ZIP entry");
+        if let Some(ChunkCrc::Stored(want)) = crc {
+            if crc32fast::hash(raw) != want {
+                return Err(mismatch("stored chunk bytes"));
+            }
+        }
+        let decoded = self.unwrap_codecs(raw, limit)?;
+        if let Some(ChunkCrc::Decoded(want)) = crc {
+            if crc32fast::hash(&decoded) != want {
+                return Err(mismatch("decoded chunk bytes"));
+            }
+        }
+        Ok(decoded)
+    }
+
+    fn unwrap_codecs(&self, raw: &[u8], limit: u64) -> Result<Vec<u8>, String> {
         let mut data: Option<Vec<u8>> = None;
         for codec in self.bytes_codecs.iter().rev() {
             let input: &[u8] = data.as_deref().unwrap_or(raw);
@@ -157,15 +180,20 @@ impl Pipeline {
     }
 
     /// Decodes one numeric inner chunk of shape `inner` into its C-order little-endian bytes
-    /// (exactly `product(inner) × size` of them).
-    pub fn decode_numeric(&self, raw: &[u8], inner: &[u64]) -> Result<Vec<u8>, String> {
+    /// (exactly `product(inner) × size` of them), checking the CRC-32 `crc` if one is recorded.
+    pub fn decode_numeric(
+        &self,
+        raw: &[u8],
+        inner: &[u64],
+        crc: Option<ChunkCrc>,
+    ) -> Result<Vec<u8>, String> {
         let Element::Num(t, endian) = self.element else {
             return Err("not a numeric pipeline".into());
         };
         let size = t.size() as usize;
         let count: u64 = inner.iter().product();
         let expected = count * t.size();
-        let mut data = self.unwrap_bytes(raw, expected)?;
+        let mut data = self.unwrap_bytes(raw, expected, crc)?;
         if data.len() as u64 != expected {
             return Err(format!(
                 "chunk decodes to {} bytes, {expected} expected",
@@ -186,20 +214,22 @@ impl Pipeline {
         Ok(data)
     }
 
-    /// Decodes one string inner chunk of shape `inner` (at most `limit` decoded bytes) and calls
-    /// `each(position, item)` for its items in C order of the chunk.
+    /// Decodes one string inner chunk of shape `inner` (at most `limit` decoded bytes, CRC-32
+    /// `crc` if one is recorded) and calls `each(position, item)` for its items in C order of
+    /// the chunk; returns the decoded size.
     pub fn decode_strings(
         &self,
         raw: &[u8],
         inner: &[u64],
         limit: u64,
+        crc: Option<ChunkCrc>,
         mut each: impl FnMut(usize, &[u8]),
     ) -> Result<u64, String> {
         if self.element != Element::Strings {
             return Err("not a string pipeline".into());
         }
         let count: u64 = inner.iter().product();
-        let data = self.unwrap_bytes(raw, limit)?;
+        let data = self.unwrap_bytes(raw, limit, crc)?;
         let items = decode_vlen(&data, count)?;
         match &self.transpose {
             None => items.iter().enumerate().for_each(|(i, item)| each(i, item)),
@@ -320,13 +350,13 @@ mod tests {
             .collect();
         let crc = crc32c::crc32c(&raw);
         raw.extend_from_slice(&crc.to_le_bytes());
-        let out = p.decode_numeric(&raw, &[2, 3]).unwrap();
+        let out = p.decode_numeric(&raw, &[2, 3], None).unwrap();
         let want: Vec<u8> = (1u16..=6).flat_map(|v| v.to_le_bytes()).collect();
         assert_eq!(out, want);
         // A flipped bit fails the CRC-32C.
         raw[0] ^= 1;
         assert!(p
-            .decode_numeric(&raw, &[2, 3])
+            .decode_numeric(&raw, &[2, 3], None)
             .unwrap_err()
             .contains("CRC-32C"));
     }
@@ -339,9 +369,9 @@ mod tests {
             1,
         )
         .unwrap();
-        assert!(p.decode_numeric(&[0; 12], &[4]).is_err());
-        assert!(p.decode_numeric(&[0; 20], &[4]).is_err());
-        assert_eq!(p.decode_numeric(&[7; 16], &[4]).unwrap(), vec![7; 16]);
+        assert!(p.decode_numeric(&[0; 12], &[4], None).is_err());
+        assert!(p.decode_numeric(&[0; 20], &[4], None).is_err());
+        assert_eq!(p.decode_numeric(&[7; 16], &[4], None).unwrap(), vec![7; 16]);
     }
 
     #[test]

@@ -193,7 +193,10 @@ impl Decoder {
             .slice(offset, nbytes)
             .ok_or_else(|| StoreError::Produce(format!("{}: shard shrank", self.what)))?;
         self.stats.decoded.fetch_add(1, Ordering::Relaxed);
-        match self.pipeline.decode_numeric(raw.as_slice(), &self.inner) {
+        match self
+            .pipeline
+            .decode_numeric(raw.as_slice(), &self.inner, index.crc(n))
+        {
             Ok(data) => {
                 let data = Arc::new(data);
                 let mut cache = lock(&self.cache);
@@ -294,17 +297,23 @@ pub fn strings_blob(
                     .ok_or("chunk outside the shard")?;
                 unravel(n as u64, &grid, &mut chunk_at);
                 let used = pipeline
-                    .decode_strings(raw.as_slice(), &inner, budget, |p, item| {
-                        unravel(p as u64, &inner, &mut within);
-                        let inside =
-                            (0..shape.len()).all(|d| chunk_at[d] * inner[d] + within[d] < shape[d]);
-                        if inside {
-                            let coords =
-                                (0..shape.len()).map(|d| chunk_at[d] * inner[d] + within[d]);
-                            items[ravel(coords, &shape) as usize] = (arena.len(), item.len());
-                            arena.extend_from_slice(item);
-                        }
-                    })
+                    .decode_strings(
+                        raw.as_slice(),
+                        &inner,
+                        budget,
+                        index.crc(n as u64),
+                        |p, item| {
+                            unravel(p as u64, &inner, &mut within);
+                            let inside = (0..shape.len())
+                                .all(|d| chunk_at[d] * inner[d] + within[d] < shape[d]);
+                            if inside {
+                                let coords =
+                                    (0..shape.len()).map(|d| chunk_at[d] * inner[d] + within[d]);
+                                items[ravel(coords, &shape) as usize] = (arena.len(), item.len());
+                                arena.extend_from_slice(item);
+                            }
+                        },
+                    )
                     .map_err(|e| format!("inner chunk {n} of the packed array: {e}"))?;
                 budget = budget.saturating_sub(used);
                 if arena.len() as u64 > MAX_DECODED_BYTES {

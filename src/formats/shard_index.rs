@@ -5,6 +5,11 @@
 //!
 //! Every entry is checked against the shard before it is used: a CRC-32C mismatch, an entry
 //! outside the shard or an index longer than the shard is an error, found at first access.
+//!
+//! A DataAxesFormats shard is also a ZIP archive whose entries carry a CRC-32 of each chunk
+//! (of the decoded chunk for zstd and gzip entries, of the stored bytes for blosc): when the
+//! shard has that framing, the index also gives each chunk's CRC-32, so that a damaged chunk
+//! that still decompresses is refused rather than shown.
 
 use std::path::Path;
 
@@ -34,7 +39,27 @@ pub enum IndexKind {
 pub struct ChunkIndex {
     /// One entry per inner chunk.
     pub entries: Vec<Option<(u64, u64)>>,
+    /// The CRC-32 of each chunk, when the shard's ZIP framing records it (else empty).
+    pub crcs: Vec<Option<ChunkCrc>>,
 }
+
+impl ChunkIndex {
+    /// The CRC-32 recorded for chunk `n`, if any.
+    pub fn crc(&self, n: u64) -> Option<ChunkCrc> {
+        self.crcs.get(n as usize).copied().flatten()
+    }
+}
+
+/// A CRC-32 a shard's ZIP framing records for one chunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChunkCrc {
+    /// Of the chunk once decompressed (zstd and gzip entries).
+    Decoded(u32),
+    /// Of the chunk's stored bytes (a stored entry: blosc frames).
+    Stored(u32),
+}
+
+const LOCAL_SIG: [u8; 4] = [0x50, 0x4b, 0x03, 0x04];
 
 const ABSENT: u64 = u64::MAX;
 
@@ -47,7 +72,18 @@ pub fn read_index(kind: IndexKind, shard: &Bytes, grid: &[u64]) -> Result<ChunkI
         .ok_or("shard index is too large")?;
     match kind {
         IndexKind::Zarr { at_start, crc32c } => {
-            zarr_index(shard.as_slice(), count, at_start, crc32c)
+            let mut index = zarr_index(shard.as_slice(), count, at_start, crc32c)?;
+            // DataAxesFormats' dual format: a local file header right after a leading index.
+            let index_len = count * 16 + if crc32c { 4 } else { 0 };
+            let local = shard.slice(index_len, 4);
+            if at_start && local.is_some_and(|b| b.as_slice() == LOCAL_SIG) {
+                // The Zarr index stands on its own: a ZIP part that cannot be read only means
+                // there are no CRC-32s to check against.
+                if let Ok(zip) = zip_chunks(shard, grid) {
+                    index.crcs = zip.crcs;
+                }
+            }
+            Ok(index)
         }
         IndexKind::Zip => zip_chunks(shard, grid),
     }
@@ -93,7 +129,10 @@ fn zarr_index(data: &[u8], count: u64, at_start: bool, crc: bool) -> Result<Chun
         }
         entries.push(Some((offset, nbytes)));
     }
-    Ok(ChunkIndex { entries })
+    Ok(ChunkIndex {
+        entries,
+        crcs: Vec::new(),
+    })
 }
 
 /// The linear chunk number of a DataAxesFormats gzip chunk name: the 10-byte gzip header whose
@@ -141,10 +180,15 @@ fn zip_chunks(shard: &Bytes, grid: &[u64]) -> Result<ChunkIndex, String> {
         parse_archive(Path::new("packed shard"), shard.clone()).map_err(|e| e.to_string())?;
     let data = shard.as_slice();
     let mut entries = vec![None; count as usize];
+    let mut crcs = vec![None; count as usize];
     for record in &archive.records {
         let at = record.raw_range.0 as usize;
         let name_len = u16::from_le_bytes([data[at + 28], data[at + 29]]) as usize;
         let raw_name = &data[at + 46..at + 46 + name_len];
+        let crc = match record.method {
+            0 => ChunkCrc::Stored(record.crc32),
+            _ => ChunkCrc::Decoded(record.crc32),
+        };
         let (chunk, range) = if record.method == 8 {
             let Some(chunk) = gzip_name_chunk(raw_name) else {
                 continue;
@@ -180,8 +224,9 @@ fn zip_chunks(shard: &Bytes, grid: &[u64]) -> Result<ChunkIndex, String> {
             .get_mut(chunk as usize)
             .ok_or_else(|| format!("chunk {chunk} is outside the grid"))?;
         *slot = Some(range);
+        crcs[chunk as usize] = Some(crc);
     }
-    Ok(ChunkIndex { entries })
+    Ok(ChunkIndex { entries, crcs })
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::SystemTime;
 
+use crate::formats::files_daf;
 use crate::formats::model::{Axis, Dataset, Item, Payload, PropertyId};
 use crate::formats::source::{Format, NamedDataset};
 use crate::formats::validate::{check_axis, check_payload};
@@ -264,8 +265,10 @@ fn source_files(ds: &NamedDataset, id: &PropertyId) -> Result<Vec<String>, Commi
         Removal::LastFile => source
             .item_entries(&ds.dataset, id)
             .into_iter()
-            .filter(|e| matches!(e.node, ViewNode::File(_)) && root.join(&e.path).is_file())
+            .filter(|e| matches!(e.node, ViewNode::File(_)))
             .map(|e| e.path)
+            .chain(files_daf::packed_payloads(id))
+            .filter(|rel| root.join(rel).is_file())
             .collect(),
         Removal::NodeDirectory => {
             let node = root.join(id.path());

@@ -13,7 +13,6 @@
 //! user to finish or remove, instead of becoming a (partial) property.
 
 pub mod commit;
-pub mod item_v3;
 pub mod zip_commit;
 
 use std::collections::BTreeSet;

@@ -431,6 +431,39 @@ mod tests {
         assert!(blob.bytes().is_err());
     }
 
+    /// Byte `i` is `i % 251`; counts the bytes made.
+    struct Pattern(AtomicUsize);
+
+    impl RangeSource for Pattern {
+        fn read_range(&self, offset: u64, len: u64) -> Result<Bytes, StoreError> {
+            self.0.fetch_add(len as usize, Ordering::Relaxed);
+            Ok(Bytes::from_vec(
+                (offset..offset + len).map(|i| (i % 251) as u8).collect(),
+            ))
+        }
+    }
+
+    #[test]
+    fn ranged_blobs_and_their_slices_make_only_what_is_read() {
+        let source = Arc::new(Pattern(AtomicUsize::new(0)));
+        let blob = Blob::ranged(1 << 30, source.clone());
+        assert_eq!(blob.known_len(), Some(1 << 30));
+        let slice = Blob::slice(&blob, 1000, 5000);
+        assert!(slice.is_ranged());
+        let got = slice.read_range(4990, 100).unwrap();
+        let want: Vec<u8> = (5990..6000u64).map(|i| (i % 251) as u8).collect();
+        assert_eq!(got.as_slice(), want.as_slice());
+        assert!(blob.read_range(1 << 30, 10).unwrap().is_empty());
+        assert_eq!(source.0.load(Ordering::Relaxed), 10);
+        assert!(!blob.is_materialized() && !slice.is_materialized());
+        // Asked whole, a ranged blob is made once and then served like any other.
+        let small = Blob::ranged(300, source.clone());
+        assert_eq!(small.bytes().unwrap().len(), 300);
+        assert!(!small.is_ranged());
+        assert_eq!(small.read_range(299, 5).unwrap().as_slice(), &[48]);
+        assert_eq!(source.0.load(Ordering::Relaxed), 310);
+    }
+
     #[test]
     fn fills_know_their_length_and_cost_nothing_until_read() {
         let zeros = Blob::fill(Vec::new(), 1 << 40, vec![0; 8]);

@@ -1,31 +1,49 @@
 //! The FilesDaf view (`daf-formats.md` §2, §3): `daf.json`, every directory Julia expects,
-//! descriptors and scalar files, and payload files that are the model's blobs themselves.
+//! descriptors and scalar files, payload files that are the model's blobs themselves, and in
+//! version 1.1 the root index `metadata.json` (§3.5).
 //!
-//! Of a FilesDaf source (directory or ZipDaf), the view is in the source's version and serves the
-//! source's own files byte for byte (`daf.json`, scalars, descriptors, text, payloads); it
-//! synthesises only what the source lacks or what its version cannot hold (a 1.1-form sparse
-//! descriptor in a 1.0 source gets the 1.0 form). Of a Zarr source, the view is FilesDaf 1.0 and
-//! every document is synthesised in the seed's exact forms. The same code writes a committed item
-//! into a FilesDaf source, in the source's own version.
+//! The view has a version (1.0 or 1.1; [`default_files_version`] when not chosen): its `daf.json`,
+//! the forms of scalar files and sparse descriptors, and whether it has `metadata.json`. Of a
+//! FilesDaf source (directory or ZipDaf), the view serves the source's own files byte for byte
+//! where they fit the view's version (`daf.json`, scalars, descriptors, text, payloads) and
+//! synthesises the rest: what the source lacks, and what the view's version writes differently
+//! (a 1.1-form sparse descriptor in a 1.0 view gets the 1.0 form, and the other way round).
+//! The view is always flat: a packed property (§8) shows its decoded payload (`.data`, `.nzval`,
+//! `.txt`, ...) with a flat descriptor, never the source's packed one; `metadata.json` is always
+//! synthesised (a source's own may be stale). The same code writes a committed item into a
+//! FilesDaf source, in the source's own version.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::formats::files_index::{index_text, IndexValue};
 use crate::formats::json::{
     dense_descriptor, sparse_descriptor, sparse_descriptor_1_1, FilesVersion,
 };
 use crate::formats::model::{Dataset, Payload, Property, PropertyId, SparseIndex};
 use crate::formats::types::ElementType;
-use crate::stores::Blob;
+use crate::stores::{Blob, Bytes};
 
-use super::{dataset_mtime, ViewBuilder, ViewEntry};
+use super::{dataset_mtime, ViewBuilder, ViewEntry, ViewNode};
 
-/// The FilesDaf tree of `dataset`, rooted at `prefix`.
-pub fn files_view(dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {
+/// The FilesDaf version a view of `dataset` has unless one is chosen: 1.1 for a FilesDaf 1.1
+/// source or a data set with any packed property (written by DataAxesFormats 0.3 or later),
+/// else 1.0.
+pub fn default_files_version(dataset: &Dataset) -> FilesVersion {
+    let packed = dataset.properties().any(|p| !p.property.packed.is_empty());
+    if packed || dataset.files_source.version == Some(FilesVersion::V1_1) {
+        FilesVersion::V1_1
+    } else {
+        FilesVersion::V1_0
+    }
+}
+
+/// The FilesDaf tree of `dataset` in FilesDaf `version`, rooted at `prefix`.
+pub fn files_view(dataset: &Dataset, prefix: &str, version: FilesVersion) -> Vec<ViewEntry> {
     let mut view = ViewBuilder::new(prefix);
     let mtime = dataset_mtime(dataset);
-    let version = dataset.files_source.version.unwrap_or(FilesVersion::V1_0);
     view.dir("", mtime);
-    match dataset.files_source.document("daf.json") {
+    match dataset.files_source.document("daf.json", version) {
         Some(blob) => view.file("daf.json", blob.clone(), mtime),
         None => view.text("daf.json", mtime, move || match version {
             FilesVersion::V1_0 => "{\"version\":[1,0]}\n".to_string(),
@@ -47,15 +65,56 @@ pub fn files_view(dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {
         item_files(&mut view, dataset, &PropertyId::Axis(name.clone()), version);
     }
     for p in dataset.properties() {
-        let document = dataset.files_source.document(&format!("{}.json", p.path));
+        let document = dataset
+            .files_source
+            .document(&format!("{}.json", p.path), version);
         property_files(&mut view, &p.path, p.property, version, document);
     }
-    view.finish()
+    let mut entries = view.finish();
+    if version == FilesVersion::V1_1 {
+        entries.push(metadata_json(dataset, prefix, &entries));
+    }
+    entries
+}
+
+/// The view's `metadata.json` (§3.5), made on first access from the documents the view shows.
+fn metadata_json(dataset: &Dataset, prefix: &str, entries: &[ViewEntry]) -> ViewEntry {
+    let view = ViewBuilder::new(prefix);
+    let files: HashMap<&str, &Arc<Blob>> = entries
+        .iter()
+        .filter_map(|e| match &e.node {
+            ViewNode::File(blob) => Some((e.path.as_str(), blob)),
+            ViewNode::Dir => None,
+        })
+        .collect();
+    let mut index: Vec<(String, IndexValue)> = dataset
+        .axes
+        .iter()
+        .map(|(name, axis)| (format!("axes/{name}"), IndexValue::Axis(axis.len())))
+        .collect();
+    let documents = dataset
+        .scalars
+        .keys()
+        .map(|name| format!("scalars/{name}"))
+        .chain(dataset.properties().map(|p| p.path));
+    for key in documents {
+        if let Some(blob) = files.get(view.full(&format!("{key}.json")).as_str()) {
+            index.push((key, IndexValue::Document(Arc::clone(blob))));
+        }
+    }
+    let blob = Blob::lazy(None, move || {
+        Ok(Bytes::from_vec(index_text(index.clone())?))
+    });
+    ViewEntry {
+        path: view.full("metadata.json"),
+        node: ViewNode::File(blob),
+        mtime: dataset_mtime(dataset),
+    }
 }
 
 /// The files (and, for an axis, the new directories) of one item, relative to the data set root:
-/// the source's own documents where the data set has them, else synthesised in the forms of
-/// FilesDaf `version`.
+/// the source's own documents where the data set has them and they fit FilesDaf `version`, else
+/// synthesised in the forms of `version`.
 pub fn item_entries(dataset: &Dataset, id: &PropertyId, version: FilesVersion) -> Vec<ViewEntry> {
     let mut view = ViewBuilder::new("");
     item_files(&mut view, dataset, id, version);
@@ -69,7 +128,7 @@ fn item_files(view: &mut ViewBuilder, dataset: &Dataset, id: &PropertyId, versio
                 return;
             };
             let path = format!("scalars/{name}.json");
-            if let Some(blob) = dataset.files_source.document(&path) {
+            if let Some(blob) = dataset.files_source.document(&path, version) {
                 view.file(&path, blob.clone(), prop.mtime);
                 return;
             }
@@ -92,7 +151,9 @@ fn item_files(view: &mut ViewBuilder, dataset: &Dataset, id: &PropertyId, versio
         PropertyId::Vector { .. } | PropertyId::Matrix { .. } => {
             if let Some(property) = dataset.property(id) {
                 let base = id.path();
-                let document = dataset.files_source.document(&format!("{base}.json"));
+                let document = dataset
+                    .files_source
+                    .document(&format!("{base}.json"), version);
                 property_files(view, &base, property, version, document);
             }
         }
@@ -192,3 +253,7 @@ fn index_files(file: &mut impl FnMut(&str, &Arc<Blob>), index: &SparseIndex) {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "files_tests.rs"]
+mod tests;

@@ -1,12 +1,12 @@
 //! FilesDaf 1.0 and 1.1 as a [`Layout`]: the FilesDaf view and reader, which files of the view
 //! belong to which item, and where a writer may create files.
 
-use crate::formats::files_daf;
 use crate::formats::json::FilesVersion;
 use crate::formats::model::{Dataset, Item, PropertyId, ScalarProperty};
 use crate::formats::scalar::Scalar;
 use crate::formats::source::Format;
 use crate::formats::FormatError;
+use crate::formats::{files_daf, files_index};
 use crate::stores::{StoreError, StoreIndex};
 
 use super::layout::{Layout, Removal, Staged};
@@ -14,6 +14,10 @@ use super::{files, ViewEntry};
 
 const VECTOR_FILES: [&str; 6] = ["json", "data", "txt", "nzind", "nzval", "nztxt"];
 const MATRIX_FILES: [&str; 7] = ["json", "data", "txt", "colptr", "rowval", "nzval", "nztxt"];
+/// The FilesDaf 1.1 root index (`daf-formats.md` §3.5), relative to the view's root.
+const FILES_INDEX: &str = "metadata.json";
+/// The temporary DataAxesFormats rebuilds the index into, then renames over it.
+const FILES_INDEX_NEW: &str = "metadata.json.new";
 
 /// FilesDaf in the forms of one version.
 #[derive(Debug)]
@@ -71,7 +75,7 @@ impl Layout for FilesLayout {
     }
 
     fn view(&self, dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {
-        files::files_view(dataset, prefix)
+        files::files_view(dataset, prefix, self.version)
     }
 
     fn item_entries(&self, dataset: &Dataset, id: &PropertyId) -> Vec<ViewEntry> {
@@ -109,7 +113,7 @@ impl Layout for FilesLayout {
         let parts: Vec<&str> = rel.split('/').collect();
         let hidden = parts.last().is_some_and(|n| n.starts_with('.'));
         match (is_dir, parts.as_slice()) {
-            (false, [_]) => hidden,
+            (false, [name]) => hidden || [FILES_INDEX, FILES_INDEX_NEW].contains(name),
             (false, ["scalars" | "axes", _])
             | (false, ["vectors", _, _])
             | (false, ["matrices", _, _, _]) => true,
@@ -118,10 +122,28 @@ impl Layout for FilesLayout {
         }
     }
 
-    /// A hidden name that is not a property's file.
+    /// A hidden name that is not a property's file, or the index's rebuild temporary.
     fn is_temporary(&self, rel: &str) -> bool {
         let name = rel.rsplit('/').next().unwrap_or(rel);
-        name.starts_with('.') && property_stem(name).is_none()
+        (name.starts_with('.') && property_stem(name).is_none()) || rel == FILES_INDEX_NEW
+    }
+
+    /// The FilesDaf 1.1 root index, which DataAxesFormats appends to after each write (and
+    /// rebuilds through `metadata.json.new`): derived from the items, so always dropped.
+    fn is_group_document(&self, rel: &str) -> bool {
+        rel == FILES_INDEX
+    }
+
+    fn is_document(&self, rel: &str) -> bool {
+        rel == FILES_INDEX
+    }
+
+    fn group_document_noop(&self, rel: &str, _: &[u8], _: Option<&[u8]>) -> Result<(), String> {
+        if rel == FILES_INDEX {
+            Ok(())
+        } else {
+            Err(format!("{rel}: not a document of a Daf data set"))
+        }
     }
 
     fn bad_property_name(&self, rel: &str) -> Option<String> {
@@ -155,16 +177,19 @@ impl Layout for FilesLayout {
         (Vec::new(), dirs)
     }
 
+    /// FilesDaf 1.1 keeps a root `metadata.json`.
     fn has_index_documents(&self) -> bool {
-        false
+        self.version == FilesVersion::V1_1
     }
 
+    /// The root `metadata.json` of FilesDaf 1.1, rebuilt from the directory's files (§3.5).
     fn index_documents(
         &self,
         _: &Dataset,
-        _: &StoreIndex,
+        index: &StoreIndex,
     ) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
-        Ok(Vec::new())
+        let text = files_index::index_text(files_index::tree_entries(index)?)?;
+        Ok(vec![("metadata.json".into(), text)])
     }
 
     fn removal(&self) -> Removal {

@@ -14,7 +14,7 @@ use crate::formats::source::Format;
 use crate::formats::FormatError;
 use crate::stores::{Bytes, StoreError, StoreIndex};
 
-use super::{files_layout, zarr_v2_layout, ViewEntry, ViewKind};
+use super::{files_layout, zarr_v2_layout, zarr_v3_layout, ViewEntry, ViewKind};
 
 /// Whether the staged files of an item can be committed.
 #[derive(Debug, PartialEq, Eq)]
@@ -157,7 +157,7 @@ pub fn layout(format: Format) -> &'static dyn Layout {
         Format::Files(FilesVersion::V1_0) => &files_layout::FILES_1_0,
         Format::Files(FilesVersion::V1_1) => &files_layout::FILES_1_1,
         Format::ZarrV2 => &zarr_v2_layout::ZarrV2,
-        Format::ZarrV3 => &zarr_v2_layout::ZarrV2,
+        Format::ZarrV3 => &zarr_v3_layout::ZarrV3,
     }
 }
 

@@ -141,7 +141,7 @@ def view_pairs(mnt):
 @pytest.mark.parametrize("kind", ["files-dir", "files-1.1-dir", "julia-files-dir", "zarr-dir", "zarr-zip", "zipdaf",
                                   "multi-group", "multi-whole", "foreign-dir", "foreign-zip"])
 def test_zarr_view_agrees_with_the_files_view(sources, kind, consolidated):
-    with mounted(sources[kind]) as mnt:
+    with mounted(sources[kind], "--zarr-format", "2") as mnt:
         pairs = view_pairs(mnt)
         assert len(pairs) == (2 if kind == "multi-whole" else 1)
         for files_root, zarr_root in pairs:
@@ -165,7 +165,7 @@ def test_zarr_view_agrees_with_the_files_view(sources, kind, consolidated):
 
 @pytest.mark.parametrize("kind", ["foreign-dir", "foreign-zip"])
 def test_arrays_written_by_zarr_python_show_their_values_in_both_views(sources, kind):
-    with mounted(sources[kind]) as mnt:
+    with mounted(sources[kind], "--zarr-format", "2") as mnt:
         files, z = os.path.join(mnt, "foreign.daf"), os.path.join(mnt, "foreign.daf.zarr")
         assert daf_files.axis(files, "cell") == CELLS
         assert daf_files.scalar(files, "title") == "hello"

@@ -19,7 +19,7 @@ def test_tensorstore_writes_a_vector(tmp_path, fixture):
     source = private_copy(tmp_path, fixture)
     name = fixture.split(".")[0]
     values = np.array([1.5, 2.5, 3.5])
-    with mounted(source) as mnt:
+    with mounted(source, "--zarr-format", "2") as mnt:
         path = os.path.join(mnt, name + ".daf.zarr", "vectors/cell/ts_vec/")
         spec = {"driver": "zarr", "kvstore": {"driver": "file", "path": path},
                 "metadata": {"dtype": "<f8", "shape": [3], "chunks": [3], "compressor": None, "fill_value": None, "order": "C"}}
@@ -34,7 +34,7 @@ def test_tensorstore_writes_a_vector(tmp_path, fixture):
 def test_xarray_writes_a_vector(tmp_path, fixture):
     source = private_copy(tmp_path, fixture)
     name = fixture.split(".")[0]
-    with mounted(source) as mnt:
+    with mounted(source, "--zarr-format", "2") as mnt:
         ds = xr.Dataset({"size": ("cell", np.arange(3.0))})
         ds.to_zarr(os.path.join(mnt, name + ".daf.zarr"), group="vectors/cell", mode="a", zarr_format=2, consolidated=False)
         files = os.path.join(mnt, name + ".daf")

@@ -3,10 +3,12 @@ TensorStore `zarr3`, checked value by value against known values (tests/data/pac
 tests/data/make_packed.py, and the fixtures of daf-formats.md §11.1); the `--zarr-format 2` view still read by
 zarr-python 2 and 3; the FilesDaf view of packed sources flat; and arrays that zarr-python 3 and TensorStore create
 through the v3 view stored in the source as Julia would have written them (daf-formats.md §3, §5)."""
+import errno
 import json
 import os
 import shutil
 import stat
+import struct
 import sys
 import zipfile
 
@@ -53,6 +55,8 @@ SOURCES = {
     "zarr-v2": (os.path.join(VECTORS, "zarr_v2.daf.zarr"), {"zarr_v2": FIXTURE}),
     "zarr-v3": (os.path.join(VECTORS, "zarr_v3.daf.zarr"), {"zarr_v3": FIXTURE}),
     "zarr-v3-zip": (os.path.join(VECTORS, "zarr_v3.daf.zarr.zip"), {"zarr_v3": FIXTURE}),
+    "zarr-v2-zip": (os.path.join(VECTORS, "zarr_v2.daf.zarr.zip"), {"zarr_v2": FIXTURE}),
+    "zipdaf-1.1": (os.path.join(VECTORS, "zipdaf_v1_1.daf.zip"), {"zipdaf_v1_1": FIXTURE}),
     "packed-files": (os.path.join(PACKED, "files_packed.daf"), {"files_packed": "packed"}),
     "packed-zipdaf": (os.path.join(PACKED, "zipdaf_packed.daf.zip"), {"zipdaf_packed": "packed"}),
     "packed-zarr": (os.path.join(PACKED, "zarr_packed.daf.zarr"), {"zarr_packed": "packed"}),
@@ -330,6 +334,13 @@ def check_source_as_julia_writes_it(source, fixture, vec_name, mat_name):
     root = json.loads(held["zarr.json"])
     if fixture.endswith(".zip"):
         assert "consolidated_metadata" not in root  # §5.5: the ZIP backend keeps none
+        with zipfile.ZipFile(source) as z, open(source, "rb") as f:
+            for key in (vec + "/zarr.json", vec + "/c/0", mat + "/zarr.json", mat + "/c/0/0"):
+                info = z.getinfo(key)
+                f.seek(info.header_offset + 26)
+                name_len, extra_len = struct.unpack("<HH", f.read(4))
+                assert info.compress_type == zipfile.ZIP_STORED, key  # §7.1: stored, data 8-byte aligned
+                assert (info.header_offset + 30 + name_len + extra_len) % 8 == 0, key
     else:
         cons = root["consolidated_metadata"]["metadata"]
         assert cons[vec] == json.loads(vec_meta) and cons[mat] == json.loads(mat_meta)
@@ -346,6 +357,14 @@ def test_arrays_created_through_the_v3_view_are_stored_as_julia_writes_them(tmp_
     with mounted(source, *options) as mnt:
         z = os.path.join(mnt, name + ".daf.zarr")
         (write_zarr_python if writer == "zarr-python" else write_tensorstore)(z, vec_name, mat_name)
+        # Writers leave out chunks that hold only the fill value (VEC's last chunk is [0.0]): an
+        # array is complete when its writer says it is done, by fsync of its directory.
+        for rel in (f"vectors/cell/{vec_name}", f"matrices/cell/gene/{mat_name}"):
+            fd = os.open(os.path.join(z, rel), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
         files = os.path.join(mnt, name + ".daf")
         np.testing.assert_array_equal(np.fromfile(os.path.join(files, f"vectors/cell/{vec_name}.data")), VEC)
     check_source_as_julia_writes_it(source, fixture, vec_name, mat_name)
@@ -358,3 +377,55 @@ def test_arrays_created_through_the_v3_view_are_stored_as_julia_writes_them(tmp_
         files = os.path.join(mnt, name + ".daf")
         got = np.fromfile(os.path.join(files, f"matrices/cell/gene/{mat_name}.data"), np.int32)
         np.testing.assert_array_equal(got, MAT.reshape(-1))
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Corrupt packed data: an error, never a wrong byte
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def packed_copy(tmp_path):
+    dst = tmp_path / "files_packed.daf"
+    shutil.copytree(os.path.join(PACKED, "files_packed.daf"), dst)
+    return str(dst)
+
+
+def flip(path, offset):
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)
+        f.seek(offset)
+        f.write(bytes([byte[0] ^ 0xFF]))
+
+
+@pytest.mark.parametrize("prop,where", [
+    ("vectors/cell/score", "inner-chunk"),  # zstd: a frame without checksum; the ZIP CRC-32 catches it
+    ("vectors/cell/depth", "inner-chunk"),  # blosc: no checksum; the CRC-32 of the stored entry catches it
+    ("matrices/gene/batch/expr", "inner-chunk"),  # gzip: its trailer's CRC-32
+    ("vectors/cell/score", "shard-index"),  # the index's CRC-32C
+])
+def test_a_corrupt_packed_property_gives_an_error_never_a_wrong_byte(tmp_path, prop, where):
+    source = packed_copy(tmp_path)
+    shard = os.path.join(source, prop + ".zip")
+    with open(shard, "rb") as f:
+        head = f.read(36)
+    offset, size = struct.unpack_from("<QQ", head, 16)  # the second inner chunk
+    flip(shard, offset + size // 2 if where == "inner-chunk" else 20)
+    want = zarr_arrays(EXPECTED["datasets"]["packed"])
+    try:
+        context = mounted(source, "-o", "ro")
+        mnt = context.__enter__()
+    except AssertionError as refused:  # refusing the whole source is allowed: one line naming the shard
+        assert where == "shard-index" and os.path.basename(shard) in str(refused), str(refused)
+        return
+    try:
+        files = os.path.join(mnt, "files_packed.daf")
+        with pytest.raises(OSError) as error:
+            with open(os.path.join(files, prop + ".data"), "rb") as f:
+                f.read()
+        assert error.value.errno == errno.EIO
+        # The rest of the data set is served.
+        got = np.fromfile(os.path.join(files, "vectors/gene/weight.data"), np.float32)
+        same(got, want["vectors/gene/weight"], "weight")
+    finally:
+        context.__exit__(None, None, None)

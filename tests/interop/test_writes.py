@@ -65,7 +65,7 @@ def test_arrays_written_by_zarr_python_become_daf_properties(tmp_path, fixture):
     chunked = np.array([5, 6, 7], dtype=np.int32)
     zeros = np.zeros(3, dtype=np.float32)
     labels = np.array(["x", "yy", "z"])
-    with mounted(source) as mnt:
+    with mounted(source, "--zarr-format", "2") as mnt:
         files, z = os.path.join(mnt, name + ".daf"), os.path.join(mnt, name + ".daf.zarr")
         g = open_for_writing(z)
         create(g, "vectors/cell/size", size, (3,))
@@ -103,7 +103,7 @@ def test_arrays_written_by_zarr_python_become_daf_properties(tmp_path, fixture):
             # zarr's `del` removes a property from a directory source (and from both views).
             del g["vectors/cell/size"]
             assert not os.path.exists(os.path.join(files, "vectors/cell/size.data"))
-    with mounted(source, "-o", "ro") as mnt:
+    with mounted(source, "-o", "ro", "--zarr-format", "2") as mnt:
         files = os.path.join(mnt, name + ".daf")
         np.testing.assert_array_equal(np.fromfile(os.path.join(files, "vectors/cell/chunked.data"), np.int32), chunked)
         assert daf_files.lines(os.path.join(files, "vectors/cell/label.txt")) == list(labels)

@@ -1,6 +1,6 @@
 //! The write-path rules of the Zarr v3 view: which item a path belongs to, which names are a
 //! writer's temporaries, which group documents are no-ops, when an item's staged arrays are
-//! complete, and which array attributes are refused. (The v2 rules are in [`super::item`].)
+//! complete, and which array attributes are refused. (The v2 rules are in [`super::zarr_v2_layout`].)
 //!
 //! What writers really do through a directory (watched with inotify, zarr-python 3.1.6 and
 //! TensorStore 0.1.86, README "Writing through the Zarr v3 view"):
@@ -249,5 +249,5 @@ pub fn attributes_refusal(index: &StoreIndex) -> Result<Option<String>, StoreErr
 }
 
 #[cfg(test)]
-#[path = "item_v3_tests.rs"]
+#[path = "zarr_v3_rules_tests.rs"]
 mod tests;

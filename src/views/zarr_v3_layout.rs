@@ -1,0 +1,145 @@
+//! ZarrDaf on Zarr v3 as a [`Layout`]: the Zarr v3 view ([`super::zarr_v3`]) and reader
+//! ([`crate::formats::zarr_v3`]), the write-path rules of its paths ([`super::zarr_v3_rules`]),
+//! and the root `zarr.json` with inline consolidated metadata of a directory source.
+
+use crate::formats::model::{Dataset, Item, PropertyId};
+use crate::formats::source::Format;
+use crate::formats::{zarr_v3, FormatError};
+use crate::stores::{StoreError, StoreIndex};
+
+use super::layout::{Layout, Removal, Staged};
+use super::zarr_v2_layout::parent_groups;
+use super::{zarr_v3 as view, zarr_v3_rules as rules, ViewEntry};
+
+/// ZarrDaf on Zarr v3 (DataAxesFormats 0.3).
+#[derive(Debug)]
+pub struct ZarrV3;
+
+impl Layout for ZarrV3 {
+    fn format(&self) -> Format {
+        Format::ZarrV3
+    }
+
+    fn read_item(
+        &self,
+        dataset: &Dataset,
+        id: &PropertyId,
+        index: &StoreIndex,
+    ) -> Result<Item, FormatError> {
+        let path = id.path();
+        Ok(match id {
+            PropertyId::Scalar(_) => Item::Scalar(zarr_v3::read_scalar(index, &path)?),
+            PropertyId::Axis(_) => Item::Axis(zarr_v3::read_axis(index, &path)?),
+            _ => {
+                let shape = dataset
+                    .shape(id)
+                    .ok_or_else(|| FormatError::Bad(format!("{path}: its axes do not exist")))?;
+                Item::Property(zarr_v3::read_property(index, &path, &shape.zarr())?)
+            }
+        })
+    }
+
+    fn view(&self, dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {
+        view::zarr_v3_view(dataset, prefix)
+    }
+
+    fn item_entries(&self, dataset: &Dataset, id: &PropertyId) -> Vec<ViewEntry> {
+        view::item_entries(dataset, id)
+    }
+
+    fn item_of(&self, rel: &str) -> Option<PropertyId> {
+        rules::item_of(rel)
+    }
+
+    fn writable_place(&self, rel: &str, is_dir: bool) -> bool {
+        rules::writable_place(rel, is_dir)
+    }
+
+    fn is_temporary(&self, rel: &str) -> bool {
+        rules::is_temporary(rel)
+    }
+
+    fn is_group_document(&self, rel: &str) -> bool {
+        rules::is_group_document(rel)
+    }
+
+    fn is_document(&self, rel: &str) -> bool {
+        rules::is_group_document(rel)
+    }
+
+    fn group_document_noop(&self, rel: &str, new: &[u8], old: Option<&[u8]>) -> Result<(), String> {
+        rules::group_document_noop(rel, new, old)
+    }
+
+    fn staged(
+        &self,
+        index: &StoreIndex,
+        id: &PropertyId,
+        finalize: bool,
+    ) -> Result<Staged, FormatError> {
+        if let Some(why) = rules::attributes_refusal(index)? {
+            return Ok(Staged::Refused(why));
+        }
+        Ok(if finalize || rules::complete(index, id)? {
+            Staged::Complete
+        } else {
+            Staged::Incomplete
+        })
+    }
+
+    /// Chunks, then the documents of a sparse node's components, then the node's own document.
+    fn write_rank(&self, path: &str) -> u8 {
+        let Some(node) = path.strip_suffix("/zarr.json") else {
+            return 1;
+        };
+        let component = self
+            .item_of(path)
+            .is_some_and(|id| node.len() > id.path().len());
+        if component {
+            2
+        } else {
+            3
+        }
+    }
+
+    /// The groups of the item's parents, as DataAxesFormats writes them.
+    fn implied(&self, _: &Dataset, id: &PropertyId) -> (Vec<(String, Vec<u8>)>, Vec<String>) {
+        let documents = parent_groups(id)
+            .into_iter()
+            .map(|group| {
+                (
+                    format!("{group}/zarr.json"),
+                    view::GROUP.as_bytes().to_vec(),
+                )
+            })
+            .collect();
+        (documents, Vec::new())
+    }
+
+    /// The root `zarr.json` with inline consolidated metadata rebuilt from every node document
+    /// of the directory.
+    fn index_documents(
+        &self,
+        _: &Dataset,
+        index: &StoreIndex,
+    ) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        let mut documents = Vec::new();
+        for key in index.keys().filter(|k| k.ends_with("/zarr.json")) {
+            if let Some(entry) = index.get(key) {
+                documents.push((key.to_string(), entry.blob.bytes()?));
+            }
+        }
+        let root = view::consolidated_from_documents(
+            documents.iter().map(|(k, b)| (k.as_str(), b.as_slice())),
+        )?;
+        Ok(vec![("zarr.json".into(), root.into_bytes())])
+    }
+
+    fn removal(&self) -> Removal {
+        Removal::NodeDirectory
+    }
+
+    fn node_item(&self, rel: &str) -> Option<PropertyId> {
+        self.item_of(&format!("{rel}/zarr.json"))
+    }
+}

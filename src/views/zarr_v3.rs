@@ -7,10 +7,11 @@
 //! Numeric chunks are the model's blobs (the same `Arc<Blob>` as the v2 view's chunks); strings are
 //! vlen-utf8; scalar chunks are synthesised. A chunk that holds only the fill value is left out,
 //! as Julia leaves it out. A packed array (`Property::packed`) is a `sharding_indexed` array whose
-//! chunk is the source's shard itself; its shard shape is the array shape rounded up to a multiple
-//! of the inner chunk shape, which makes the same bytes a valid shard for every reader (Julia's own
-//! `zarr.json` declares the shape itself, which zarr-python 3 and TensorStore refuse when the
-//! inner chunks do not divide it).
+//! chunk is the source's shard itself; its shard shape is `Packing::shard_shape` (for Julia's
+//! shards the array shape rounded up to a multiple of the inner chunk shape), which makes the same
+//! bytes a valid shard for every reader (Julia's own `zarr.json` declares the array shape, which
+//! zarr-python 3 and TensorStore refuse when the inner chunks do not divide it). A shard without
+//! a Zarr index (FilesDaf `"zipped"`) is shown flat, decoded.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -174,8 +175,10 @@ fn scalar_is_fill(scalar: &Scalar) -> bool {
 /// Builds the v3 tree and remembers every node's document for the consolidated metadata.
 struct V3Builder {
     view: ViewBuilder,
-    /// Node path → its entry in the consolidated metadata.
-    metadata: BTreeMap<String, String>,
+    /// Node path → its entry in the consolidated metadata (an array's entry shares the bytes
+    /// of its `zarr.json`; groups share one literal).
+    metadata: BTreeMap<String, Bytes>,
+    group_entry: Bytes,
 }
 
 impl V3Builder {
@@ -183,19 +186,20 @@ impl V3Builder {
         V3Builder {
             view: ViewBuilder::new(prefix),
             metadata: BTreeMap::new(),
+            group_entry: Bytes::from_vec(GROUP_ENTRY.into()),
         }
     }
 
-    fn document(&mut self, node: &str, text: &str, mtime: SystemTime) {
+    fn document(&mut self, node: &str, bytes: Bytes, mtime: SystemTime) {
         let path = super::join(node, "zarr.json");
-        self.view
-            .file(&path, Blob::ready(Bytes::from_vec(text.into())), mtime);
+        self.view.file(&path, Blob::ready(bytes), mtime);
     }
 
     fn group(&mut self, path: &str, mtime: SystemTime) {
         self.view.dir(path, mtime);
-        self.document(path, GROUP, mtime);
-        self.metadata.insert(path.to_string(), GROUP_ENTRY.into());
+        self.document(path, Bytes::from_vec(GROUP.into()), mtime);
+        let entry = self.group_entry.clone();
+        self.metadata.insert(path.to_string(), entry);
     }
 
     /// An array node with document `doc` and its single chunk (left out when the array is empty
@@ -209,7 +213,8 @@ impl V3Builder {
         mtime: SystemTime,
     ) {
         self.view.dir(path, mtime);
-        self.document(path, &doc, mtime);
+        let doc = Bytes::from_vec(doc.into_bytes());
+        self.document(path, doc.clone(), mtime);
         // A fill blob (an array the source stored without chunks) is not listed, as Julia
         // does not store such chunks.
         if let Some(chunk) = chunk.filter(|c| !c.is_fill()) {
@@ -272,7 +277,7 @@ pub fn zarr_v3_view(dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {
     z.view.file(
         "zarr.json",
         Blob::lazy(None, move || {
-            Ok(Bytes::from_vec(consolidated_root(&metadata).into_bytes()))
+            Ok(Bytes::from_vec(consolidated_root(&metadata)))
         }),
         mtime,
     );
@@ -321,21 +326,26 @@ pub fn root_document(dataset: &Dataset, consolidated: bool) -> String {
     for p in dataset.properties() {
         property(&mut z, &p.path, p.property, &p.shape.zarr());
     }
-    consolidated_root(&z.metadata)
+    String::from_utf8_lossy(&consolidated_root(&z.metadata)).into_owned()
 }
 
 /// The root document with the inline consolidated metadata `metadata` (node path → entry), keys
 /// in byte order: parents come before their children and siblings are contiguous, which is what
 /// zarr-python 3's `_flat_to_nested` needs (Julia's own order makes it fail with a `KeyError`).
-fn consolidated_root(metadata: &BTreeMap<String, String>) -> String {
-    let entries: Vec<String> = metadata
-        .iter()
-        .map(|(key, doc)| format!("{}:{doc}", Value::from(key.as_str())))
-        .collect();
-    format!(
-        "{{\"zarr_format\":3,\"node_type\":\"group\",\"attributes\":{{\"daf\":[1,0]}},\"consolidated_metadata\":{{\"kind\":\"inline\",\"must_understand\":false,\"metadata\":{{{}}}}}}}",
-        entries.join(",")
-    )
+fn consolidated_root(metadata: &BTreeMap<String, Bytes>) -> Vec<u8> {
+    let mut out = Vec::from(
+        &b"{\"zarr_format\":3,\"node_type\":\"group\",\"attributes\":{\"daf\":[1,0]},\"consolidated_metadata\":{\"kind\":\"inline\",\"must_understand\":false,\"metadata\":{"[..],
+    );
+    for (i, (key, entry)) in metadata.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(Value::from(key.as_str()).to_string().as_bytes());
+        out.push(b':');
+        out.extend_from_slice(entry.as_slice());
+    }
+    out.extend_from_slice(b"}}}");
+    out
 }
 
 /// The root `zarr.json` of a v3 directory source rebuilt from the `zarr.json` documents below it
@@ -367,9 +377,9 @@ pub fn consolidated_from_documents<'a>(
             Some("array") => compact(&value),
             _ => return Err(bad("no node_type \"group\" or \"array\"")),
         };
-        metadata.insert(node.to_string(), entry);
+        metadata.insert(node.to_string(), Bytes::from_vec(entry.into_bytes()));
     }
-    Ok(consolidated_root(&metadata))
+    Ok(String::from_utf8_lossy(&consolidated_root(&metadata)).into_owned())
 }
 
 fn item_nodes(z: &mut V3Builder, dataset: &Dataset, id: &PropertyId) {

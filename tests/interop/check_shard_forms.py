@@ -1,15 +1,15 @@
 """Which Zarr v3 readers accept a DataAxesFormats 0.3 packed array, in Julia's own form and in the
 form daf-mount's Zarr v3 view declares (daf-formats.md §8; README "Packed properties").
 
-The shard is made here as Julia writes it (§8, the fixture `fpk/zs.files/vectors/cell/score.zip`):
-1200 Float64 values, inner chunks of 1024, the edge chunk encoded at full size (1024 values, the
-tail padded with the fill value), zstd, the index (u64 offset + u64 size per inner chunk, then
-CRC-32C) at the start, each encoded chunk inside a ZIP local header, a ZIP central directory after
-them. The same bytes are then declared two ways:
+The shards are made here as Julia writes them (§8, the fixture `fpk/zs.files/vectors/cell/score.zip`):
+1200 Float64 values (and a 1200 x 3 matrix, one column per inner chunk column), inner chunks of
+1024, the edge chunks encoded at full size (the tail padded with the fill value), zstd, the index
+(u64 offset + u64 size per inner chunk, then CRC-32C) at the start, each encoded chunk inside a ZIP
+local header, a ZIP central directory after them. The same bytes are then declared two ways:
 
-* julia:   chunk_grid chunk_shape [1200] (the array shape), as Julia's zarr.json says;
-* rounded: chunk_grid chunk_shape [2048] (the shape rounded up to a multiple of the inner chunks),
-  as daf-mount's Zarr v3 view says.
+* julia:   chunk_grid chunk_shape = the array shape ([1200], [3, 1200]), as Julia's zarr.json says;
+* rounded: the shape rounded up to a multiple of the inner chunks ([2048], [3, 2048]), as
+  daf-mount's Zarr v3 view says.
 
 and read with zarr-python 3 and TensorStore (zarr3 driver). Prints one line per (form, reader)
 and exits non-zero if the rounded form is not read back exactly by every reader.
@@ -36,20 +36,23 @@ CODECS = [
 INDEX_CODECS = [{"configuration": {"endian": "little"}, "name": "bytes"}, {"name": "crc32c"}]
 
 
-def julia_shard(values: np.ndarray) -> bytes:
-    """The shard bytes as DataAxesFormats 0.3 writes them (index at start, ZIP-wrapped chunks)."""
-    nchunks = -(-len(values) // INNER)
-    padded = np.zeros(nchunks * INNER, dtype="<f8")
-    padded[: len(values)] = values
+def julia_shard(values: np.ndarray, inner: list) -> bytes:
+    """The shard bytes as DataAxesFormats 0.3 writes them (index at start, ZIP-wrapped chunks):
+    `values` in Zarr (C) order, inner chunks of shape `inner`, in C order of their grid, each
+    encoded at full size (the edge ones padded with the fill value)."""
+    grid = [-(-n // c) for n, c in zip(values.shape, inner)]
+    padded = np.zeros([g * c for g, c in zip(grid, inner)], dtype="<f8")
+    padded[tuple(slice(0, n) for n in values.shape)] = values
     zstd = numcodecs.Zstd(level=5)
-    index_len = nchunks * 16 + 4
+    index_len = int(np.prod(grid)) * 16 + 4
     body = bytearray()
     index = []
     central = bytearray()
-    for i in range(nchunks):
-        raw = padded[i * INNER : (i + 1) * INNER].tobytes()
+    for coords in np.ndindex(*grid):
+        block = padded[tuple(slice(i * c, (i + 1) * c) for i, c in zip(coords, inner))]
+        raw = np.ascontiguousarray(block).tobytes()
         frame = zstd.encode(raw)
-        name = f"c/{i}".encode()
+        name = ("c/" + "/".join(str(i) for i in reversed(coords))).encode()
         crc = zlib.crc32(raw)
         extra = struct.pack("<HHQQ", 1, 16, len(raw), len(frame))
         lfh_at = index_len + len(body)
@@ -70,15 +73,15 @@ def julia_shard(values: np.ndarray) -> bytes:
     return raw_index + bytes(body) + bytes(central)
 
 
-def zarr_json(shard_shape: int) -> dict:
+def zarr_json(shape: list, inner: list, shard_shape: list) -> dict:
     return {
         "attributes": {"daf_packed_format": "indexed+zipped"},
-        "chunk_grid": {"configuration": {"chunk_shape": [shard_shape]}, "name": "regular"},
+        "chunk_grid": {"configuration": {"chunk_shape": shard_shape}, "name": "regular"},
         "chunk_key_encoding": {"configuration": {"separator": "/"}, "name": "default"},
         "codecs": [
             {
                 "configuration": {
-                    "chunk_shape": [INNER],
+                    "chunk_shape": inner,
                     "codecs": CODECS,
                     "index_codecs": INDEX_CODECS,
                     "index_location": "start",
@@ -89,7 +92,7 @@ def zarr_json(shard_shape: int) -> dict:
         "data_type": "float64",
         "fill_value": 0.0,
         "node_type": "array",
-        "shape": [N],
+        "shape": shape,
         "zarr_format": 3,
     }
 
@@ -108,28 +111,35 @@ def read_tensorstore(path: Path) -> np.ndarray:
 
 
 def main() -> int:
-    values = np.arange(N, dtype="<f8") * 0.5 + 1.0
-    shard = julia_shard(values)
-    assert shard[:4] == struct.pack("<I", 36 + 53), "first chunk data at 89, as in §8's example"
+    # A vector of 1200 values (inner chunks of 1024), and a 1200 x 3 matrix (Zarr shape [3, 1200],
+    # one column per inner chunk column: inner [1, 1024]), as DataAxesFormats packs them.
+    vector = np.arange(N, dtype="<f8") * 0.5 + 1.0
+    matrix = np.arange(3 * N, dtype="<f8").reshape(3, N)
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
-        for form, shard_shape in [("julia", N), ("rounded", -(-N // INNER) * INNER)]:
-            node = Path(tmp) / form
-            (node / "c").mkdir(parents=True)
-            (node / "zarr.json").write_text(json.dumps(zarr_json(shard_shape), separators=(",", ":")))
-            (node / "c" / "0").write_bytes(shard)
-            for reader, read in [("zarr-python", read_zarr_python), ("tensorstore", read_tensorstore)]:
-                try:
-                    got = read(node)
-                    verdict = "reads exactly" if np.array_equal(got, values) else "WRONG VALUES"
+        for what, values, inner in [("vector", vector, [INNER]), ("matrix", matrix, [1, INNER])]:
+            shard = julia_shard(values, inner)
+            if what == "vector":  # the first chunk's data at 89, as in §8's worked example
+                assert shard[:8] == struct.pack("<Q", 36 + 53)
+            shape = list(values.shape)
+            rounded = [-(-n // c) * c for n, c in zip(shape, inner)]
+            for form, shard_shape in [("julia", shape), ("rounded", rounded)]:
+                node = Path(tmp) / what / form
+                key = node / "c" / "/".join("0" for _ in shape)
+                key.parent.mkdir(parents=True)
+                doc = zarr_json(shape, inner, shard_shape)
+                (node / "zarr.json").write_text(json.dumps(doc, separators=(",", ":")))
+                key.write_bytes(shard)
+                for reader, read in [("zarr-python", read_zarr_python), ("tensorstore", read_tensorstore)]:
+                    try:
+                        got = read(node)
+                        verdict = "reads exactly" if np.array_equal(got, values) else "WRONG VALUES"
+                    except Exception as e:  # noqa: BLE001 - the refusal is the result
+                        why = str(e).splitlines()[0].replace(tmp, "").split(" [tensorstore_spec")[0]
+                        verdict = f"refuses: {type(e).__name__}: {why.split(': ')[-1]}"
                     if form == "rounded" and verdict != "reads exactly":
                         ok = False
-                except Exception as e:  # noqa: BLE001 - the refusal is the result
-                    why = str(e).splitlines()[0].replace(tmp, "").split(" [tensorstore_spec")[0]
-                    verdict = f"refuses: {type(e).__name__}: {why.split(': ')[-1]}"
-                    if form == "rounded":
-                        ok = False
-                print(f"{form:8} chunk_shape [{shard_shape}]  {reader:12} {verdict}")
+                    print(f"{what} {form:8} chunk_shape {shard_shape}  {reader:12} {verdict}")
     return 0 if ok else 1
 
 

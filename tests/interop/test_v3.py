@@ -25,7 +25,7 @@ with open(os.path.join(PACKED, "expected.json")) as _f:
     EXPECTED = json.load(_f)
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "data"))
-import make_packed  # noqa: E402  (the exact JSON forms Julia writes: zarr_json, json16)
+import daf_bytes  # noqa: E402  (the exact JSON forms Julia writes: zarr_json)
 
 needs_zarr3 = pytest.mark.skipif(not ZARR3, reason="zarr-python 2 cannot read Zarr v3")
 V3 = ("--zarr-format", "3")
@@ -325,8 +325,8 @@ def check_source_as_julia_writes_it(source, fixture, vec_name, mat_name):
         assert index[mat] == {"format": "dense", "eltype": "Int32"}
         assert not held["metadata.json"].endswith(b"\n")
         return
-    vec_meta = make_packed.zarr_json("Float64", [3]).encode()
-    mat_meta = make_packed.zarr_json("Int32", [3, 2]).encode()
+    vec_meta = daf_bytes.zarr_json("Float64", [3]).encode()
+    mat_meta = daf_bytes.zarr_json("Int32", [3, 2]).encode()
     assert held[vec + "/zarr.json"] == vec_meta
     assert held[vec + "/c/0"] == VEC.tobytes()
     assert held[mat + "/zarr.json"] == mat_meta

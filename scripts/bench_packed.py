@@ -17,7 +17,7 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "data"))
-import make_packed as mp  # noqa: E402  (the §8 shard layout: LFH, CD records, trailer, chunk names, CRC-32C)
+import daf_bytes as mp  # noqa: E402  (the §8 shard layout: LFH, CD records, trailer, chunk names, CRC-32C)
 
 ROWS = 65536  # cells; a Float32 column is 256 KiB, DAF packs it in inner chunks of 2048 rows (8 KiB)
 INNER = 2048

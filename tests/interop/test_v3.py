@@ -25,10 +25,11 @@ with open(os.path.join(PACKED, "expected.json")) as _f:
     EXPECTED = json.load(_f)
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "data"))
-import make_packed  # noqa: E402  (the exact JSON forms Julia writes: zarr_json, json16)
+import daf_bytes  # noqa: E402  (the exact JSON forms Julia writes: zarr_json)
 
 needs_zarr3 = pytest.mark.skipif(not ZARR3, reason="zarr-python 2 cannot read Zarr v3")
 V3 = ("--zarr-format", "3")
+RO = ("-o", "ro")  # reading tests: no writer lock on the (shared) fixtures, nothing staged beside them
 
 # The data set of the §11 fixtures (daf-formats.md §11.1), in the layout of expected.json.
 FIXTURE = {
@@ -143,7 +144,7 @@ def view_roots(mnt, names):
 @pytest.mark.parametrize("kind", KINDS)
 def test_zarr_python_3_reads_every_array_of_the_v3_view(kind, consolidated):
     source, names = SOURCES[kind]
-    with mounted(source, *V3) as mnt:
+    with mounted(source, *V3, *RO) as mnt:
         for name, (_, z) in view_roots(mnt, names).items():
             with open(os.path.join(z, "zarr.json")) as f:
                 root = json.load(f)
@@ -163,7 +164,7 @@ def test_zarr_python_3_reads_every_array_of_the_v3_view(kind, consolidated):
 def test_tensorstore_reads_every_numeric_array_of_the_v3_view(kind):
     ts = pytest.importorskip("tensorstore")
     source, names = SOURCES[kind]
-    with mounted(source, *V3) as mnt:
+    with mounted(source, *V3, *RO) as mnt:
         for name, (_, z) in view_roots(mnt, names).items():
             for path, expected in zarr_arrays(dataset(names[name])).items():
                 if expected.dtype == object:
@@ -177,7 +178,7 @@ def test_tensorstore_reads_every_numeric_array_of_the_v3_view(kind):
 @pytest.mark.parametrize("kind", ["packed-files", "packed-zarr", "packed-zarr-zip"])
 def test_packed_arrays_show_the_source_shard_with_a_valid_shard_shape(kind):
     source, names = SOURCES[kind]
-    with mounted(source, *V3) as mnt:
+    with mounted(source, *V3, *RO) as mnt:
         (_, z), = view_roots(mnt, names).values()
         packed = [(p, d) for p, d in EXPECTED["datasets"]["packed"]["properties"].items() if d.get("packed")]
         for path, prop in packed:
@@ -203,7 +204,7 @@ def test_packed_arrays_show_the_source_shard_with_a_valid_shard_shape(kind):
 @pytest.mark.parametrize("kind", KINDS)
 def test_zarr_python_reads_every_array_of_the_v2_view(kind):
     source, names = SOURCES[kind]
-    with mounted(source, "--zarr-format", "2") as mnt:
+    with mounted(source, "--zarr-format", "2", *RO) as mnt:
         for name, (_, z) in view_roots(mnt, names).items():
             assert os.path.exists(os.path.join(z, ".zgroup")) and not os.path.exists(os.path.join(z, "zarr.json"))
             group = zarr.open_group(z, mode="r", **({"zarr_format": 2} if ZARR3 else {}))
@@ -218,7 +219,7 @@ def test_zarr_python_reads_every_array_of_the_v2_view(kind):
 @pytest.mark.parametrize("kind", [k for k in KINDS if k.startswith(("packed", "foreign"))])
 def test_the_files_view_of_packed_and_v3_sources_is_flat(kind):
     source, names = SOURCES[kind]
-    with mounted(source, *V3) as mnt:
+    with mounted(source, *V3, *RO) as mnt:
         for name, (files, _) in view_roots(mnt, names).items():
             got = daf_files.properties(files)
             got.pop("daf")
@@ -245,13 +246,13 @@ def test_the_v3_view_is_the_default_for_sources_written_by_daf_0_3_and_an_option
     def fmt(mnt, name):
         return "v3" if os.path.exists(os.path.join(mnt, name + ".daf.zarr", "zarr.json")) else "v2"
 
-    with mounted(os.path.join(VECTORS, "zarr_v3.daf.zarr")) as mnt:
+    with mounted(os.path.join(VECTORS, "zarr_v3.daf.zarr"), *RO) as mnt:
         assert fmt(mnt, "zarr_v3") == "v3"
-    with mounted(os.path.join(PACKED, "files_packed.daf")) as mnt:
+    with mounted(os.path.join(PACKED, "files_packed.daf"), *RO) as mnt:
         assert fmt(mnt, "files_packed") == "v3"
-    with mounted(os.path.join(VECTORS, "files_v1_0.daf")) as mnt:
+    with mounted(os.path.join(VECTORS, "files_v1_0.daf"), *RO) as mnt:
         assert fmt(mnt, "files_v1_0") == "v2"
-    with mounted(os.path.join(VECTORS, "files_v1_0.daf"), "-o", "zarr_format=3") as mnt:
+    with mounted(os.path.join(VECTORS, "files_v1_0.daf"), "-o", "ro,zarr_format=3") as mnt:
         assert fmt(mnt, "files_v1_0") == "v3"
 
 
@@ -324,8 +325,8 @@ def check_source_as_julia_writes_it(source, fixture, vec_name, mat_name):
         assert index[mat] == {"format": "dense", "eltype": "Int32"}
         assert not held["metadata.json"].endswith(b"\n")
         return
-    vec_meta = make_packed.zarr_json("Float64", [3]).encode()
-    mat_meta = make_packed.zarr_json("Int32", [3, 2]).encode()
+    vec_meta = daf_bytes.zarr_json("Float64", [3]).encode()
+    mat_meta = daf_bytes.zarr_json("Int32", [3, 2]).encode()
     assert held[vec + "/zarr.json"] == vec_meta
     assert held[vec + "/c/0"] == VEC.tobytes()
     assert held[mat + "/zarr.json"] == mat_meta

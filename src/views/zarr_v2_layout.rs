@@ -49,7 +49,8 @@ fn node_file(rest: &[&str]) -> bool {
     dirs_ok && ([".zarray", ".zattrs", ".zgroup"].contains(last) || chunk(last))
 }
 
-/// The item of a Zarr path whose node files `node_file` recognises: shared by both Zarr layouts.
+/// The item of a Zarr path whose node files `node_file` recognises (the path below the item's
+/// node): shared by both Zarr layouts.
 pub(crate) fn zarr_item_of(rel: &str, node_file: impl Fn(&[&str]) -> bool) -> Option<PropertyId> {
     let parts: Vec<&str> = rel.split('/').collect();
     match parts.as_slice() {

@@ -26,23 +26,7 @@ const COMPONENTS: [&str; 4] = ["nzind", "nzval", "colptr", "rowval"];
 /// The item a path of the Zarr v3 view belongs to (`None` for other names: temporaries, group
 /// documents outside items).
 pub fn item_of(rel: &str) -> Option<PropertyId> {
-    let parts: Vec<&str> = rel.split('/').collect();
-    match parts.as_slice() {
-        ["scalars", name, rest @ ..] if node_file(rest) => {
-            Some(PropertyId::Scalar(name.to_string()))
-        }
-        ["axes", name, rest @ ..] if node_file(rest) => Some(PropertyId::Axis(name.to_string())),
-        ["vectors", axis, name, rest @ ..] if node_file(rest) => Some(PropertyId::Vector {
-            axis: axis.to_string(),
-            name: name.to_string(),
-        }),
-        ["matrices", rows, cols, name, rest @ ..] if node_file(rest) => Some(PropertyId::Matrix {
-            rows: rows.to_string(),
-            cols: cols.to_string(),
-            name: name.to_string(),
-        }),
-        _ => None,
-    }
+    super::zarr_v2_layout::zarr_item_of(rel, node_file)
 }
 
 fn digits(s: &str) -> bool {

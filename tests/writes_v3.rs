@@ -81,6 +81,13 @@ fn writes_into_a_v3_directory_keep_its_consolidated_metadata_in_step() {
             Err(nix::errno::Errno::EINVAL)
         );
         assert!(!root.join("zarr_v3.daf/vectors/cell/bad.data").exists());
+        // fsync of the array's own directory reports its refusal; of its parent, not.
+        let fsync_dir = |dir: &Path| std::fs::File::open(dir).and_then(|d| d.sync_all());
+        assert_eq!(
+            fsync_dir(&bad).unwrap_err().raw_os_error(),
+            Some(libc::EINVAL)
+        );
+        assert!(fsync_dir(&root.join("zarr_v3.daf.zarr/vectors/cell")).is_ok());
         // Attributes are not part of a Daf data set: refused.
         let attributed = float64_vector(3).replacen(
             "\"chunk_grid\"",

@@ -12,7 +12,7 @@ use crate::staging::StagingArea;
 
 use super::appender::Job;
 use super::namespace::NodeKind;
-use super::{split_canonical, DafFs, FsError, Invalidation, State};
+use super::{split_canonical, split_mount, DafFs, FsError, Invalidation, State};
 
 impl DafFs {
     /// Sets the modification time of a committed item (and of its files in a directory source),
@@ -250,9 +250,8 @@ impl DafFs {
     pub fn finalize(&self, mount: &str) -> Result<(), FsError> {
         let own_item = {
             let state = self.state.read().unwrap_or_else(|p| p.into_inner());
-            state
-                .locate(&format!("{mount}/.zarray"))
-                .and_then(|(root, _, id)| Some((root.dataset, id?)))
+            split_mount(&state.roots, mount)
+                .and_then(|(root, rel)| Some((root.dataset, root.layout().node_item(rel)?)))
         };
         let mut first_error = None;
         for path in self.staged_item_files(mount) {

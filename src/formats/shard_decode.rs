@@ -193,6 +193,7 @@ impl Decoder {
             .slice(offset, nbytes)
             .ok_or_else(|| StoreError::Produce(format!("{}: shard shrank", self.what)))?;
         self.stats.decoded.fetch_add(1, Ordering::Relaxed);
+        log::trace!("{}: decoding inner chunk {n}", self.what);
         match self
             .pipeline
             .decode_numeric(raw.as_slice(), &self.inner, index.crc(n))

@@ -2,7 +2,8 @@
 //! descriptors and scalar files, payload files that are the model's blobs themselves, and in
 //! version 1.1 the root index `metadata.json` (§3.5).
 //!
-//! The view has a version (1.0 or 1.1; [`default_files_version`] when not chosen): its `daf.json`,
+//! The view has a version (1.0 or 1.1; by default 1.1 for data sets written by DataAxesFormats
+//! 0.3, see [`super::is_current`]): its `daf.json`,
 //! the forms of scalar files and sparse descriptors, and whether it has `metadata.json`. Of a
 //! FilesDaf source (directory or ZipDaf), the view serves the source's own files byte for byte
 //! where they fit the view's version (`daf.json`, scalars, descriptors, text, payloads) and
@@ -25,18 +26,6 @@ use crate::formats::types::ElementType;
 use crate::stores::{Blob, Bytes, StoreError};
 
 use super::{dataset_mtime, ViewBuilder, ViewEntry, ViewNode};
-
-/// The FilesDaf version a view of `dataset` has unless one is chosen: 1.1 for a FilesDaf 1.1
-/// source or a data set with any packed property (written by DataAxesFormats 0.3 or later),
-/// else 1.0.
-pub fn default_files_version(dataset: &Dataset) -> FilesVersion {
-    let packed = dataset.properties().any(|p| !p.property.packed.is_empty());
-    if packed || dataset.files_source.version == Some(FilesVersion::V1_1) {
-        FilesVersion::V1_1
-    } else {
-        FilesVersion::V1_0
-    }
-}
 
 /// The FilesDaf tree of `dataset` in FilesDaf `version`, rooted at `prefix`.
 pub fn files_view(dataset: &Dataset, prefix: &str, version: FilesVersion) -> Vec<ViewEntry> {

@@ -29,19 +29,16 @@ fn files(dataset: &Dataset, version: FilesVersion) -> BTreeMap<String, String> {
 }
 
 #[test]
-fn the_default_version_is_the_source_s() {
-    assert_eq!(
-        default_files_version(&dataset("vectors/files_v1_0.daf")),
-        FilesVersion::V1_0
-    );
-    assert_eq!(
-        default_files_version(&dataset("vectors/files_v1_1.daf")),
-        FilesVersion::V1_1
-    );
-    assert_eq!(
-        default_files_version(&dataset("julia-filesdaf-1.1")),
-        FilesVersion::V1_1
-    );
+fn the_default_version_is_1_1_for_data_sets_of_dataaxesformats_0_3() {
+    let current = |rel: &str| {
+        let source = crate::formats::source::open_source(&format!("{FIXTURES}/{rel}")).unwrap();
+        super::super::is_current(&source.datasets[0])
+    };
+    assert!(!current("vectors/files_v1_0.daf"));
+    assert!(!current("vectors/zarr_v2.daf.zarr"));
+    assert!(current("vectors/files_v1_1.daf"));
+    assert!(current("vectors/zarr_v3.daf.zarr.zip"));
+    assert!(current("julia-filesdaf-1.1"));
 }
 
 #[test]

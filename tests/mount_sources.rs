@@ -17,7 +17,7 @@ fn fixture(name: &str) -> Tree {
 /// Zarr source; a FilesDaf source's own version) and `NAME.daf.zarr` against the Zarr v2 fixture.
 fn check_both_views(source: &str, name: &str) {
     // Data sets written by DataAxesFormats 0.3 are shown as FilesDaf 1.1 and Zarr v3 by default.
-    let (files_fixture, zarr_fixture) = if source.contains("v1_1") {
+    let (files_fixture, zarr_fixture) = if source.contains("v1_1") || source.contains("zarr_v3") {
         ("files_v1_1.daf", "zarr_v3.daf.zarr")
     } else {
         ("files_v1_0.daf", "zarr_v2.daf.zarr")
@@ -94,6 +94,75 @@ fn zarr_directory_and_zip() {
     require_fuse!();
     check_both_views(&format!("{VECTORS}/zarr_v2.daf.zarr"), "zarr_v2");
     check_both_views(&format!("{VECTORS}/zarr_v2.daf.zarr.zip"), "zarr_v2");
+}
+
+#[test]
+fn zarr_v3_directory_and_zip() {
+    require_fuse!();
+    check_both_views(&format!("{VECTORS}/zarr_v3.daf.zarr"), "zarr_v3");
+    check_both_views(&format!("{VECTORS}/zarr_v3.daf.zarr.zip"), "zarr_v3");
+}
+
+/// The Zarr v3 view of a packed ZarrDaf v3 directory is the source's own tree, file by file:
+/// chunks and shards byte for byte, documents equal as JSON, except that a packed array declares
+/// its shard shape rounded up to whole inner chunks (Julia declares the array shape, which
+/// Zarr readers refuse), in its own `zarr.json` and in the root's consolidated metadata.
+#[test]
+fn the_v3_view_of_a_packed_v3_source_is_its_own_tree() {
+    require_fuse!();
+    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/packed/zarr_packed.daf.zarr");
+    let mount = TestMount::new(source, ViewSelection::Zarr);
+    let root = mount.path.clone();
+    let view = io_timeout(&mount.path, move || read_tree(&root));
+    let own = read_tree(Path::new(source));
+    let files = |t: &Tree| {
+        t.iter()
+            .filter(|(_, v)| v.is_some())
+            .map(|(k, _)| k.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(files(&view), files(&own));
+    // Julia's shard shape, rounded up to whole inner chunks.
+    fn rounded(doc: &mut serde_json::Value) -> bool {
+        let Some(codec) = doc["codecs"].get(0).filter(|c| c["name"] == "sharding_indexed") else {
+            return false;
+        };
+        let inner: Vec<u64> = serde_json::from_value(codec["configuration"]["chunk_shape"].clone())
+            .unwrap();
+        let shape: Vec<u64> = serde_json::from_value(doc["shape"].clone()).unwrap();
+        let shard: Vec<u64> = shape
+            .iter()
+            .zip(&inner)
+            .map(|(n, i)| n.div_ceil(*i) * i)
+            .collect();
+        doc["chunk_grid"]["configuration"]["chunk_shape"] = serde_json::json!(shard);
+        true
+    }
+    let mut packed = 0;
+    for (path, bytes) in &own {
+        let (Some(expected), Some(Some(got))) = (bytes, view.get(path)) else {
+            continue;
+        };
+        if !path.ends_with("zarr.json") {
+            assert_eq!(got, expected, "{path}: the source's own bytes");
+            continue;
+        }
+        let got: serde_json::Value = serde_json::from_slice(got).unwrap();
+        let mut expected: serde_json::Value = serde_json::from_slice(expected).unwrap();
+        if path == "zarr.json" {
+            for node in expected["consolidated_metadata"]["metadata"]
+                .as_object_mut()
+                .unwrap()
+                .values_mut()
+            {
+                rounded(node);
+            }
+        } else if rounded(&mut expected) {
+            packed += 1;
+        }
+        assert_eq!(got, expected, "{path}");
+    }
+    assert!(packed >= 5, "the source has packed arrays ({packed})");
 }
 
 #[test]

@@ -110,7 +110,10 @@ fn zarr_v3_directory_and_zip() {
 #[test]
 fn the_v3_view_of_a_packed_v3_source_is_its_own_tree() {
     require_fuse!();
-    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/packed/zarr_packed.daf.zarr");
+    let source = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/packed/zarr_packed.daf.zarr"
+    );
     let mount = TestMount::new(source, ViewSelection::Zarr);
     let root = mount.path.clone();
     let view = io_timeout(&mount.path, move || read_tree(&root));
@@ -124,11 +127,14 @@ fn the_v3_view_of_a_packed_v3_source_is_its_own_tree() {
     assert_eq!(files(&view), files(&own));
     // Julia's shard shape, rounded up to whole inner chunks.
     fn rounded(doc: &mut serde_json::Value) -> bool {
-        let Some(codec) = doc["codecs"].get(0).filter(|c| c["name"] == "sharding_indexed") else {
+        let Some(codec) = doc["codecs"]
+            .get(0)
+            .filter(|c| c["name"] == "sharding_indexed")
+        else {
             return false;
         };
-        let inner: Vec<u64> = serde_json::from_value(codec["configuration"]["chunk_shape"].clone())
-            .unwrap();
+        let inner: Vec<u64> =
+            serde_json::from_value(codec["configuration"]["chunk_shape"].clone()).unwrap();
         let shape: Vec<u64> = serde_json::from_value(doc["shape"].clone()).unwrap();
         let shard: Vec<u64> = shape
             .iter()

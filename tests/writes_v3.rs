@@ -51,6 +51,17 @@ fn writes_into_a_v3_directory_keep_its_consolidated_metadata_in_step() {
             write_and_close(&files.join("w.data"), &values(&[1.0, 2.0, 3.0])),
             Ok(())
         );
+        // All zeros: stored as Julia stores it, without its chunk (§5.3).
+        std::fs::write(
+            files.join("zeros.json"),
+            "{\"format\":\"dense\",\"eltype\":\"Float64\"}\n",
+        )
+        .unwrap();
+        assert_eq!(write_and_close(&files.join("zeros.data"), &[0; 24]), Ok(()));
+        assert_eq!(
+            std::fs::read(files.join("zeros.data")).unwrap(),
+            vec![0; 24]
+        );
         // Through the Zarr v3 view, as DataAxesFormats writes an array: chunk, then zarr.json.
         let zarr = root.join("zarr_v3.daf.zarr/vectors/cell/z");
         assert_eq!(
@@ -108,6 +119,12 @@ fn writes_into_a_v3_directory_keep_its_consolidated_metadata_in_step() {
         );
         assert_eq!(std::fs::read(node.join("c/0")).unwrap(), values(&data));
     }
+    let zeros = source.join("vectors/cell/zeros");
+    assert_eq!(
+        std::fs::read_to_string(zeros.join("zarr.json")).unwrap(),
+        float64_vector(3)
+    );
+    assert!(!zeros.join("c/0").exists(), "a chunk of zeros is left out");
     let root: Value =
         serde_json::from_slice(&std::fs::read(source.join("zarr.json")).unwrap()).unwrap();
     let listed = &root["consolidated_metadata"]["metadata"];

@@ -370,6 +370,9 @@ fn persist(ds: &NamedDataset, id: &PropertyId) -> Result<StoreIndex, CommitError
             ViewNode::Dir => ensure_dir(&root, &entry.path)?,
             ViewNode::File(blob) => {
                 let bytes = blob.bytes()?;
+                if source.elides(&entry.path, bytes.as_slice()) {
+                    continue;
+                }
                 written.insert(
                     entry.path.clone(),
                     write_atomic(&root, &entry.path, bytes.as_slice())?,

@@ -43,7 +43,10 @@ impl PendingAppend {
         let mut files = Vec::new();
         for entry in source.item_entries(&ds.dataset, id) {
             if let ViewNode::File(blob) = entry.node {
-                files.push((entry.path, blob.bytes()?));
+                let bytes = blob.bytes()?;
+                if !source.elides(&entry.path, bytes.as_slice()) {
+                    files.push((entry.path, bytes));
+                }
             }
         }
         Ok(PendingAppend {

@@ -114,6 +114,12 @@ pub trait Layout: Sync + Send {
     /// readers see them (descriptors, array documents), group documents last.
     fn write_rank(&self, path: &str) -> u8;
 
+    /// Whether a file of an item with content `bytes` is left out when the item is written
+    /// (Zarr v3: a chunk holding only the fill value, which readers make themselves).
+    fn elides(&self, _path: &str, _bytes: &[u8]) -> bool {
+        false
+    }
+
     /// Documents a directory source of this layout must have for item `id` besides its own
     /// files (the groups it lives in), written only where missing; and directories to create.
     fn implied(&self, dataset: &Dataset, id: &PropertyId) -> (Vec<(String, Vec<u8>)>, Vec<String>);

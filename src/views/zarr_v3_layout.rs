@@ -100,6 +100,13 @@ impl Layout for ZarrV3 {
         }
     }
 
+    /// A numeric chunk of zeros (the fill value of every numeric type, `false` for Bool), as
+    /// Zarr.jl 0.10 leaves it out (§5.3). (A string chunk of empty strings is kept: telling it
+    /// from a number would need the array's type.)
+    fn elides(&self, path: &str, bytes: &[u8]) -> bool {
+        path.rsplit('/').next() != Some("zarr.json") && bytes.iter().all(|b| *b == 0)
+    }
+
     /// The groups of the item's parents, as DataAxesFormats writes them.
     fn implied(&self, _: &Dataset, id: &PropertyId) -> (Vec<(String, Vec<u8>)>, Vec<String>) {
         let documents = parent_groups(id)

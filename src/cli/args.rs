@@ -6,6 +6,7 @@ use clap::{Parser, ValueEnum};
 
 use crate::formats::json::FilesVersion;
 use crate::formats::source::Format;
+use crate::stores::http::{parse_header, HttpOptions};
 use crate::views::{ViewOptions, ViewSelection};
 
 use super::CliError;
@@ -130,6 +131,11 @@ pub struct MountOptions {
     pub zarr_format: Option<Format>,
     /// `files_version=1.0|1.1`.
     pub files_version: Option<FilesVersion>,
+    /// `rw` was given (refused with a URL source).
+    pub rw_given: bool,
+    /// `cache=`, `cache_size=`, `header=`, `token=`, `timeout=`, `retries=`: how a remote
+    /// source is fetched.
+    pub http: HttpOptions,
 }
 
 impl MountOptions {
@@ -147,7 +153,10 @@ impl MountOptions {
                 "allow_root" => parsed.allow_root = true,
                 "auto_unmount" => parsed.auto_unmount = true,
                 "ro" => parsed.read_only = true,
-                "rw" => parsed.read_only = false,
+                "rw" => {
+                    parsed.read_only = false;
+                    parsed.rw_given = true;
+                }
                 "default_permissions" | "kernel_cache" | "keep_cache" => {}
                 "dev" | "nodev" | "suid" | "nosuid" | "exec" | "noexec" | "atime" | "noatime"
                 | "relatime" | "strictatime" | "nodiratime" | "sync" | "async" | "dirsync"
@@ -170,6 +179,7 @@ impl MountOptions {
                             .map_err(CliError::Option)?,
                     )
                 }
+                _ if remote_option(&mut parsed.http, option)? => {}
                 other => return Err(CliError::Option(format!("unknown mount option: {other}"))),
             }
         }
@@ -180,6 +190,44 @@ impl MountOptions {
         }
         Ok(parsed)
     }
+}
+
+/// Parses `option` into `http` if it is one of the remote-source options.
+fn remote_option(http: &mut HttpOptions, option: &str) -> Result<bool, CliError> {
+    let Some((name, value)) = option.split_once('=') else {
+        return Ok(false);
+    };
+    let bad = |why: &str| CliError::Option(format!("{name}=: {why}"));
+    match name {
+        "cache" => http.cache_dir = Some(value.into()),
+        "cache_size" => {
+            http.cache_size = parse_size(value).ok_or_else(|| bad("a size such as 512M or 4G"))?
+        }
+        "header" => http.headers.push(parse_header(value).map_err(|e| bad(&e))?),
+        "token" => http.token = Some(value.to_string()),
+        "timeout" => {
+            let secs: f64 = value
+                .parse()
+                .ok()
+                .filter(|s: &f64| *s > 0.0 && s.is_finite())
+                .ok_or_else(|| bad("seconds, more than 0"))?;
+            http.timeout = std::time::Duration::from_secs_f64(secs);
+        }
+        "retries" => http.retries = value.parse().map_err(|_| bad("a count"))?,
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
+/// `N`, `NK`, `NM`, `NG` (powers of 1024) in bytes.
+fn parse_size(text: &str) -> Option<u64> {
+    let (digits, unit) = match text.char_indices().last()? {
+        (at, 'K' | 'k') => (&text[..at], 1u64 << 10),
+        (at, 'M' | 'm') => (&text[..at], 1 << 20),
+        (at, 'G' | 'g') => (&text[..at], 1 << 30),
+        _ => (text, 1),
+    };
+    digits.parse::<u64>().ok()?.checked_mul(unit)
 }
 
 #[cfg(test)]

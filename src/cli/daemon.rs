@@ -8,6 +8,7 @@ use std::time::SystemTime;
 use nix::sys::signal::{SigSet, Signal};
 
 use crate::core::DafFs;
+use crate::formats::remote::{is_url, open_remote};
 use crate::formats::source::open_source;
 use crate::fuse::{mount_config, FuseAdapter, MountSettings};
 use crate::staging::StagingArea;
@@ -43,7 +44,16 @@ fn check_mountpoint(path: &Path) -> Result<(), CliError> {
 /// Mounts as `args` say and serves until unmounted. In background mode the calling process exits
 /// (status 0) once the detached daemon has taken over; this function returns in the daemon.
 pub fn run(args: Args) -> Result<(), CliError> {
-    let options = MountOptions::parse(&args.options)?;
+    let mut options = MountOptions::parse(&args.options)?;
+    let remote = is_url(&args.source);
+    if remote {
+        if options.rw_given {
+            return Err(CliError::Option(
+                "a remote (http/https) source is read-only: -o rw is not possible".into(),
+            ));
+        }
+        options.read_only = true;
+    }
     check_mountpoint(&args.mountpoint)?;
     let mountpoint = std::fs::canonicalize(&args.mountpoint).map_err(|e| CliError::MountPoint {
         why: format!("mount point is not usable ({e})"),
@@ -57,7 +67,16 @@ pub fn run(args: Args) -> Result<(), CliError> {
         lock_source(&args.source)?
     };
     let started = std::time::Instant::now();
-    let source = open_source(&args.source)?;
+    let source = if remote {
+        let http = options
+            .http
+            .clone()
+            .with_environment()
+            .map_err(CliError::Option)?;
+        open_remote(&args.source, &http)?
+    } else {
+        open_source(&args.source)?
+    };
     log::info!("opened {} in {:?}", args.source, started.elapsed());
     let source_path = source.path.clone();
     let root_mtime = std::fs::metadata(&source.path)

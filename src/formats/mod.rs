@@ -15,6 +15,7 @@ pub mod files_index;
 pub mod json;
 pub mod model;
 pub mod names;
+pub mod remote;
 pub mod scalar;
 pub mod shard;
 pub mod shard_codecs;

@@ -344,7 +344,7 @@ pub fn open_source(arg: &str) -> Result<Source, FormatError> {
 
 /// Reads the data set of family `family` at the root of `index` (`shown` names it in messages),
 /// and says which format it is in.
-fn read_dataset(
+pub(crate) fn read_dataset(
     family: Layout,
     index: &StoreIndex,
     shown: &Path,

@@ -168,7 +168,7 @@ fn u64_at(data: &[u8], at: u64) -> Option<u64> {
 }
 
 /// Finds the end-of-central-directory record: the last signature whose comment fits the file.
-fn find_eocd(data: &[u8]) -> Option<u64> {
+pub(super) fn find_eocd(data: &[u8]) -> Option<u64> {
     if data.len() < 22 {
         return None;
     }

@@ -1,0 +1,403 @@
+//! The HTTP(S) client of remote sources: one `ureq` agent (rustls, the system's CA store,
+//! redirects, a keep-alive pool), the options a mount gives it (timeouts, retries, headers,
+//! bearer token, cache), ranged and whole GETs with bounded retries and backoff, and the
+//! request log (one debug line per request, an info summary at most once a second).
+//!
+//! Header values (an `Authorization` token included) are never logged; URLs are logged without
+//! their query string (where signed URLs keep their secrets).
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::http_cache::BlockCache;
+use super::StoreError;
+
+/// Environment variable with extra headers: `NAME:VALUE` pairs separated by newlines.
+pub const HEADERS_ENV: &str = "DAF_MOUNT_HTTP_HEADERS";
+/// Environment variable with a bearer token.
+pub const TOKEN_ENV: &str = "DAF_MOUNT_HTTP_TOKEN";
+
+/// How remote sources are fetched (the `-o` options of a URL mount).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HttpOptions {
+    /// Extra request headers (`-o header=NAME:VALUE`, then [`HEADERS_ENV`]).
+    pub headers: Vec<(String, String)>,
+    /// Bearer token (`-o token=`, else [`TOKEN_ENV`]).
+    pub token: Option<String>,
+    /// Connect and read timeout (`-o timeout=SECONDS`).
+    pub timeout: Duration,
+    /// Retries of a failed request (5xx, dropped connection) (`-o retries=N`).
+    pub retries: u32,
+    /// On-disk block cache directory (`-o cache=DIR`).
+    pub cache_dir: Option<PathBuf>,
+    /// Bound of the on-disk cache in bytes (`-o cache_size=N[K|M|G]`).
+    pub cache_size: u64,
+    /// Bound of the memory cache in bytes.
+    pub memory_cache: u64,
+}
+
+impl Default for HttpOptions {
+    fn default() -> HttpOptions {
+        HttpOptions {
+            headers: Vec::new(),
+            token: None,
+            timeout: Duration::from_secs(30),
+            retries: 3,
+            cache_dir: None,
+            cache_size: 1 << 30,
+            memory_cache: 64 << 20,
+        }
+    }
+}
+
+impl HttpOptions {
+    /// Adds what the environment says ([`HEADERS_ENV`], [`TOKEN_ENV`]) under the options given.
+    pub fn with_environment(mut self) -> Result<HttpOptions, String> {
+        if let Ok(text) = std::env::var(HEADERS_ENV) {
+            for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                self.headers.push(parse_header(line)?);
+            }
+        }
+        if self.token.is_none() {
+            self.token = std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty());
+        }
+        Ok(self)
+    }
+}
+
+/// `NAME:VALUE` as a header (the value is never shown in an error).
+pub fn parse_header(text: &str) -> Result<(String, String), String> {
+    match text.split_once(':') {
+        Some((name, value))
+            if !name.trim().is_empty()
+                && name
+                    .trim()
+                    .bytes()
+                    .all(|b| b.is_ascii_graphic() && b != b':') =>
+        {
+            Ok((name.trim().to_string(), value.trim().to_string()))
+        }
+        _ => Err("a header is NAME:VALUE with a non-empty NAME".into()),
+    }
+}
+
+/// `url` without its query string and fragment, and without user info: what the log shows.
+pub fn redact(url: &str) -> String {
+    let cut = url.find(['?', '#']).unwrap_or(url.len());
+    let url = &url[..cut];
+    match (url.find("://"), url.find('@')) {
+        (Some(scheme), Some(at)) if at > scheme && !url[scheme + 3..at].contains('/') => {
+            format!("{}://{}", &url[..scheme], &url[at + 1..])
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// What a response says about the object's version (`ETag`, else `Last-Modified`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Validator(pub Option<String>);
+
+/// Failure of one remote object request.
+#[derive(Debug)]
+pub enum Fetch {
+    /// 404 or 410.
+    NotFound,
+    /// Any other failure, said in one line.
+    Failed(String),
+}
+
+/// A response: its body, the object's total size (from `Content-Range` or `Content-Length`) and
+/// its validator.
+pub struct Got {
+    /// The bytes.
+    pub body: Vec<u8>,
+    /// The whole object's size.
+    pub total: u64,
+    /// Its version.
+    pub validator: Validator,
+}
+
+#[derive(Default)]
+struct Stats {
+    requests: AtomicU64,
+    bytes: AtomicU64,
+    micros: AtomicU64,
+    last_summary: Mutex<Option<Instant>>,
+}
+
+/// The client shared by every remote object of a mount.
+pub struct HttpClient {
+    agent: ureq::Agent,
+    options: HttpOptions,
+    stats: Stats,
+    /// Fetched blocks, in memory and (optionally) on disk.
+    pub cache: BlockCache,
+}
+
+impl std::fmt::Debug for HttpClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HttpClient")
+    }
+}
+
+impl HttpClient {
+    /// A client with these options.
+    pub fn new(options: HttpOptions) -> Arc<HttpClient> {
+        let agent = ureq::AgentBuilder::new()
+            .timeout_connect(options.timeout)
+            .timeout_read(options.timeout)
+            .timeout_write(options.timeout)
+            .redirects(8)
+            .max_idle_connections_per_host(32)
+            .user_agent(concat!("daf-mount/", env!("CARGO_PKG_VERSION")))
+            .build();
+        let cache = BlockCache::new(
+            options.memory_cache,
+            options.cache_dir.clone(),
+            options.cache_size,
+        );
+        Arc::new(HttpClient {
+            agent,
+            options,
+            stats: Stats::default(),
+            cache,
+        })
+    }
+
+    fn request(&self, method: &str, url: &str) -> ureq::Request {
+        let mut request = self.agent.request(method, url);
+        for (name, value) in &self.options.headers {
+            request = request.set(name, value);
+        }
+        if let Some(token) = &self.options.token {
+            request = request.set("Authorization", &format!("Bearer {token}"));
+        }
+        request
+    }
+
+    /// The whole object at `url`.
+    pub fn get(&self, url: &str) -> Result<Got, Fetch> {
+        self.with_retries(url, "", || {
+            let response = self.request("GET", url).call();
+            let response = status(response)?;
+            let validator = validator_of(&response);
+            let body = read_body(response, None)?;
+            let total = body.len() as u64;
+            Ok(Got {
+                body,
+                total,
+                validator,
+            })
+        })
+    }
+
+    /// Bytes `[offset, offset + len)` of the object at `url` (one ranged GET; `len` > 0). A
+    /// server that answers with the whole object (no `Range` support) is an error.
+    pub fn get_range(&self, url: &str, offset: u64, len: u64) -> Result<Got, Fetch> {
+        let range = format!("bytes={}-{}", offset, offset + len - 1);
+        self.with_retries(url, &range, || {
+            let response = self.request("GET", url).set("Range", &range).call();
+            let response = status(response)?;
+            if response.status() != 206 {
+                return Err(Fetch::Failed(format!(
+                    "{}: the server ignores Range requests (status {} to a ranged GET); \
+                     remote sources need a server that supports them",
+                    redact(url),
+                    response.status()
+                )));
+            }
+            let validator = validator_of(&response);
+            let total = response
+                .header("Content-Range")
+                .and_then(|r| r.rsplit_once('/'))
+                .and_then(|(_, total)| total.trim().parse::<u64>().ok())
+                .ok_or_else(|| {
+                    Fetch::Failed(format!("{}: no Content-Range in a 206", redact(url)))
+                })?;
+            let body = read_body(response, Some(len))?;
+            if body.len() as u64 != len {
+                return Err(Fetch::Failed(format!(
+                    "{}: {} bytes where {len} were asked for (connection dropped?)",
+                    redact(url),
+                    body.len()
+                )));
+            }
+            Ok(Got {
+                body,
+                total,
+                validator,
+            })
+        })
+    }
+
+    fn with_retries(
+        &self,
+        url: &str,
+        what: &str,
+        attempt: impl Fn() -> Result<Got, Fetch>,
+    ) -> Result<Got, Fetch> {
+        self.retrying(url, what, attempt, |g| g.body.len() as u64)
+    }
+
+    fn retrying<T>(
+        &self,
+        url: &str,
+        what: &str,
+        attempt: impl Fn() -> Result<T, Fetch>,
+        size: impl Fn(&T) -> u64,
+    ) -> Result<T, Fetch> {
+        let mut tries = 0;
+        loop {
+            let started = Instant::now();
+            match attempt() {
+                Ok(value) => {
+                    self.record(url, what, size(&value), started.elapsed());
+                    return Ok(value);
+                }
+                Err(Fetch::NotFound) => return Err(Fetch::NotFound),
+                Err(Fetch::Failed(why)) if tries < self.options.retries && retryable(&why) => {
+                    tries += 1;
+                    let pause = Duration::from_millis(100u64 << tries.min(6));
+                    log::warn!(
+                        "{why}; retry {tries} of {} in {pause:?}",
+                        self.options.retries
+                    );
+                    std::thread::sleep(pause);
+                }
+                Err(failed) => return Err(failed),
+            }
+        }
+    }
+
+    fn record(&self, url: &str, what: &str, bytes: u64, took: Duration) {
+        let stats = &self.stats;
+        stats.requests.fetch_add(1, Ordering::Relaxed);
+        stats.bytes.fetch_add(bytes, Ordering::Relaxed);
+        stats
+            .micros
+            .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+        log::debug!(
+            "fetched {} {what}: {bytes} bytes in {took:?} ({:.1} MiB/s)",
+            redact(url),
+            bytes as f64 / (1 << 20) as f64 / took.as_secs_f64().max(1e-6)
+        );
+        let mut last = stats
+            .last_summary
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let now = Instant::now();
+        if last.is_none_or(|at| now.duration_since(at) >= Duration::from_secs(1)) {
+            *last = Some(now);
+            let total = stats.bytes.load(Ordering::Relaxed);
+            let secs = stats.micros.load(Ordering::Relaxed) as f64 / 1e6;
+            log::info!(
+                "remote: {} requests, {:.1} MiB fetched, {:.1} MiB/s while fetching",
+                stats.requests.load(Ordering::Relaxed),
+                total as f64 / (1 << 20) as f64,
+                total as f64 / (1 << 20) as f64 / secs.max(1e-6)
+            );
+        }
+    }
+
+    /// `(size, validator)` by HEAD, or by a 1-byte ranged GET where HEAD is refused.
+    pub fn stat(&self, url: &str) -> Result<(u64, Validator), Fetch> {
+        match self.retrying(url, "HEAD", || self.head_once(url), |_| 0) {
+            Ok(found) => Ok(found),
+            Err(Fetch::NotFound) => Err(Fetch::NotFound),
+            Err(Fetch::Failed(_)) => self.get_range(url, 0, 1).map(|g| (g.total, g.validator)),
+        }
+    }
+
+    fn head_once(&self, url: &str) -> Result<(u64, Validator), Fetch> {
+        let response = status(self.request("HEAD", url).call())?;
+        let len = response
+            .header("Content-Length")
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .ok_or_else(|| {
+                Fetch::Failed(format!("{}: HEAD without Content-Length", redact(url)))
+            })?;
+        Ok((len, validator_of(&response)))
+    }
+}
+
+/// Whether a failure may pass on retrying (a 5xx, a dropped or timed-out connection).
+fn retryable(why: &str) -> bool {
+    why.contains("status 5") || why.contains("transport") || why.contains("connection dropped")
+}
+
+fn status(result: Result<ureq::Response, ureq::Error>) -> Result<ureq::Response, Fetch> {
+    match result {
+        Ok(response) => Ok(response),
+        Err(ureq::Error::Status(404 | 410, _)) => Err(Fetch::NotFound),
+        Err(ureq::Error::Status(code, response)) => Err(Fetch::Failed(format!(
+            "{}: status {code}",
+            redact(response.get_url())
+        ))),
+        Err(ureq::Error::Transport(transport)) => Err(Fetch::Failed(format!(
+            "{}: transport error: {}",
+            transport
+                .url()
+                .map(|u| redact(u.as_str()))
+                .unwrap_or_default(),
+            transport.kind()
+        ))),
+    }
+}
+
+fn validator_of(response: &ureq::Response) -> Validator {
+    Validator(
+        response
+            .header("ETag")
+            .or_else(|| response.header("Last-Modified"))
+            .map(str::to_string),
+    )
+}
+
+/// The body, at most `len` bytes when given (more is a broken server).
+fn read_body(response: ureq::Response, len: Option<u64>) -> Result<Vec<u8>, Fetch> {
+    let url = redact(response.get_url());
+    let mut body = Vec::with_capacity(len.unwrap_or(0).min(64 << 20) as usize);
+    let limit = len.map_or(u64::MAX, |n| n + 1);
+    response
+        .into_reader()
+        .take(limit)
+        .read_to_end(&mut body)
+        .map_err(|e| Fetch::Failed(format!("{url}: transport error reading the body: {e}")))?;
+    Ok(body)
+}
+
+impl From<Fetch> for StoreError {
+    fn from(fetch: Fetch) -> StoreError {
+        match fetch {
+            Fetch::NotFound => StoreError::Produce("remote object not found (404)".into()),
+            Fetch::Failed(why) => StoreError::Produce(why),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_log_never_shows_secrets() {
+        assert_eq!(
+            redact("https://u:pw@h.org/a/b?X-Sig=secret#f"),
+            "https://h.org/a/b"
+        );
+        assert_eq!(redact("http://h/a@b/c"), "http://h/a@b/c");
+    }
+
+    #[test]
+    fn headers_parse_and_errors_hide_values() {
+        assert_eq!(
+            parse_header("X-Key: v:1").unwrap(),
+            ("X-Key".to_string(), "v:1".to_string())
+        );
+        let err = parse_header(": secret").unwrap_err();
+        assert!(!err.contains("secret"));
+    }
+}

@@ -1,0 +1,196 @@
+//! The block cache of remote objects: fixed-size blocks ([`BLOCK`]) of each object, kept in a
+//! bounded memory LRU and, when the mount names a cache directory, in files there (bounded by
+//! `cache_size`, oldest written first out). A block is keyed by the object's URL *and* its
+//! validator (ETag or Last-Modified), so a changed object never reads an old block.
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::{Hash, Hasher};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+/// Size of a cached block (the last block of an object is shorter).
+pub const BLOCK: u64 = 1 << 20;
+
+/// Identity of one block: object (URL + validator) and block number.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct BlockKey {
+    /// URL and validator of the object.
+    pub object: Arc<str>,
+    /// Block number.
+    pub block: u64,
+}
+
+#[derive(Default)]
+struct Memory {
+    blocks: HashMap<BlockKey, (Arc<Vec<u8>>, u64)>,
+    order: VecDeque<(BlockKey, u64)>,
+    used: u64,
+    tick: u64,
+}
+
+#[derive(Default)]
+struct Disk {
+    files: VecDeque<(PathBuf, u64)>,
+    used: u64,
+}
+
+/// Memory LRU and optional disk cache of blocks.
+pub struct BlockCache {
+    memory: Mutex<Memory>,
+    memory_limit: u64,
+    dir: Option<PathBuf>,
+    disk: Mutex<Disk>,
+    disk_limit: u64,
+}
+
+impl BlockCache {
+    /// A cache holding up to `memory_limit` bytes in memory and `disk_limit` in `dir`.
+    pub fn new(memory_limit: u64, dir: Option<PathBuf>, disk_limit: u64) -> BlockCache {
+        if let Some(dir) = &dir {
+            if let Err(e) = std::fs::create_dir_all(dir) {
+                log::warn!("cache directory {}: {e}; not used", dir.display());
+            }
+        }
+        BlockCache {
+            memory: Mutex::new(Memory::default()),
+            memory_limit,
+            dir,
+            disk: Mutex::new(Disk::default()),
+            disk_limit,
+        }
+    }
+
+    /// The block, from memory or disk.
+    pub fn get(&self, key: &BlockKey) -> Option<Arc<Vec<u8>>> {
+        {
+            let mut memory = lock(&self.memory);
+            memory.tick += 1;
+            let tick = memory.tick;
+            if let Some((block, _)) = memory.blocks.get(key) {
+                let block = block.clone();
+                if let Some(entry) = memory.blocks.get_mut(key) {
+                    entry.1 = tick;
+                }
+                memory.order.push_back((key.clone(), tick));
+                return Some(block);
+            }
+        }
+        let path = self.disk_path(key)?;
+        let data = std::fs::read(path).ok()?;
+        let block = Arc::new(data);
+        self.remember(key, block.clone());
+        Some(block)
+    }
+
+    /// Keeps `block` (in memory, and on disk when there is a cache directory).
+    pub fn put(&self, key: &BlockKey, block: Arc<Vec<u8>>) {
+        if let Some(path) = self.disk_path(key) {
+            let len = block.len() as u64;
+            let tmp = path.with_extension("tmp");
+            if std::fs::write(&tmp, block.as_slice()).is_ok()
+                && std::fs::rename(&tmp, &path).is_ok()
+            {
+                let mut disk = lock(&self.disk);
+                disk.used += len;
+                disk.files.push_back((path, len));
+                while disk.used > self.disk_limit {
+                    let Some((old, n)) = disk.files.pop_front() else {
+                        break;
+                    };
+                    let _ = std::fs::remove_file(old);
+                    disk.used -= n;
+                }
+            }
+        }
+        self.remember(key, block);
+    }
+
+    fn remember(&self, key: &BlockKey, block: Arc<Vec<u8>>) {
+        let mut memory = lock(&self.memory);
+        memory.tick += 1;
+        let tick = memory.tick;
+        let len = block.len() as u64;
+        if let Some((_, old)) = memory.blocks.insert(key.clone(), (block.clone(), tick)) {
+            let _ = old;
+        } else {
+            memory.used += len;
+        }
+        memory.order.push_back((key.clone(), tick));
+        // Least recently used first; stale order entries (touched since) are skipped.
+        while memory.used > self.memory_limit {
+            let Some((old, at)) = memory.order.pop_front() else {
+                break;
+            };
+            if memory.blocks.get(&old).is_some_and(|(_, last)| *last == at) {
+                if let Some((gone, _)) = memory.blocks.remove(&old) {
+                    memory.used -= gone.len() as u64;
+                }
+            }
+        }
+        if memory.order.len() > 4 * memory.blocks.len() + 1024 {
+            let blocks = &memory.blocks;
+            let kept: VecDeque<_> = memory
+                .order
+                .iter()
+                .filter(|(k, at)| blocks.get(k).is_some_and(|(_, last)| last == at))
+                .cloned()
+                .collect();
+            memory.order = kept;
+        }
+    }
+
+    /// Bytes held in memory.
+    pub fn memory_used(&self) -> u64 {
+        lock(&self.memory).used
+    }
+
+    fn disk_path(&self, key: &BlockKey) -> Option<PathBuf> {
+        let dir = self.dir.as_ref()?;
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        key.object.hash(&mut hasher);
+        Some(dir.join(format!("{:016x}-{}", hasher.finish(), key.block)))
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(block: u64) -> BlockKey {
+        BlockKey {
+            object: Arc::from("http://h/x\netag"),
+            block,
+        }
+    }
+
+    #[test]
+    fn memory_is_bounded_and_least_recent_goes_first() {
+        let cache = BlockCache::new(3 * 10, None, 0);
+        for n in 0..3 {
+            cache.put(&key(n), Arc::new(vec![n as u8; 10]));
+        }
+        assert!(cache.get(&key(0)).is_some());
+        cache.put(&key(3), Arc::new(vec![3; 10]));
+        assert!(cache.get(&key(1)).is_none(), "block 1 was the least recent");
+        assert!(cache.get(&key(0)).is_some());
+        assert_eq!(cache.memory_used(), 30);
+    }
+
+    #[test]
+    fn disk_blocks_survive_the_memory_and_are_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = BlockCache::new(10, Some(dir.path().into()), 25);
+        for n in 0..3 {
+            cache.put(&key(n), Arc::new(vec![n as u8; 10]));
+        }
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+        assert_eq!(cache.get(&key(1)).unwrap().as_slice(), &[1; 10]);
+        assert!(cache.get(&key(0)).is_none());
+    }
+}

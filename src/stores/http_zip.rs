@@ -1,0 +1,189 @@
+//! A ZIP archive behind a URL, read with range requests: the end of the file (EOCD, ZIP64
+//! locator) and the central directory are fetched at open and parsed by [`parse_archive`] (the
+//! local parser, given the directory rebased to offset 0); members are fetched on demand: a
+//! stored member is a ranged blob (its local header is read on first access to find its data),
+//! a compressed one is fetched whole and decompressed by `zip_entry::decode` (CRC checked).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+use std::time::SystemTime;
+
+use super::blob::{Blob, RangeSource};
+use super::http::{Fetch, HttpClient};
+use super::http_object::RemoteObject;
+use super::zip::{find_eocd, parse_archive, CentralRecord, LOCAL_SIG, METHOD_STORED};
+use super::zip_entry::{decode, entry_problem};
+use super::{Bytes, Entry, StoreError, StoreIndex};
+
+/// How much of the end of the file is read first (EOCD with the longest comment, ZIP64 records).
+const TAIL: u64 = 22 + 0xFFFF + 20 + 56;
+
+fn u32_at(data: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(data.get(at..at + 4)?.try_into().ok()?))
+}
+
+fn u64_at(data: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(data.get(at..at + 8)?.try_into().ok()?))
+}
+
+/// Opens the remote archive at `url` as a store index.
+pub fn open_remote_zip(client: &Arc<HttpClient>, url: &str) -> Result<StoreIndex, StoreError> {
+    let path = Path::new(url);
+    let corrupt = |what: &str| StoreError::CorruptZip {
+        path: path.to_path_buf(),
+        what: what.to_string(),
+    };
+    let (len, validator) = client.stat(url).map_err(|e| match e {
+        Fetch::NotFound => StoreError::Produce(format!("{url}: not found on the server (404)")),
+        other => other.into(),
+    })?;
+    let archive = Arc::new(RemoteObject::new(
+        client.clone(),
+        url.to_string(),
+        len,
+        Some(validator),
+        false,
+    ));
+    let tail_start = len.saturating_sub(TAIL);
+    let tail = if len == 0 {
+        Bytes::empty()
+    } else {
+        archive.read_range(tail_start, len - tail_start)?
+    };
+    let data = tail.as_slice();
+    let eocd =
+        find_eocd(data).ok_or_else(|| corrupt("no end of central directory record"))? as usize;
+    // Where the central directory starts: the ZIP64 end record's value, or the classic one.
+    let locator = eocd
+        .checked_sub(20)
+        .filter(|&at| u32_at(data, at) == Some(0x0706_4b50));
+    let z64 = match locator {
+        Some(at) => {
+            let abs = u64_at(data, at + 8).ok_or_else(|| corrupt("ZIP64 locator cut short"))?;
+            Some(abs)
+        }
+        None => None,
+    };
+    let cd_offset = match z64 {
+        Some(abs) => {
+            let rel = abs
+                .checked_sub(tail_start)
+                .ok_or_else(|| corrupt("ZIP64 end record before the end of the file"))?;
+            u64_at(data, rel as usize + 48).ok_or_else(|| corrupt("ZIP64 end record cut short"))?
+        }
+        None => u64::from(u32_at(data, eocd + 16).ok_or_else(|| corrupt("EOCD cut short"))?),
+    };
+    if cd_offset > len {
+        return Err(corrupt("central directory lies outside the file"));
+    }
+    // The directory and everything after it, rebased so that it starts at offset 0.
+    let mut window = archive
+        .read_range(cd_offset, len - cd_offset)?
+        .as_slice()
+        .to_vec();
+    let shift = |abs: u64| abs - cd_offset;
+    let eocd_rel = shift(tail_start + eocd as u64) as usize;
+    window[eocd_rel + 16..eocd_rel + 20].copy_from_slice(&0u32.to_le_bytes());
+    if let (Some(abs), Some(loc)) = (z64, locator) {
+        let loc_rel = shift(tail_start + loc as u64) as usize;
+        let z_rel = abs
+            .checked_sub(cd_offset)
+            .ok_or_else(|| corrupt("ZIP64 end record inside the entries"))?;
+        window[loc_rel + 8..loc_rel + 16].copy_from_slice(&z_rel.to_le_bytes());
+        let at = z_rel as usize + 48;
+        window
+            .get_mut(at..at + 8)
+            .ok_or_else(|| corrupt("ZIP64 end record cut short"))?
+            .copy_from_slice(&0u64.to_le_bytes());
+    }
+    let parsed = parse_archive(path, Bytes::from_vec(window))?;
+    let mtime = SystemTime::now();
+    let mut entries = BTreeMap::new();
+    for record in parsed.records {
+        if record.name.ends_with('/') {
+            continue;
+        }
+        let blob = member_blob(archive.clone(), url, record.clone());
+        let mtime = if record.mtime == SystemTime::UNIX_EPOCH {
+            mtime
+        } else {
+            record.mtime
+        };
+        entries.insert(record.name, Entry { blob, mtime });
+    }
+    Ok(StoreIndex::new(entries, Some(mtime)))
+}
+
+/// Where a member's data starts, read from its local header on first use.
+struct Member {
+    archive: Arc<RemoteObject>,
+    record: CentralRecord,
+    data_offset: OnceLock<u64>,
+    what: String,
+}
+
+impl Member {
+    fn data_offset(&self) -> Result<u64, StoreError> {
+        if let Some(&at) = self.data_offset.get() {
+            return Ok(at);
+        }
+        let bad = || StoreError::Produce(format!("{}: its local header is damaged", self.what));
+        let at = self.record.local_header_offset;
+        let header = self.archive.read_range(at, 30).map_err(|_| bad())?;
+        let h = header.as_slice();
+        if u32_at(h, 0) != Some(LOCAL_SIG) {
+            return Err(bad());
+        }
+        let name_len = u64::from(u16::from_le_bytes([h[26], h[27]]));
+        let extra_len = u64::from(u16::from_le_bytes([h[28], h[29]]));
+        let data = at + 30 + name_len + extra_len;
+        Ok(*self.data_offset.get_or_init(|| data))
+    }
+}
+
+impl RangeSource for Member {
+    fn read_range(&self, offset: u64, len: u64) -> Result<Bytes, StoreError> {
+        let start = self.data_offset()?;
+        self.archive.read_range(start + offset, len)
+    }
+}
+
+/// The blob of one member (fetched on demand).
+fn member_blob(archive: Arc<RemoteObject>, url: &str, record: CentralRecord) -> Arc<Blob> {
+    let what = format!("{url}: entry {}", record.name);
+    let (method, size, crc, packed) = (
+        record.method,
+        record.size,
+        record.crc32,
+        record.compressed_size,
+    );
+    if let Some(problem) = entry_problem(&CentralRecord {
+        defect: None,
+        ..record.clone()
+    }) {
+        let message = format!("{what}: {problem}");
+        return Blob::lazy(Some(size), move || {
+            Err(StoreError::Produce(message.clone()))
+        });
+    }
+    let member = Arc::new(Member {
+        archive,
+        record,
+        data_offset: OnceLock::new(),
+        what: what.clone(),
+    });
+    if method == METHOD_STORED {
+        return Blob::ranged(size, member);
+    }
+    Blob::lazy(Some(size), move || {
+        let raw = if packed == 0 {
+            Bytes::empty()
+        } else {
+            member.read_range(0, packed)?
+        };
+        decode(method, raw.as_slice(), size, crc)
+            .map(Bytes::from_vec)
+            .map_err(|why| StoreError::Produce(format!("{what}: {why}")))
+    })
+}

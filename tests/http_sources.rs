@@ -1,0 +1,232 @@
+//! Remote sources over HTTP: a tiny local server (`http_sources/server.rs`) serves copies of the
+//! fixtures; the URL mounts show the same trees, sizes and bytes as local mounts of the same
+//! data, the mount fetches no chunk, and faults (no Range support, 503s, a changed file) are
+//! handled as the README says. A URL mount is read-only (`-o rw` refused, writes EROFS).
+
+mod common;
+#[path = "http_sources/server.rs"]
+mod server;
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use common::{
+    io_timeout, is_mounted, read_tree, start_foreground, wait_exit, TestMount, Tree, BIN, VECTORS,
+};
+use daf_mount::core::DafFs;
+use daf_mount::formats::remote::open_remote;
+use daf_mount::formats::source::open_source;
+use daf_mount::stores::http::{HttpClient, HttpOptions};
+use daf_mount::stores::http_object::RemoteObject;
+use daf_mount::views::ViewSelection;
+use server::Server;
+
+/// A server of a copy of the fixtures.
+fn serve_fixtures() -> (tempfile::TempDir, Server) {
+    let tmp = tempfile::tempdir().unwrap();
+    let status = Command::new("cp")
+        .arg("-r")
+        .arg(VECTORS)
+        .arg(tmp.path().join("v"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let server = Server::start(&tmp.path().join("v"));
+    (tmp, server)
+}
+
+fn quick() -> HttpOptions {
+    HttpOptions {
+        timeout: Duration::from_secs(5),
+        ..HttpOptions::default()
+    }
+}
+
+fn tree_of(datasets: Vec<daf_mount::formats::source::NamedDataset>, name: &str) -> Tree {
+    let core = DafFs::with_staging(datasets, ViewSelection::Both, SystemTime::UNIX_EPOCH, None);
+    let mount = TestMount::serving(Arc::new(core), false, name);
+    let root = mount.path.clone();
+    io_timeout(&mount.path, move || read_tree(&root))
+}
+
+#[test]
+fn remote_zarr_directories_mount_like_local_ones() {
+    require_fuse!();
+    let (_tmp, server) = serve_fixtures();
+    for fixture in ["zarr_v2.daf.zarr", "zarr_v3.daf.zarr"] {
+        let before = server.faults.requests.load(Ordering::SeqCst);
+        let remote = open_remote(&server.url(fixture), &quick())
+            .unwrap_or_else(|e| panic!("{fixture}: {e}"));
+        let at_mount: Vec<String> = server.requests()[before..].to_vec();
+        // Metadata, the Range probe, what the reader reads at mount (scalars, axis entries)
+        // and string chunks' sizes: no vector or matrix payload is fetched.
+        assert!(
+            at_mount
+                .iter()
+                .all(|r| !r.contains("/vectors/cell/score") && !r.contains("/matrices/")),
+            "{fixture}: {at_mount:?}"
+        );
+        assert!(at_mount[0].contains("GET"), "{at_mount:?}");
+        let local = open_source(&format!("{VECTORS}/{fixture}")).unwrap();
+        let remote_tree = tree_of(remote.datasets, fixture);
+        let local_tree = tree_of(local.datasets, fixture);
+        assert!(remote_tree.len() > 20, "{fixture}: {}", remote_tree.len());
+        assert_eq!(
+            remote_tree.keys().collect::<Vec<_>>(),
+            local_tree.keys().collect::<Vec<_>>(),
+            "{fixture}"
+        );
+        for (path, content) in &local_tree {
+            assert_eq!(&remote_tree[path], content, "{fixture}: {path}");
+        }
+    }
+}
+
+#[test]
+fn a_server_without_range_support_is_refused_at_mount() {
+    let (_tmp, server) = serve_fixtures();
+    server.faults.no_range.store(true, Ordering::SeqCst);
+    let err = open_remote(&server.url("zarr_v2.daf.zarr"), &quick())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("Range") && !err.contains('\n'), "{err}");
+}
+
+#[test]
+fn a_503_is_retried_and_a_404_source_is_named() {
+    let (_tmp, server) = serve_fixtures();
+    server.faults.fail_503.store(2, Ordering::SeqCst);
+    let opened = open_remote(&server.url("zarr_v2.daf.zarr"), &quick()).unwrap();
+    assert_eq!(server.faults.sent_503.load(Ordering::SeqCst), 2);
+    assert_eq!(opened.datasets[0].dataset.vectors["cell"].len(), 4);
+    let no_retries = HttpOptions {
+        retries: 0,
+        ..quick()
+    };
+    server.faults.fail_503.store(1, Ordering::SeqCst);
+    let err = open_remote(&server.url("zarr_v2.daf.zarr"), &no_retries)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("503"), "{err}");
+    let err = open_remote(&server.url("nothing.daf.zarr"), &quick())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("no .zmetadata"), "{err}");
+}
+
+#[test]
+fn a_changed_object_fails_its_reads_and_never_mixes_bytes() {
+    let (_tmp, server) = serve_fixtures();
+    let file = server.root.join("changing");
+    std::fs::write(&file, vec![1u8; 3 << 20]).unwrap();
+    let no_cache = HttpOptions {
+        memory_cache: 0,
+        ..quick()
+    };
+    let client = HttpClient::new(no_cache);
+    let blob = RemoteObject::new(client, server.url("changing"), 3 << 20, None, false).into_blob();
+    assert_eq!(blob.read_range(10, 5).unwrap().as_slice(), &[1; 5]);
+    std::fs::write(&file, vec![2u8; 3 << 20]).unwrap();
+    let err = blob.read_range(2 << 20, 5).unwrap_err().to_string();
+    assert!(err.contains("changed on the server"), "{err}");
+    // A different size is a change too, even on the first read.
+    let client = HttpClient::new(quick());
+    let blob = RemoteObject::new(client, server.url("changing"), 1000, None, false).into_blob();
+    assert!(blob.read_range(0, 10).is_err());
+}
+
+#[test]
+fn a_changed_chunk_reads_as_eio_through_the_mount() {
+    require_fuse!();
+    let (_tmp, server) = serve_fixtures();
+    let remote = open_remote(&server.url("zarr_v2.daf.zarr"), &quick()).unwrap();
+    let core = DafFs::with_staging(
+        remote.datasets,
+        ViewSelection::Both,
+        SystemTime::UNIX_EPOCH,
+        None,
+    );
+    let mount = TestMount::serving(Arc::new(core), false, "changed");
+    let chunk = server.root.join("zarr_v2.daf.zarr/vectors/cell/score/0");
+    let mut grown = std::fs::read(&chunk).unwrap();
+    grown.extend([0; 8]);
+    std::fs::write(&chunk, grown).unwrap();
+    let path = mount.join("zarr_v2.daf/vectors/cell/score.data");
+    let err = io_timeout(&mount.path, move || std::fs::read(path).unwrap_err());
+    assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+    // The rest of the mount still works.
+    let other = mount.join("zarr_v2.daf/axes/cell.txt");
+    assert!(io_timeout(&mount.path, move || std::fs::read(other)).is_ok());
+}
+
+#[test]
+fn a_url_mount_is_read_only() {
+    require_fuse!();
+    let (tmp, server) = serve_fixtures();
+    let mnt = tmp.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let url = server.url("zarr_v3.daf.zarr");
+    let out = Command::new(BIN)
+        .args(["-o", "rw", &url, mnt.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("read-only") && stderr.trim().lines().count() == 1,
+        "{stderr}"
+    );
+    assert!(!is_mounted(&mnt));
+    let child = start_foreground(
+        &[
+            "-o",
+            "timeout=5,retries=1,cache_size=64M",
+            &url,
+            mnt.to_str().unwrap(),
+        ],
+        Stdio::inherit(),
+    );
+    let mut guard = Unmount(child, mnt.clone());
+    let (axis, new) = (
+        mnt.join("zarr_v3.daf/axes/cell.txt"),
+        mnt.join("zarr_v3.daf/new.txt"),
+    );
+    let (write, create) = io_timeout(&mnt, move || {
+        (
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(axis)
+                .unwrap_err(),
+            std::fs::write(new, b"x").unwrap_err(),
+        )
+    });
+    assert_eq!(write.raw_os_error(), Some(libc::EROFS), "{write}");
+    assert_eq!(create.raw_os_error(), Some(libc::EROFS), "{create}");
+    let cell = mnt.join("zarr_v3.daf/axes/cell.txt");
+    let text = io_timeout(&mnt, move || std::fs::read_to_string(cell).unwrap());
+    assert_eq!(text, "c1\nc2\nc3\n");
+    assert!(Command::new("fusermount3")
+        .arg("-u")
+        .arg(&mnt)
+        .status()
+        .unwrap()
+        .success());
+    let status = wait_exit(&mut guard.0, &mnt, Duration::from_secs(20));
+    assert_eq!(status.code(), Some(0));
+}
+
+/// Unmounts and ends the daemon when dropped (also when the test fails).
+struct Unmount(std::process::Child, PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        if is_mounted(&self.1) {
+            let _ = Command::new("fusermount3").arg("-u").arg(&self.1).status();
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

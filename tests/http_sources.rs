@@ -70,19 +70,53 @@ fn remote_zarr_directories_mount_like_local_ones() {
             "{fixture}: {at_mount:?}"
         );
         assert!(at_mount[0].contains("GET"), "{at_mount:?}");
-        let local = open_source(&format!("{VECTORS}/{fixture}")).unwrap();
-        let remote_tree = tree_of(remote.datasets, fixture);
-        let local_tree = tree_of(local.datasets, fixture);
-        assert!(remote_tree.len() > 20, "{fixture}: {}", remote_tree.len());
-        assert_eq!(
-            remote_tree.keys().collect::<Vec<_>>(),
-            local_tree.keys().collect::<Vec<_>>(),
-            "{fixture}"
-        );
-        for (path, content) in &local_tree {
-            assert_eq!(&remote_tree[path], content, "{fixture}: {path}");
-        }
+        same_as_local(remote.datasets, fixture);
     }
+}
+
+/// The mount of `remote` shows the same files (names, sizes, bytes) as a local mount of
+/// `fixture`.
+fn same_as_local(remote: Vec<daf_mount::formats::source::NamedDataset>, fixture: &str) {
+    let local = open_source(&format!("{VECTORS}/{fixture}")).unwrap();
+    let remote_tree = tree_of(remote, fixture);
+    let local_tree = tree_of(local.datasets, fixture);
+    assert!(remote_tree.len() > 20, "{fixture}: {}", remote_tree.len());
+    assert_eq!(
+        remote_tree.keys().collect::<Vec<_>>(),
+        local_tree.keys().collect::<Vec<_>>(),
+        "{fixture}"
+    );
+    for (path, content) in &local_tree {
+        assert_eq!(&remote_tree[path], content, "{fixture}: {path}");
+    }
+}
+
+#[test]
+fn remote_zips_mount_like_local_ones() {
+    require_fuse!();
+    let (_tmp, server) = serve_fixtures();
+    for fixture in [
+        "zarr_v2.daf.zarr.zip",
+        "zarr_v3.daf.zarr.zip",
+        "zipdaf_v1_0.daf.zip",
+        "zipdaf_v1_1.daf.zip",
+        "multi_v1_1.dafs.zip#/g1",
+        "multi_v1_1.dafs.zip",
+    ] {
+        let before = server.faults.requests.load(Ordering::SeqCst);
+        let remote = open_remote(&server.url(fixture), &quick())
+            .unwrap_or_else(|e| panic!("{fixture}: {e}"));
+        let at_mount = server.requests()[before..].to_vec();
+        // A stat, the end of the file, the central directory, then what the reader reads.
+        assert!(at_mount[0].starts_with("HEAD"), "{fixture}: {at_mount:?}");
+        assert!(at_mount[1].contains("bytes="), "{fixture}: {at_mount:?}");
+        same_as_local(remote.datasets, fixture);
+    }
+    server.faults.no_range.store(true, Ordering::SeqCst);
+    let err = open_remote(&server.url("zarr_v2.daf.zarr.zip"), &quick())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("Range"), "{err}");
 }
 
 #[test]

@@ -10,7 +10,8 @@
 //!   one is left out (the fill value, like locally).
 //! - The first request checks that the server answers `Range` requests (a clear error otherwise).
 //!
-//! Remote ZIPs (`….daf.zarr.zip`, `….dafs.zarr.zip#/G`, `….daf.zip`) are refused for now.
+//! Remote ZIPs (`….daf.zarr.zip`, `….dafs.zarr.zip[#/G]`, `….daf.zip`, `….dafs.zip[#/G]`) are
+//! read by range requests through `stores::http_zip` and then exactly like local archives.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -21,12 +22,13 @@ use serde_json::Value;
 
 use crate::stores::http::{redact, Fetch, HttpClient, HttpOptions};
 use crate::stores::http_object::RemoteObject;
+use crate::stores::http_zip::open_remote_zip;
 use crate::stores::{Blob, Bytes, Entry, StoreIndex};
 
 use super::model::Dataset;
 use super::source::{
-    display_name, parse_source, read_dataset, Layout, NamedDataset, Place, Source, SourceSpec,
-    Target,
+    display_name, find_groups, parse_source, read_dataset, Layout, NamedDataset, Place, Source,
+    SourceSpec, Target,
 };
 use super::FormatError;
 
@@ -57,11 +59,60 @@ fn failed(url: &str, fetch: Fetch) -> FormatError {
 pub fn open_remote(url: &str, options: &HttpOptions) -> Result<Source, FormatError> {
     let client = HttpClient::new(options.clone());
     match parse_source(url)? {
-        SourceSpec::Zip { .. } => Err(not_daf(
-            url,
-            "remote ZIP sources are not supported yet; serve the data set as a consolidated \
-             Zarr directory",
-        )),
+        SourceSpec::Zip {
+            path,
+            layout,
+            multi,
+            group,
+        } => {
+            let archive = path.to_string_lossy().into_owned();
+            let index = open_remote_zip(&client, &archive)?;
+            let shown = PathBuf::from(redact(&archive));
+            let place = |prefix: String| Place::Zip {
+                archive: path.clone(),
+                prefix,
+            };
+            let mut datasets = Vec::new();
+            let groups = match (&group, multi) {
+                (Some(g), _) => vec![g.clone()],
+                (None, false) => vec![String::new()],
+                (None, true) => find_groups(&index, layout),
+            };
+            for g in groups {
+                let (sub, name, prefix) = if g.is_empty() {
+                    (index.clone(), display_name(&shown), String::new())
+                } else {
+                    let name = if group.is_some() {
+                        g.rsplit('/').next().unwrap_or(&g).to_string()
+                    } else {
+                        g.clone()
+                    };
+                    (index.subtree(&g), name, format!("{g}/"))
+                };
+                let here = PathBuf::from(format!("{}#/{g}", shown.display()));
+                if sub.is_empty() {
+                    return Err(not_daf(url, format!("no group {g} in the archive")));
+                }
+                match read_dataset(layout, &sub, &here) {
+                    Ok((dataset, format)) => datasets.push(NamedDataset {
+                        name,
+                        dataset,
+                        target: Target {
+                            format,
+                            place: place(prefix),
+                        },
+                    }),
+                    Err(e) if multi && group.is_none() => {
+                        log::warn!("skipping data set {}: {e}", here.display())
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            if datasets.is_empty() {
+                return Err(not_daf(url, "no data set found in the archive"));
+            }
+            Ok(Source { path, datasets })
+        }
         SourceSpec::Directory(_) => {
             let base = url.trim_end_matches('/');
             let (index, shown) = remote_zarr_index(&client, base)?;

@@ -369,7 +369,7 @@ pub(crate) fn read_dataset(
 /// The groups of a multi-data-set archive that hold a data set ("" for one at the root),
 /// outermost first, never one nested inside another. A ZarrDaf group is a Zarr v2 group with a
 /// `daf` array, or a Zarr v3 group whose `zarr.json` has `attributes.daf`.
-fn find_groups(index: &StoreIndex, layout: Layout) -> Vec<String> {
+pub(crate) fn find_groups(index: &StoreIndex, layout: Layout) -> Vec<String> {
     let marker = match layout {
         Layout::Zarr => "daf/.zarray",
         Layout::Files => "daf.json",

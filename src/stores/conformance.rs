@@ -45,7 +45,9 @@ fn is_missing(result: Result<impl std::fmt::Debug, StoreError>) -> bool {
 }
 
 /// Checks that a store made by `make` (from the files given, name and content) keeps the
-/// [`Store`] contract. Panics, naming the store and the check, on the first failure.
+/// [`Store`] contract. Panics, naming the store and the check, on the first failure. The files
+/// must be new when `make` returns (their mtimes are checked to be within 2 s of then); a store
+/// that learns its keys from elsewhere than a listing (a remote one) may be told them by `make`.
 pub(crate) fn check_store(make: impl Fn(&[(&str, &[u8])]) -> Box<dyn Store>) {
     let files = sample();
     let given: Vec<(&str, &[u8])> = files
@@ -81,6 +83,7 @@ fn check_list(store: &dyn Store, files: &[(String, Vec<u8>)]) {
         "{what}: list under a directory (not `dirt`)"
     );
     assert_eq!(store.list("dir/sub").unwrap(), vec!["dir/sub/x.data"]);
+    assert_eq!(store.list("dir/sub/").unwrap(), vec!["dir/sub/x.data"]);
     assert_eq!(store.list("a/b/c").unwrap(), vec!["a/b/c/d/e/f"]);
     for nothing in ["di", "nope", "daf.json", "dir/sub/x"] {
         assert!(
@@ -296,6 +299,63 @@ fn a_group_of_a_zip_store_conforms() {
         write_zip(&path, &given);
         Box::new(ZipStore::open(&path).unwrap().group("g1"))
     });
+}
+
+/// An archive holding `files` as deflated members, written by Python's `zipfile`.
+fn write_deflated_zip(path: &Path, files: &[(&str, &[u8])]) {
+    let dir = path.with_extension("files");
+    write_dir(&dir, files);
+    // DOS times are local times; the reader takes them as UTC.
+    let status = std::process::Command::new("python3")
+        .env("TZ", "UTC")
+        .arg("-c")
+        .arg(
+            "import zipfile,sys\n\
+             z=zipfile.ZipFile(sys.argv[1],'w',zipfile.ZIP_DEFLATED)\n\
+             for k in sys.argv[3:]: z.write(sys.argv[2]+'/'+k, k)\n\
+             z.close()",
+        )
+        .arg(path)
+        .arg(&dir)
+        .args(files.iter().map(|(k, _)| k))
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn a_zip_store_of_deflated_members_conforms() {
+    let tmp = tempfile::tempdir().unwrap();
+    let counter = Cell::new(0);
+    let next = numbered(tmp.path(), &counter);
+    check_store(|files| {
+        let path = next().with_extension("zip");
+        write_deflated_zip(&path, files);
+        Box::new(ZipStore::open(&path).unwrap())
+    });
+    let path = next().with_extension("zip");
+    write_deflated_zip(&path, &[("k", &[7; 5000])]);
+    let store = ZipStore::open(&path).unwrap();
+    let map = store.map("k").unwrap().unwrap();
+    assert!(!map.is_mapped() && map.as_slice() == [7; 5000]);
+}
+
+/// A stored member whose bytes no longer match its CRC-32 is an error through the store (its
+/// lazy check runs on first access), never its bytes.
+#[test]
+fn a_damaged_zip_member_is_an_error_through_the_store() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("x.zip");
+    write_zip(&path, &[("good", b"good bytes"), ("bad", b"bad  bytes")]);
+    let mut data = std::fs::read(&path).unwrap();
+    let at = data.windows(10).position(|w| w == b"bad  bytes").unwrap();
+    data[at + 3] = b'!';
+    std::fs::write(&path, data).unwrap();
+    let store = ZipStore::open(&path).unwrap();
+    assert_eq!(store.read_range("good", 0, 4).unwrap().as_slice(), b"good");
+    assert_eq!(store.size("bad").unwrap(), 10);
+    assert!(store.read_range("bad", 0, 3).is_err());
+    assert!(store.map("bad").is_err());
 }
 
 /// A store whose index reads through its `read_range` (as a remote store's may).

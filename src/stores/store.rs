@@ -41,7 +41,8 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// What and where the store is, for messages (`directory /data/x.daf`, `https://…`).
     fn describe(&self) -> String;
 
-    /// The keys under directory `prefix` (full keys, sorted), or every key for `""`.
+    /// The keys under directory `prefix` (full keys, sorted; `dir` and `dir/` are the same), or
+    /// every key for `""`.
     fn list(&self, prefix: &str) -> Result<Vec<String>, StoreError>;
 
     /// The length of the content of `key`.
@@ -89,8 +90,10 @@ pub fn check_range(key: &str, offset: u64, len: u64, size: u64) -> Result<(), St
     }
 }
 
-/// The keys of `index` under directory `prefix` (every key for `""`), sorted.
+/// The keys of `index` under directory `prefix` (every key for `""`; a trailing `/` is the same
+/// directory), sorted.
 pub fn list_index(index: &StoreIndex, prefix: &str) -> Vec<String> {
+    let prefix = prefix.trim_end_matches('/');
     if prefix.is_empty() {
         return index.keys().map(str::to_string).collect();
     }

@@ -55,7 +55,8 @@ pub trait Store: Send + Sync + fmt::Debug {
     fn read_range(&self, key: &str, offset: u64, len: u64) -> Result<Bytes, StoreError>;
 
     /// The whole content of `key` without copying, when the store is local (a map or a buffer it
-    /// already holds); `Ok(None)` for a store that cannot (a remote one).
+    /// already holds); `Ok(None)` for a store that cannot (a remote one: the default, which still
+    /// answers [`StoreError::Missing`] for a missing key, through [`Store::size`]).
     fn map(&self, key: &str) -> Result<Option<Bytes>, StoreError> {
         self.size(key).map(|_| None)
     }

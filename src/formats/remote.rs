@@ -22,14 +22,11 @@ use serde_json::Value;
 
 use crate::stores::http::{redact, Fetch, HttpClient, HttpOptions};
 use crate::stores::http_object::RemoteObject;
-use crate::stores::http_zip::open_remote_zip;
+use crate::stores::http_store::HttpStore;
 use crate::stores::{Blob, Bytes, Entry, StoreIndex};
 
-use super::model::Dataset;
-use super::source::{
-    display_name, find_groups, parse_source, read_dataset, Layout, NamedDataset, Place, Source,
-    SourceSpec, Target,
-};
+use super::datasets::{archive_datasets, root_dataset};
+use super::source::{parse_source, Place, Source, SourceSpec};
 use super::FormatError;
 
 /// Most chunk keys one array may imply (a larger grid is refused).
@@ -66,73 +63,27 @@ pub fn open_remote(url: &str, options: &HttpOptions) -> Result<Source, FormatErr
             group,
         } => {
             let archive = path.to_string_lossy().into_owned();
-            let index = open_remote_zip(&client, &archive)?;
+            let store = HttpStore::open_zip(client, &archive)?;
             let shown = PathBuf::from(redact(&archive));
             let place = |prefix: String| Place::Zip {
                 archive: path.clone(),
                 prefix,
             };
-            let mut datasets = Vec::new();
-            let groups = match (&group, multi) {
-                (Some(g), _) => vec![g.clone()],
-                (None, false) => vec![String::new()],
-                (None, true) => find_groups(&index, layout),
-            };
-            for g in groups {
-                let (sub, name, prefix) = if g.is_empty() {
-                    (index.clone(), display_name(&shown), String::new())
-                } else {
-                    let name = if group.is_some() {
-                        g.rsplit('/').next().unwrap_or(&g).to_string()
-                    } else {
-                        g.clone()
-                    };
-                    (index.subtree(&g), name, format!("{g}/"))
-                };
-                let here = PathBuf::from(format!("{}#/{g}", shown.display()));
-                if sub.is_empty() {
-                    return Err(not_daf(url, format!("no group {g} in the archive")));
-                }
-                match read_dataset(layout, &sub, &here) {
-                    Ok((dataset, format)) => datasets.push(NamedDataset {
-                        name,
-                        dataset,
-                        target: Target {
-                            format,
-                            place: place(prefix),
-                        },
-                    }),
-                    Err(e) if multi && group.is_none() => {
-                        log::warn!("skipping data set {}: {e}", here.display())
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
-            if datasets.is_empty() {
-                return Err(not_daf(url, "no data set found in the archive"));
-            }
+            let datasets =
+                archive_datasets(&store, &shown, layout, multi, group.as_deref(), place)?;
             Ok(Source { path, datasets })
         }
         SourceSpec::Directory(_) => {
             let base = url.trim_end_matches('/');
-            let (index, shown) = remote_zarr_index(&client, base)?;
-            let (dataset, format) = read_dataset(Layout::Zarr, &index, &shown)?;
+            let index = remote_zarr_index(&client, base)?;
+            let store = HttpStore::from_index(client, base, index);
+            let shown = PathBuf::from(redact(base));
+            let dataset = root_dataset(&store, &shown, Place::Dir(PathBuf::from(base)))?;
             Ok(Source {
                 path: PathBuf::from(base),
-                datasets: vec![named(base, dataset, format)],
+                datasets: vec![dataset],
             })
         }
-    }
-}
-
-fn named(base: &str, dataset: Dataset, format: super::source::Format) -> NamedDataset {
-    NamedDataset {
-        name: display_name(&PathBuf::from(redact(base))),
-        dataset,
-        target: Target {
-            format,
-            place: Place::Dir(PathBuf::from(base)),
-        },
     }
 }
 
@@ -145,11 +96,7 @@ pub fn check_range_support(client: &HttpClient, url: &str) -> Result<(), FormatE
 }
 
 /// The store index of the remote Zarr directory at `base`, from its consolidated metadata.
-fn remote_zarr_index(
-    client: &Arc<HttpClient>,
-    base: &str,
-) -> Result<(StoreIndex, PathBuf), FormatError> {
-    let shown = PathBuf::from(redact(base));
+fn remote_zarr_index(client: &Arc<HttpClient>, base: &str) -> Result<StoreIndex, FormatError> {
     let mut documents: BTreeMap<String, Vec<u8>> = BTreeMap::new();
     let v2_url = format!("{base}/.zmetadata");
     let version = match client.get(&v2_url) {
@@ -242,7 +189,7 @@ fn remote_zarr_index(
         };
         entries.insert(key, entry);
     }
-    Ok((StoreIndex::new(entries, Some(mtime)), shown))
+    Ok(StoreIndex::new(entries, Some(mtime)))
 }
 
 fn to_json(doc: &Value) -> Vec<u8> {

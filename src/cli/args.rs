@@ -282,6 +282,31 @@ mod tests {
     }
 
     #[test]
+    fn remote_options_parse_and_errors_hide_secrets() {
+        let o = MountOptions::parse(&[
+            "ro,cache=/tmp/c,cache_size=2G,timeout=2.5,retries=7".into(),
+            "header=X-Key: s3cret,token=t0ken".into(),
+        ])
+        .unwrap();
+        assert_eq!(o.http.cache_dir, Some("/tmp/c".into()));
+        assert_eq!(o.http.cache_size, 2 << 30);
+        assert_eq!(o.http.timeout, std::time::Duration::from_millis(2500));
+        assert_eq!(o.http.retries, 7);
+        assert_eq!(o.http.headers, [("X-Key".into(), "s3cret".into())]);
+        assert_eq!(o.http.token.as_deref(), Some("t0ken"));
+        assert!(!o.rw_given && MountOptions::parse(&["rw".into()]).unwrap().rw_given);
+        for bad in [
+            "cache_size=lots",
+            "timeout=0",
+            "retries=-1",
+            "header=:s3cret",
+        ] {
+            let err = MountOptions::parse(&[bad.into()]).unwrap_err().to_string();
+            assert!(!err.contains("s3cret") && err.contains('='), "{err}");
+        }
+    }
+
+    #[test]
     fn arguments_parse() {
         let a = Args::try_parse_from([
             "daf-mount",

@@ -14,6 +14,8 @@ fn main() -> std::process::ExitCode {
     };
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_level))
         .format_timestamp_millis()
+        // ureq logs request headers at debug (custom ones, tokens included): never shown.
+        .filter_module("ureq", log::LevelFilter::Warn)
         .init();
     match daf_mount::cli::run(args).map_err(anyhow::Error::from) {
         Ok(()) => std::process::ExitCode::SUCCESS,

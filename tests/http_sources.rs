@@ -264,3 +264,48 @@ impl Drop for Unmount {
         let _ = self.0.wait();
     }
 }
+
+#[test]
+fn verbose_logs_show_fetches_but_never_headers_or_tokens() {
+    require_fuse!();
+    let (tmp, server) = serve_fixtures();
+    let mnt = tmp.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let log = tmp.path().join("log");
+    let url = server.url("zarr_v2.daf.zarr");
+    let child = start_foreground(
+        &[
+            "-v",
+            "-v",
+            "-o",
+            "header=X-Secret:s3cret-h,token=s3cret-t",
+            &url,
+            mnt.to_str().unwrap(),
+        ],
+        Stdio::from(std::fs::File::create(&log).unwrap()),
+    );
+    let mut guard = Unmount(child, mnt.clone());
+    let score = mnt.join("zarr_v2.daf/vectors/cell/score.data");
+    let bytes = io_timeout(&mnt, move || std::fs::read(score).unwrap());
+    assert_eq!(bytes.len(), 12);
+    assert!(Command::new("fusermount3")
+        .arg("-u")
+        .arg(&mnt)
+        .status()
+        .unwrap()
+        .success());
+    wait_exit(&mut guard.0, &mnt, Duration::from_secs(20));
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("fetched") && text.contains("score/0"),
+        "{text}"
+    );
+    assert!(text.contains("remote: "), "no summary line: {text}");
+    assert!(!text.contains("s3cret"), "{text}");
+    let seen = server.headers();
+    assert!(seen.iter().any(|h| h == "x-secret: s3cret-h"), "{seen:?}");
+    assert!(
+        seen.iter().any(|h| h == "authorization: Bearer s3cret-t"),
+        "{seen:?}"
+    );
+}

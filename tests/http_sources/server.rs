@@ -20,6 +20,8 @@ pub struct Faults {
     pub requests: AtomicUsize,
     /// "METHOD /path range" of each request.
     pub log: Mutex<Vec<String>>,
+    /// Every `x-…` and `authorization` header received, lower-case name.
+    pub headers: Mutex<Vec<String>>,
 }
 
 pub struct Server {
@@ -52,6 +54,10 @@ impl Server {
 
     pub fn url(&self, rel: &str) -> String {
         format!("{}/{rel}", self.base)
+    }
+
+    pub fn headers(&self) -> Vec<String> {
+        self.faults.headers.lock().unwrap().clone()
     }
 
     pub fn requests(&self) -> Vec<String> {
@@ -90,8 +96,15 @@ fn serve(stream: TcpStream, root: &Path, faults: &Faults) -> std::io::Result<()>
                 break;
             }
             if let Some((name, value)) = header.split_once(':') {
-                if name.eq_ignore_ascii_case("range") {
+                let name = name.to_ascii_lowercase();
+                if name == "range" {
                     range = Some(value.trim().to_string());
+                } else if name.starts_with("x-") || name == "authorization" {
+                    faults
+                        .headers
+                        .lock()
+                        .unwrap()
+                        .push(format!("{name}: {}", value.trim()));
                 }
             }
         }

@@ -20,7 +20,7 @@ use std::time::SystemTime;
 
 use serde_json::Value;
 
-use crate::stores::http::{redact, Fetch, HttpClient, HttpOptions};
+use crate::stores::http::{escape_key, redact, Fetch, HttpClient, HttpOptions};
 use crate::stores::http_object::RemoteObject;
 use crate::stores::http_store::HttpStore;
 use crate::stores::{Blob, Bytes, Entry, StoreIndex};
@@ -162,7 +162,7 @@ fn remote_zarr_index(client: &Arc<HttpClient>, base: &str) -> Result<StoreIndex,
             } else {
                 format!("{dir}/{}", chunk.name)
             };
-            let url = format!("{base}/{key}");
+            let url = format!("{base}/{}", escape_key(&key));
             let object = match chunk.len {
                 Some(len) => RemoteObject::new(client.clone(), url, len, None, chunk.zero_fill),
                 None => match client.stat(&url) {

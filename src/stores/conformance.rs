@@ -230,7 +230,7 @@ fn write_dir(dir: &Path, files: &[(&str, &[u8])]) {
 }
 
 /// An archive holding `files` as stored members, written by the append path.
-fn write_zip(path: &Path, files: &[(&str, &[u8])]) {
+pub(crate) fn write_zip(path: &Path, files: &[(&str, &[u8])]) {
     // An empty archive is its end record alone.
     let mut eocd = 0x0605_4b50u32.to_le_bytes().to_vec();
     eocd.extend([0; 18]);

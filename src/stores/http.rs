@@ -96,6 +96,20 @@ pub fn redact(url: &str) -> String {
     }
 }
 
+/// `key` (`/`-separated) as a URL path: every byte outside the unreserved set and `/` is
+/// percent-encoded.
+pub fn escape_key(key: &str) -> String {
+    let mut out = String::with_capacity(key.len());
+    for b in key.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 /// What a response says about the object's version (`ETag`, else `Last-Modified`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Validator(pub Option<String>);
@@ -389,6 +403,7 @@ mod tests {
             "https://h.org/a/b"
         );
         assert_eq!(redact("http://h/a@b/c"), "http://h/a@b/c");
+        assert_eq!(escape_key("a b/é.x"), "a%20b/%C3%A9.x");
     }
 
     #[test]

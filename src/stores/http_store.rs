@@ -80,3 +80,64 @@ impl Store for HttpStore {
         self.inner.index.root_mtime
     }
 }
+
+#[cfg(test)]
+#[allow(dead_code)]
+#[path = "../../tests/http_sources/server.rs"]
+mod test_server;
+
+#[cfg(test)]
+mod tests {
+    use super::test_server::Server;
+    use super::*;
+    use crate::stores::conformance::{check_store, write_zip};
+    use crate::stores::http::HttpOptions;
+    use crate::stores::http_object::RemoteObject;
+    use crate::stores::Entry;
+
+    fn client() -> Arc<HttpClient> {
+        HttpClient::new(HttpOptions {
+            timeout: std::time::Duration::from_secs(5),
+            ..HttpOptions::default()
+        })
+    }
+
+    #[test]
+    fn a_remote_directory_conforms() {
+        check_store(|files| {
+            let dir = tempfile::tempdir().unwrap().keep();
+            let server = Server::start(&dir);
+            let client = client();
+            let mut entries = std::collections::BTreeMap::new();
+            for (key, content) in files {
+                let path = dir.join(key);
+                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                std::fs::write(&path, content).unwrap();
+                let object = RemoteObject::new(
+                    client.clone(),
+                    server.url(&crate::stores::http::escape_key(key)),
+                    content.len() as u64,
+                    None,
+                    false,
+                );
+                let entry = Entry {
+                    blob: object.into_blob(),
+                    mtime: SystemTime::now(),
+                };
+                entries.insert(key.to_string(), entry);
+            }
+            let index = StoreIndex::new(entries, None);
+            Box::new(HttpStore::from_index(client, &server.base, index))
+        });
+    }
+
+    #[test]
+    fn a_remote_zip_conforms() {
+        check_store(|files| {
+            let dir = tempfile::tempdir().unwrap().keep();
+            write_zip(&dir.join("x.zip"), files);
+            let server = Server::start(&dir);
+            Box::new(HttpStore::open_zip(client(), &server.url("x.zip")).unwrap())
+        });
+    }
+}

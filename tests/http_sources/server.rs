@@ -119,7 +119,8 @@ fn serve(stream: TcpStream, root: &Path, faults: &Faults) -> std::io::Result<()>
             out.write_all(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")?;
             continue;
         }
-        let rel = target.trim_start_matches('/');
+        let rel = unescape(target.trim_start_matches('/'));
+        let rel = rel.as_str();
         let path = root.join(rel);
         let data = match (rel.contains(".."), std::fs::read(&path)) {
             (false, Ok(data)) => data,
@@ -157,4 +158,27 @@ fn serve(stream: TcpStream, root: &Path, faults: &Faults) -> std::io::Result<()>
             out.write_all(body)?;
         }
     }
+}
+
+/// `%XX` escapes decoded.
+fn unescape(path: &str) -> String {
+    let bytes = path.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok());
+        match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }

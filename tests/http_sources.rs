@@ -309,3 +309,26 @@ fn verbose_logs_show_fetches_but_never_headers_or_tokens() {
         "{seen:?}"
     );
 }
+
+#[test]
+fn a_response_slower_than_the_timeout_fails_the_read_and_the_next_one_works() {
+    let (_tmp, server) = serve_fixtures();
+    std::fs::write(server.root.join("slow"), vec![7u8; 3 << 20]).unwrap();
+    let client = HttpClient::new(HttpOptions {
+        timeout: Duration::from_secs(1),
+        retries: 1,
+        memory_cache: 0,
+        ..HttpOptions::default()
+    });
+    let blob = RemoteObject::new(client, server.url("slow"), 3 << 20, None, false).into_blob();
+    // A first read leaves a kept-alive connection in the pool: the next request reuses it.
+    assert_eq!(blob.read_range(0, 4).unwrap().as_slice(), &[7; 4]);
+    server.faults.delay_ms.store(3000, Ordering::SeqCst);
+    let started = std::time::Instant::now();
+    let err = blob.read_range(2 << 20, 4).unwrap_err().to_string();
+    let took = started.elapsed();
+    assert!(err.contains("transport") || err.contains("imed"), "{err}");
+    assert!(took < Duration::from_secs(6), "{took:?}");
+    server.faults.delay_ms.store(0, Ordering::SeqCst);
+    assert_eq!(blob.read_range(2 << 20, 4).unwrap().as_slice(), &[7; 4]);
+}

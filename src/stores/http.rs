@@ -20,6 +20,9 @@ pub const HEADERS_ENV: &str = "DAF_MOUNT_HTTP_HEADERS";
 /// Environment variable with a bearer token.
 pub const TOKEN_ENV: &str = "DAF_MOUNT_HTTP_TOKEN";
 
+/// The size a whole GET (a metadata document) is given time for, in MiB.
+const WHOLE_GET_MIBS: u64 = 8;
+
 /// How remote sources are fetched (the `-o` options of a URL mount).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HttpOptions {
@@ -27,7 +30,8 @@ pub struct HttpOptions {
     pub headers: Vec<(String, String)>,
     /// Bearer token (`-o token=`, else [`TOKEN_ENV`]).
     pub token: Option<String>,
-    /// Connect and read timeout (`-o timeout=SECONDS`).
+    /// Connect timeout, and the time a request has to be answered, plus as much again per MiB
+    /// it carries (`-o timeout=SECONDS`).
     pub timeout: Duration,
     /// Retries of a failed request (5xx, dropped connection) (`-o retries=N`).
     pub retries: u32,
@@ -181,8 +185,13 @@ impl HttpClient {
         })
     }
 
-    fn request(&self, method: &str, url: &str) -> ureq::Request {
-        let mut request = self.agent.request(method, url);
+    /// A request that must be answered within the timeout, plus the timeout again per MiB of
+    /// `len` (ureq's pooled connections have no read timeout of their own until the headers
+    /// are in: only a deadline bounds the wait).
+    fn request(&self, method: &str, url: &str, len: u64) -> ureq::Request {
+        let mibs = u32::try_from(len.div_ceil(1 << 20)).unwrap_or(u32::MAX);
+        let deadline = self.options.timeout.saturating_mul(mibs.saturating_add(1));
+        let mut request = self.agent.request(method, url).timeout(deadline);
         for (name, value) in &self.options.headers {
             request = request.set(name, value);
         }
@@ -195,7 +204,7 @@ impl HttpClient {
     /// The whole object at `url`.
     pub fn get(&self, url: &str) -> Result<Got, Fetch> {
         self.with_retries(url, "", || {
-            let response = self.request("GET", url).call();
+            let response = self.request("GET", url, WHOLE_GET_MIBS << 20).call();
             let response = status(response)?;
             let validator = validator_of(&response);
             let body = read_body(response, None)?;
@@ -213,7 +222,7 @@ impl HttpClient {
     pub fn get_range(&self, url: &str, offset: u64, len: u64) -> Result<Got, Fetch> {
         let range = format!("bytes={}-{}", offset, offset + len - 1);
         self.with_retries(url, &range, || {
-            let response = self.request("GET", url).set("Range", &range).call();
+            let response = self.request("GET", url, len).set("Range", &range).call();
             let response = status(response)?;
             if response.status() != 206 {
                 return Err(Fetch::Failed(format!(
@@ -326,7 +335,7 @@ impl HttpClient {
     }
 
     fn head_once(&self, url: &str) -> Result<(u64, Validator), Fetch> {
-        let response = status(self.request("HEAD", url).call())?;
+        let response = status(self.request("HEAD", url, 0).call())?;
         let len = response
             .header("Content-Length")
             .and_then(|n| n.trim().parse::<u64>().ok())

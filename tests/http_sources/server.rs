@@ -14,6 +14,8 @@ pub struct Faults {
     pub no_range: AtomicBool,
     /// Answer this many next requests with 503.
     pub fail_503: AtomicU32,
+    /// Wait this long before answering each request.
+    pub delay_ms: std::sync::atomic::AtomicU64,
     /// 503s sent.
     pub sent_503: AtomicU32,
     /// Requests served (any status).
@@ -107,6 +109,10 @@ fn serve(stream: TcpStream, root: &Path, faults: &Faults) -> std::io::Result<()>
                         .push(format!("{name}: {}", value.trim()));
                 }
             }
+        }
+        let delay = faults.delay_ms.load(Ordering::SeqCst);
+        if delay > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(delay));
         }
         faults.requests.fetch_add(1, Ordering::SeqCst);
         faults.log.lock().unwrap().push(format!(

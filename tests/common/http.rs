@@ -259,6 +259,7 @@ pub fn read_response(reader: &mut impl BufRead, head_only: bool) -> std::io::Res
 // The fault-injecting server
 // ------------------------------------------------------------------------------------------------
 
+#[allow(unused_imports)]
 pub use super::fault_server::{Fault, FaultServer, Logged};
 
 /// An HTTP date (RFC 9110 IMF-fixdate) of `t`.

@@ -9,8 +9,6 @@ import subprocess
 import tempfile
 import time
 
-import pytest
-
 NGINX = next((p for p in (os.environ.get("NGINX"), "/usr/sbin/nginx", "/usr/bin/nginx") if p and os.path.isfile(p)),
              None)
 
@@ -39,6 +37,8 @@ http {{
 def require_nginx():
     """Skips where nginx is missing, unless FUSE_TESTS_REQUIRED=1 (scripts/test installs nginx) says it must run."""
     if NGINX is None:
+        import pytest
+
         assert "FUSE_TESTS_REQUIRED" not in os.environ, "nginx is required (scripts/test installs it) but missing"
         pytest.skip("nginx not installed")
 

@@ -21,8 +21,7 @@ KINDS = ["files-1.0", "zarr-v3-zip", "zipdaf-1.1", "packed-zarr", "packed-multi"
 
 
 def open_v2(url):
-    if ZARR3:
-        return zarr.open_consolidated(url, mode="r", zarr_format=2)
+    """The call the README shows, the same for zarr-python 2 and 3."""
     return zarr.open_consolidated(url, mode="r")
 
 

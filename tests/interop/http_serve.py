@@ -56,17 +56,17 @@ def _listening(port):
 
 
 @contextlib.contextmanager
-def nginx(root):
-    """Serves `root` with nginx; yields the base URL `http://127.0.0.1:PORT`. Workers run as root when the test
-    does, so they can read a FUSE mount made without allow_other."""
+def nginx(root, user=None):
+    """Serves `root` with nginx; yields the base URL `http://127.0.0.1:PORT`. Workers run as `user` ("nobody
+    nogroup", say), else as root when the test is, so they can read a FUSE mount made without allow_other."""
     require_nginx()
     errors = ""
     for _ in range(5):
         d = tempfile.mkdtemp(prefix="daf-mount-nginx-")
         port = free_port()
-        user = "user root root;\n" if os.geteuid() == 0 else ""
+        user_line = f"user {user};\n" if user else "user root root;\n" if os.geteuid() == 0 else ""
         with open(os.path.join(d, "nginx.conf"), "w") as f:
-            f.write(CONFIG.format(user=user, d=d, port=port, root=root))
+            f.write(CONFIG.format(user=user_line, d=d, port=port, root=root))
         proc = subprocess.Popen([NGINX, "-p", d, "-e", os.path.join(d, "error.log"), "-c",
                                  os.path.join(d, "nginx.conf")], stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -4,6 +4,7 @@ view (from its consolidated `.zmetadata`) and of the v3 view (zarr-python 3, fro
 over HTTP with exact values."""
 import json
 import os
+import urllib.error
 import urllib.request
 
 import numpy as np
@@ -56,3 +57,19 @@ def test_zarr_python_3_reads_the_served_v3_view(kind):
             assert set(arrays) == set(want), f"{kind}/{name}"
             for path, expected in want.items():
                 same(arrays[path][...], expected, f"{kind}/{name}/{path} (v3 view over HTTP)")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="nginx workers as another user need root to start")
+def test_workers_of_another_user_need_allow_other():
+    """The README's advice: nginx workers running as an unprivileged user read the mount only with allow_other."""
+    source, names = SOURCES["files-1.0"]
+    (name,) = names
+    for options, status in ((("-o", "ro,allow_other"), 200), (RO, 403)):
+        with mounted(source, "--zarr-format", "2", *options) as mnt, nginx(mnt, user="nobody nogroup") as base:
+            try:
+                with urllib.request.urlopen(f"{base}/{name}.daf.zarr/.zmetadata") as r:
+                    got = r.status
+                    assert "metadata" in json.load(r)
+            except urllib.error.HTTPError as e:
+                got = e.code
+            assert got == status, options

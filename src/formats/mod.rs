@@ -10,6 +10,7 @@
 //! skip (with a warning) a property that is inconsistent, rather than refusing the whole mount.
 //! Every name taken from a source passes `names::check_name` before it is used.
 
+pub mod datasets;
 pub mod files_daf;
 pub mod files_index;
 pub mod json;

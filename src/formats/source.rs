@@ -12,14 +12,12 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::stores::{dir::open_directory, zip::open_zip, StoreError, StoreIndex};
+use crate::stores::{dir::DirStore, zip::ZipStore, StoreError};
 
-use super::files_daf::{files_version, read_files_daf};
+use super::datasets::{archive_datasets, root_dataset};
 use super::json::FilesVersion;
 use super::model::Dataset;
 use super::names::check_name;
-use super::zarr_daf::read_zarr_daf;
-use super::zarr_v3::{is_daf_root, ZARR_JSON};
 use super::FormatError;
 
 /// The on-disk layout of a data set.
@@ -227,28 +225,10 @@ pub fn open_source(arg: &str) -> Result<Source, FormatError> {
             }
             // Absolute, so files mapped later still resolve after the daemon leaves the cwd.
             let absolute = std::fs::canonicalize(&path).map_err(|e| StoreError::io(&path, e))?;
-            let index = open_directory(&absolute)?;
-            let family = if index.contains("daf.json") {
-                Layout::Files
-            } else if index.contains(".zgroup") || index.contains("zarr.json") {
-                Layout::Zarr
-            } else {
-                return Err(FormatError::NotDaf {
-                    path,
-                    why: "no daf.json (FilesDaf), .zgroup or zarr.json (ZarrDaf)".into(),
-                });
-            };
-            let (dataset, format) = read_dataset(family, &index, &path)?;
-            let target = Target {
-                format,
-                place: Place::Dir(absolute.clone()),
-            };
+            let store = DirStore::open(&absolute)?;
+            let dataset = root_dataset(&store, &path, Place::Dir(absolute.clone()))?;
             Ok(Source {
-                datasets: vec![NamedDataset {
-                    name: display_name(&path),
-                    dataset,
-                    target,
-                }],
+                datasets: vec![dataset],
                 path: absolute,
             })
         }
@@ -266,168 +246,15 @@ pub fn open_source(arg: &str) -> Result<Source, FormatError> {
                 });
             }
             let path = std::fs::canonicalize(&path).map_err(|e| StoreError::io(&path, e))?;
-            let index = open_zip(&path)?;
-            let mut datasets = Vec::new();
-            if let Some(group) = group {
-                let shown = PathBuf::from(format!("{}#/{group}", path.display()));
-                let sub = index.subtree(&group);
-                if sub.is_empty() {
-                    return Err(FormatError::NotDaf {
-                        path: shown,
-                        why: format!("no group {group} in the archive"),
-                    });
-                }
-                let name = group.rsplit('/').next().unwrap_or(&group).to_string();
-                let prefix = format!("{group}/");
-                let (dataset, format) = read_dataset(layout, &sub, &shown)?;
-                datasets.push(NamedDataset {
-                    name,
-                    dataset,
-                    target: Target {
-                        format,
-                        place: Place::Zip {
-                            archive: path.clone(),
-                            prefix,
-                        },
-                    },
-                });
-            } else if !multi {
-                let (dataset, format) = read_dataset(layout, &index, &path)?;
-                datasets.push(NamedDataset {
-                    name: display_name(&path),
-                    dataset,
-                    target: Target {
-                        format,
-                        place: Place::Zip {
-                            archive: path.clone(),
-                            prefix: String::new(),
-                        },
-                    },
-                });
-            } else {
-                for group in find_groups(&index, layout) {
-                    let shown = PathBuf::from(format!("{}#/{group}", path.display()));
-                    let (idx, name) = if group.is_empty() {
-                        (index.clone(), display_name(&path))
-                    } else {
-                        (index.subtree(&group), group.clone())
-                    };
-                    let prefix = if group.is_empty() {
-                        String::new()
-                    } else {
-                        format!("{group}/")
-                    };
-                    let place = Place::Zip {
-                        archive: path.clone(),
-                        prefix,
-                    };
-                    match read_dataset(layout, &idx, &shown) {
-                        Ok((dataset, format)) => datasets.push(NamedDataset {
-                            name,
-                            dataset,
-                            target: Target { format, place },
-                        }),
-                        Err(e) => log::warn!("skipping data set {}: {e}", shown.display()),
-                    }
-                }
-                if datasets.is_empty() {
-                    return Err(FormatError::NotDaf {
-                        path,
-                        why: "no data set found in the archive".into(),
-                    });
-                }
-            }
+            let store = ZipStore::open(&path)?;
+            let place = |prefix| Place::Zip {
+                archive: path.clone(),
+                prefix,
+            };
+            let datasets = archive_datasets(&store, &path, layout, multi, group.as_deref(), place)?;
             Ok(Source { path, datasets })
         }
     }
-}
-
-/// Reads the data set of family `family` at the root of `index` (`shown` names it in messages),
-/// and says which format it is in.
-fn read_dataset(
-    family: Layout,
-    index: &StoreIndex,
-    shown: &Path,
-) -> Result<(Dataset, Format), FormatError> {
-    Ok(match family {
-        Layout::Files => (
-            read_files_daf(index, shown)?,
-            Format::Files(files_version(index)),
-        ),
-        Layout::Zarr => {
-            let dataset = read_zarr_daf(index, shown)?;
-            let format = if dataset.zarr_format == Some(3) {
-                Format::ZarrV3
-            } else {
-                Format::ZarrV2
-            };
-            (dataset, format)
-        }
-    })
-}
-
-/// The groups of a multi-data-set archive that hold a data set ("" for one at the root),
-/// outermost first, never one nested inside another. A ZarrDaf group is a Zarr v2 group with a
-/// `daf` array, or a Zarr v3 group whose `zarr.json` has `attributes.daf`.
-fn find_groups(index: &StoreIndex, layout: Layout) -> Vec<String> {
-    let marker = match layout {
-        Layout::Zarr => "daf/.zarray",
-        Layout::Files => "daf.json",
-    };
-    let group_of = |k: &str, marker: &str| {
-        if k == marker {
-            Some(String::new())
-        } else {
-            k.strip_suffix(&format!("/{marker}")).map(str::to_string)
-        }
-    };
-    let mut candidates: Vec<String> = index
-        .keys()
-        .filter_map(|k| group_of(k, marker))
-        .filter(|g| {
-            layout == Layout::Files
-                || index.contains(&if g.is_empty() {
-                    ".zgroup".into()
-                } else {
-                    format!("{g}/.zgroup")
-                })
-        })
-        .collect();
-    if layout == Layout::Zarr {
-        candidates.extend(
-            index
-                .keys()
-                .filter_map(|k| group_of(k, ZARR_JSON))
-                // DAF creates `axes` with the root: only such groups' documents are read.
-                .filter(|g| {
-                    let axes = if g.is_empty() {
-                        "axes".into()
-                    } else {
-                        format!("{g}/axes")
-                    };
-                    index.contains(&format!("{axes}/{ZARR_JSON}")) && is_daf_root(index, g)
-                }),
-        );
-        candidates.sort();
-        candidates.dedup();
-    }
-    candidates.sort_by_key(|g| {
-        (
-            g.matches('/').count() + usize::from(!g.is_empty()),
-            g.clone(),
-        )
-    });
-    let mut groups: Vec<String> = Vec::new();
-    for candidate in candidates {
-        let nested = groups
-            .iter()
-            .any(|g| g.is_empty() || candidate.starts_with(&format!("{g}/")));
-        if !nested {
-            groups.push(candidate);
-        }
-    }
-    groups.sort();
-    groups
 }
 
 #[cfg(test)]

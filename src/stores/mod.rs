@@ -4,11 +4,17 @@
 //! `/`-separated relative keys to [`Entry`]s, each holding a shared [`Blob`] and a timestamp. The
 //! format readers above this layer only ever see keys and blobs, so a FilesDaf or Zarr tree reads
 //! the same way from a directory, a ZIP, or a group inside a multi-data-set ZIP.
+//!
+//! Every kind of store implements one small trait, [`Store`] (`store`): list, size, mtime, read a
+//! range, map when local, and the [`StoreIndex`] the readers read.
 
 pub mod blob;
 pub mod bytes;
 pub mod check;
+#[cfg(test)]
+pub(crate) mod conformance;
 pub mod dir;
+pub mod store;
 pub mod zip;
 pub mod zip_append;
 pub mod zip_entry;
@@ -20,6 +26,7 @@ use std::time::SystemTime;
 
 pub use blob::Blob;
 pub use bytes::Bytes;
+pub use store::Store;
 
 /// Errors of the store layer.
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +50,26 @@ pub enum StoreError {
     /// Content that could not be produced on demand (decode, conversion, ...).
     #[error("{0}")]
     Produce(String),
+    /// A key the store does not hold.
+    #[error("{store}: no {key}")]
+    Missing {
+        /// The store (see [`Store::describe`]).
+        store: String,
+        /// The key.
+        key: String,
+    },
+    /// A byte range that does not lie within its key's content.
+    #[error("{key}: bytes {offset}+{len} are outside its {size} bytes")]
+    Range {
+        /// The key.
+        key: String,
+        /// Start of the range.
+        offset: u64,
+        /// Its length.
+        len: u64,
+        /// The content's length.
+        size: u64,
+    },
 }
 
 impl StoreError {

@@ -33,6 +33,20 @@ REMOTE = {
     "packed-multi-g2": "packed/multi_v3.dafs.zarr.zip#/g2",
     "foreign-v3": "packed/foreign_v3.daf.zarr",
 }
+# Known gaps of remote sources as of branch httpstore 384ad8b (strict: an entry that starts passing fails, so that
+# it is removed from here). The issue asks for both.
+GAPS = {
+    "foreign-v3": "a remote Zarr v3 directory without consolidated metadata is refused (issue: walk zarr.json)",
+}
+TREE_GAPS = {
+    ("packed-zarr", "3"): "the remote v3 view shows a c/0 chunk of zeros for an all-fill property; the local one has "
+                          "only its zarr.json (same values, not the same tree)",
+}
+
+
+def kinds(gaps=GAPS):
+    return [pytest.param(k, marks=pytest.mark.xfail(strict=True, reason=gaps[k])) if k in gaps else k
+            for k in REMOTE]
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +86,9 @@ def tree(root):
     return out
 
 
-@pytest.mark.parametrize("zarr_format", ["2", "3"])
-@pytest.mark.parametrize("kind", list(REMOTE))
+@pytest.mark.parametrize("kind, zarr_format", [
+    pytest.param(k, f, marks=[pytest.mark.xfail(strict=True, reason=GAPS.get(k) or TREE_GAPS[(k, f)])]
+                 if k in GAPS or (k, f) in TREE_GAPS else []) for k in REMOTE for f in ("2", "3")])
 def test_a_remote_mount_shows_the_local_mounts_files(served, kind, zarr_format):
     source, _ = SOURCES[kind]
     options = ("--zarr-format", zarr_format, *RO)
@@ -89,7 +104,7 @@ def test_a_remote_mount_shows_the_local_mounts_files(served, kind, zarr_format):
             assert len(data) == size, f"{kind}: {path}: st_size is not what a read returns"
 
 
-@pytest.mark.parametrize("kind", list(REMOTE))
+@pytest.mark.parametrize("kind", kinds())
 def test_zarr_python_reads_the_v2_view_of_a_remote_mount(served, kind):
     _, names = SOURCES[kind]
     with mounted(f"{served}/{REMOTE[kind]}", "--zarr-format", "2", *RO) as mnt:
@@ -104,7 +119,7 @@ def test_zarr_python_reads_the_v2_view_of_a_remote_mount(served, kind):
 
 
 @pytest.mark.skipif(not ZARR3, reason="zarr-python 2 cannot read Zarr v3")
-@pytest.mark.parametrize("kind", list(REMOTE))
+@pytest.mark.parametrize("kind", kinds())
 def test_zarr_python_3_reads_the_v3_view_of_a_remote_mount(served, kind):
     _, names = SOURCES[kind]
     with mounted(f"{served}/{REMOTE[kind]}", "--zarr-format", "3", *RO) as mnt:

@@ -398,6 +398,14 @@ def main():
     # 10. Packed 1 GiB matrix: FilesDaf view (decoded lazily by the daemon) vs zarr-python 3 on the same shard.
     import bench_packed
     bench_packed.packed_row(sys.modules[__name__], WORK, args.rounds, args.packed_mib, row, rows)
+    # 11. Remote data set over HTTP (issue 11): first read vs curl, re-read, mount time (scripts/bench_http.py).
+    import bench_http
+    try:
+        bench_http.http_rows(sys.modules[__name__], WORK, args.rounds, args.http_mib, SMALL, row, rows)
+    except (RuntimeError, OSError, subprocess.CalledProcessError) as e:  # the other rows still get reported
+        log(f"HTTP rows NOT MEASURED: {e}")
+        rows.append({"figure": f"HTTP rows not measured: {str(e).strip()[:200]}", "mounted": float("nan"),
+                     "native": None, "unit": "-", "ratio": None, "target": "-"})
     # 7. Mount until usable.
     for label, archive, target in [("10,000", zip10k, "<= 0.1 s"), ("100,000", zip100k, "<= 0.5 s")]:
         times = []

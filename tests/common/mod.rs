@@ -2,6 +2,9 @@
 //! timeout that aborts a wedged connection, and tree comparisons against the fixtures.
 #![allow(dead_code)]
 
+pub mod fault_server;
+pub mod http;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;

@@ -1,0 +1,160 @@
+"""The HTTP rows of scripts/bench (issue 11): a ZarrDaf v2 directory (consolidated `.zmetadata`) with a 1 GiB dense
+Float32 matrix (one uncompressed chunk) and 10,000 small vectors, served by nginx on 127.0.0.1, mounted by URL:
+  (a) first read of the matrix through a fresh mount (FilesDaf view) vs `curl` of the chunk's URL to /dev/null;
+  (b) re-read of it through the same mount vs a warm native read of the chunk file (page cache);
+  (c) mount time of the remote data set (10,000 properties), until usable.
+
+    python scripts/bench_http.py [--mib N] [--props N] [--rounds R]   (alone: builds and measures only these rows)
+"""
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "interop"))
+from http_serve import nginx  # noqa: E402  (nginx on 127.0.0.1 with a generated config, as the tests start it)
+
+CELLS = 65536
+CHUNK = "matrices/cell/gene/fraction/0.0"
+
+
+def _zarray(dtype, shape, strings=False):
+    return {"chunks": shape, "compressor": None, "dtype": dtype, "fill_value": None,
+            "filters": [{"id": "vlen-utf8"}] if strings else None, "order": "C", "shape": shape, "zarr_format": 2}
+
+
+def _vlen(items):
+    return len(items).to_bytes(4, "little") + b"".join(len(x).to_bytes(4, "little") + x for x in items)
+
+
+def make_remote_zarr(path, mib, props):
+    """A seed ZarrDaf (Zarr v2) directory with a consolidated `.zmetadata`, as a web server would publish it: a
+    `mib` MiB Float32 matrix cell x gene in one chunk, and `props` Float32 vectors on a 100-entry axis."""
+    if os.path.exists(os.path.join(path, ".zmetadata")):
+        return os.path.join(path, CHUNK)
+    genes = mib * 2**20 // (4 * CELLS)
+    meta = {}
+
+    def write(key, data):
+        full = os.path.join(path, key)
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        with open(full, "wb") as f:
+            f.write(data)
+
+    def doc(key, value):
+        meta[key] = value
+        write(key, json.dumps(value, separators=(",", ":")).encode())
+
+    def group(p):
+        doc((p + "/" if p else "") + ".zgroup", {"zarr_format": 2})
+        doc((p + "/" if p else "") + ".zattrs", {})
+
+    def array(p, dtype, shape, data, strings=False):
+        doc(p + "/.zarray", _zarray(dtype, shape, strings))
+        doc(p + "/.zattrs", {})
+        write(p + "/" + ".".join("0" * len(shape)), data)
+
+    group("")
+    array("daf", "|u1", [2], bytes([1, 0]))
+    for g in ["scalars", "axes", "vectors", "matrices", "vectors/cell", "vectors/gene", "vectors/item"]:
+        group(g)
+    for r in ["cell", "gene", "item"]:
+        group("matrices/" + r)
+        for c in ["cell", "gene", "item"]:
+            group(f"matrices/{r}/{c}")
+    for axis, n in [("cell", CELLS), ("gene", genes), ("item", 100)]:
+        array("axes/" + axis, "|O", [n], _vlen([(axis[0] + str(i)).encode() for i in range(n)]), strings=True)
+    rng = np.random.default_rng(11)
+    for i in range(props):
+        array(f"vectors/item/p{i}", "<f4", [100], rng.random(100, dtype=np.float32).tobytes())
+    doc("matrices/cell/gene/fraction/.zarray", _zarray("<f4", [genes, CELLS]))
+    doc("matrices/cell/gene/fraction/.zattrs", {})
+    chunk = os.path.join(path, CHUNK)
+    with open(chunk + ".tmp", "wb") as f:
+        for _ in range(genes):
+            f.write(rng.random(CELLS, dtype=np.float32).tobytes())
+    os.rename(chunk + ".tmp", chunk)
+    # Last: its presence says the directory is complete.
+    write(".zmetadata", json.dumps({"metadata": dict(sorted(meta.items())), "zarr_consolidated_format": 1},
+                                   separators=(",", ":")).encode())
+    return chunk
+
+
+def curl(url):
+    start = time.perf_counter()
+    subprocess.run(["curl", "-sSf", "-o", "/dev/null", url], check=True)
+    return time.perf_counter() - start
+
+
+def http_rows(bench, work, rounds, mib, props, row, rows):
+    """Measures the rows with scripts/bench.py's helpers (`bench`: Mount, dd, recache, interleave)."""
+    name = f"remote{mib}m{props}.daf.zarr"
+    chunk = make_remote_zarr(os.path.join(work, "http", name), mib, props)
+    size = os.path.getsize(chunk)
+    bench.recache(chunk)  # nginx serves from the page cache, as curl's side does
+    with nginx(os.path.join(work, "http")) as base:
+        url = f"{base}/{name}"
+        curl(f"{url}/{CHUNK}")
+        firsts, rereads, curls, natives, mounts = [], [], [], [], []
+        for r in range(rounds):  # a fresh mount each round: its first read goes to the network
+            m = bench.Mount(url, "-o", "ro", "--view", "files")
+            try:
+                mounts.append(m.seconds)
+                view = os.path.join(m.path, "matrices/cell/gene/fraction.data")
+                if os.path.getsize(view) != size:
+                    raise RuntimeError(f"{view}: st_size {os.path.getsize(view)}, not {size}")
+                firsts.append(bench.dd(view))
+                curls.append(curl(f"{url}/{CHUNK}"))
+                rereads.append(bench.dd(view))
+                natives.append(bench.dd(chunk))
+                if r == 0:
+                    with open(view, "rb") as a, open(chunk, "rb") as b:
+                        for offset in (0, size // 2, size - (1 << 20)):
+                            a.seek(offset)
+                            b.seek(offset)
+                            if a.read(1 << 20) != b.read(1 << 20):
+                                raise RuntimeError(f"{view}: other bytes than the served chunk at {offset}")
+            finally:
+                m.close()
+    row(f"first read of a {mib} MiB matrix from nginx on 127.0.0.1 through a mount of the URL vs curl of the chunk's "
+        "URL to /dev/null (throughput ratio)", statistics.median(firsts), statistics.median(curls), "s", ">= 0.8")
+    row(f"re-read of it through the same mount vs a warm native read of the chunk file (throughput ratio)",
+        statistics.median(rereads), statistics.median(natives), "s", "(not a target)")
+    t = statistics.median(mounts)
+    rows.append({"figure": f"mount until usable, remote data set with {props:,} properties (nginx on 127.0.0.1)",
+                 "mounted": t, "native": None, "unit": "s", "ratio": None, "target": "<= 1 s"})
+    bench.log(f"remote mount, {props} properties: {t:.3f} s")
+
+
+def main():
+    import argparse
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import bench
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--mib", type=int, default=1024)
+    parser.add_argument("--props", type=int, default=10_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    os.makedirs(bench.WORK, exist_ok=True)
+    rows = []
+
+    def row(name, mounted, native, unit, target):
+        ratio = native / mounted
+        rows.append({"figure": name, "mounted": mounted, "native": native, "unit": unit, "ratio": ratio,
+                     "target": target})
+        bench.log(f"{name}: mounted {mounted:.4g} {unit}, native {native:.4g} {unit}, ratio {ratio:.3f} ({target})")
+    http_rows(bench, bench.WORK, args.rounds, args.mib, args.props, row, rows)
+    for r in rows:
+        ratio = f"{r['ratio']:.3f}" if r["ratio"] is not None else "-"
+        print(f"{r['figure']:<120} {r['mounted']:>10.4g} {ratio:>7}  {r['target']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,299 @@
+//! Remote sources under real-world HTTP faults (issue 11, point 4), with the fault-injecting server
+//! of tests/common/fault_server.rs: 503 then success and a dropped connection are retried; a
+//! connection that keeps dropping, a response slower than the timeout and a 404 chunk give EIO
+//! on that read while the mount stays up; a changed object gives EIO, never mixed bytes; a server
+//! without `Range` is refused at mount. The data set is a ZarrDaf v2 directory written here with
+//! one 8 MiB chunk, so a read needs more than the one request that learns a chunk's size. A build
+//! without remote sources (before branch httpstore) skips these tests, saying so.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::http::{Fault, FaultServer};
+use common::{io_deadline, start_foreground, wait_exit, VECTORS};
+
+/// Skips the test (loudly) where this build cannot mount URLs (before remote sources, branch
+/// httpstore): such a build takes a URL for a missing local path.
+macro_rules! require_remote {
+    () => {
+        if !remote_supported() {
+            eprintln!(
+                "SKIPPED: this daf-mount cannot mount URLs (remote sources: branch httpstore)"
+            );
+            return;
+        }
+    };
+}
+
+fn remote_supported() -> bool {
+    // Port 1 refuses connections: nothing can be mounted on `dir` either way.
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(common::BIN)
+        .arg("http://127.0.0.1:1/x.daf.zarr")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    !String::from_utf8_lossy(&out.stderr).contains("source does not exist: http")
+}
+
+const CELLS: usize = 1024;
+const GENES: usize = 2048; // 1024 x 2048 Float32: one 8 MiB chunk
+const CHUNK: &str = "matrices/cell/gene/fraction/0.0";
+const VIEW: &str = "matrices/cell/gene/fraction.data";
+
+/// Writes a seed ZarrDaf (Zarr v2 with a consolidated `.zmetadata`) with axes `cell` and `gene`
+/// and one dense Float32 matrix in one uncompressed chunk; returns the chunk's bytes.
+fn write_zarr_v2(root: &Path) -> Vec<u8> {
+    let mut meta = serde_json::Map::new();
+    let mut doc = |key: &str, value: serde_json::Value| {
+        let path = root.join(key);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, value.to_string()).unwrap();
+        meta.insert(key.to_string(), value);
+    };
+    let zarray = |dtype: &str, shape: &[usize], strings: bool| {
+        serde_json::json!({"chunks": shape, "compressor": null, "dtype": dtype, "fill_value": null,
+            "filters": if strings { serde_json::json!([{"id": "vlen-utf8"}]) } else { serde_json::Value::Null },
+            "order": "C", "shape": shape, "zarr_format": 2})
+    };
+    let mut groups = vec![String::new()];
+    for g in [
+        "scalars",
+        "axes",
+        "vectors",
+        "matrices",
+        "vectors/cell",
+        "vectors/gene",
+    ] {
+        groups.push(g.to_string());
+    }
+    for r in ["cell", "gene"] {
+        groups.push(format!("matrices/{r}"));
+        for c in ["cell", "gene"] {
+            groups.push(format!("matrices/{r}/{c}"));
+        }
+    }
+    for g in &groups {
+        let prefix = if g.is_empty() {
+            String::new()
+        } else {
+            format!("{g}/")
+        };
+        doc(
+            &format!("{prefix}.zgroup"),
+            serde_json::json!({"zarr_format": 2}),
+        );
+        doc(&format!("{prefix}.zattrs"), serde_json::json!({}));
+    }
+    let mut chunks: Vec<(String, Vec<u8>)> = vec![("daf/0".into(), vec![1, 0])];
+    doc("daf/.zarray", zarray("|u1", &[2], false));
+    doc("daf/.zattrs", serde_json::json!({}));
+    for (axis, n) in [("cell", CELLS), ("gene", GENES)] {
+        doc(&format!("axes/{axis}/.zarray"), zarray("|O", &[n], true));
+        doc(&format!("axes/{axis}/.zattrs"), serde_json::json!({}));
+        let mut v = (n as u32).to_le_bytes().to_vec();
+        for i in 0..n {
+            let name = format!("{}{i}", &axis[..1]);
+            v.extend((name.len() as u32).to_le_bytes());
+            v.extend(name.as_bytes());
+        }
+        chunks.push((format!("axes/{axis}/0"), v));
+    }
+    doc(
+        "matrices/cell/gene/fraction/.zarray",
+        zarray("<f4", &[GENES, CELLS], false),
+    );
+    doc("matrices/cell/gene/fraction/.zattrs", serde_json::json!({}));
+    let data: Vec<u8> = (0..GENES * CELLS)
+        .flat_map(|i| ((i % 1_000_003) as f32 * 0.5).to_le_bytes())
+        .collect();
+    chunks.push((CHUNK.into(), data.clone()));
+    for (key, bytes) in chunks {
+        std::fs::write(root.join(key), bytes).unwrap();
+    }
+    let consolidated = serde_json::json!({"metadata": meta, "zarr_consolidated_format": 1});
+    std::fs::write(root.join(".zmetadata"), consolidated.to_string()).unwrap();
+    data
+}
+
+/// A daf-mount of a URL in the foreground on its own mount point; unmounted when dropped.
+struct RemoteMount {
+    child: Child,
+    mnt: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl RemoteMount {
+    fn new(url: &str, options: &[&str]) -> RemoteMount {
+        let dir = tempfile::tempdir().unwrap();
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        let mut args = vec![url, mnt.to_str().unwrap(), "--view", "files"];
+        args.extend(options);
+        let child = start_foreground(&args, Stdio::inherit());
+        RemoteMount {
+            child,
+            mnt,
+            _dir: dir,
+        }
+    }
+
+    /// Reads `rel` under a deadline: the bytes, or the errno.
+    fn read(&self, rel: &str) -> Result<Vec<u8>, Option<i32>> {
+        let path = self.mnt.join(rel);
+        io_deadline(&self.mnt, Duration::from_secs(60), move || {
+            std::fs::read(&path).map_err(|e| e.raw_os_error())
+        })
+    }
+}
+
+impl Drop for RemoteMount {
+    fn drop(&mut self) {
+        let _ = Command::new("fusermount3")
+            .arg("-u")
+            .arg(&self.mnt)
+            .status();
+        wait_exit(&mut self.child, &self.mnt, Duration::from_secs(20));
+    }
+}
+
+/// The served data set and its server: (`server`, URL of the data set, chunk bytes, temp dir).
+fn served() -> (FaultServer, String, Vec<u8>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let data = write_zarr_v2(&dir.path().join("big.daf.zarr"));
+    let server = FaultServer::serve(dir.path());
+    let url = format!("{}/big.daf.zarr", server.url());
+    (server, url, data, dir)
+}
+
+#[test]
+fn the_data_set_mounts_locally_with_the_chunk_as_its_matrix() {
+    require_fuse!();
+    let (_server, _url, data, dir) = served();
+    let source = dir.path().join("big.daf.zarr");
+    let mount = RemoteMount::new(source.to_str().unwrap(), &["-o", "ro"]);
+    assert!(mount.read(VIEW).unwrap() == data);
+    let genes: String = (0..GENES).map(|i| format!("g{i}\n")).collect();
+    assert!(mount.read("axes/gene.txt").unwrap() == genes.as_bytes());
+}
+
+#[test]
+fn a_503_then_success_is_retried() {
+    require_fuse!();
+    require_remote!();
+    let (server, url, data, _dir) = served();
+    let mount = RemoteMount::new(&url, &[]);
+    server.fault(
+        &format!("/big.daf.zarr/{CHUNK}"),
+        Fault::Unavailable { times: 2 },
+    );
+    assert!(
+        mount.read(VIEW).unwrap() == data,
+        "other bytes after retries"
+    );
+    let tried = server.requests_for(&format!("/big.daf.zarr/{CHUNK}"));
+    assert!(tried >= 3, "two 503s and a success: {tried} requests");
+}
+
+#[test]
+fn a_dropped_connection_is_retried_and_one_that_keeps_dropping_gives_eio() {
+    require_fuse!();
+    require_remote!();
+    let (server, url, data, _dir) = served();
+    let path = format!("/big.daf.zarr/{CHUNK}");
+    let mount = RemoteMount::new(&url, &["-o", "retries=2"]);
+    server.fault(&path, Fault::DropMidBody { times: 1 });
+    assert!(
+        mount.read(VIEW).unwrap() == data,
+        "other bytes after a retry"
+    );
+    let mount2 = RemoteMount::new(&url, &["-o", "retries=2"]);
+    server.fault(&path, Fault::DropMidBody { times: u32::MAX });
+    assert_eq!(mount2.read(VIEW).map(|_| ()), Err(Some(libc::EIO)));
+    // The mount stays up: other files read, and the chunk too once the network is back.
+    assert!(mount2
+        .read("axes/cell.txt")
+        .unwrap()
+        .starts_with(b"c0\nc1\n"));
+    server.clear_faults();
+    assert!(mount2.read(VIEW).unwrap() == data);
+}
+
+#[test]
+#[ignore = "fails with branch httpstore 384ad8b: with -o timeout=1 a response starting after 4 s still succeeds (the \
+            read gets the bytes after about 12 s, no EIO); run with --ignored"]
+fn a_response_slower_than_the_timeout_gives_eio() {
+    require_fuse!();
+    require_remote!();
+    let (server, url, data, _dir) = served();
+    let path = format!("/big.daf.zarr/{CHUNK}");
+    let mount = RemoteMount::new(&url, &["-o", "timeout=1,retries=1"]);
+    server.fault(
+        &path,
+        Fault::Slow {
+            delay: Duration::from_secs(4),
+            times: u32::MAX,
+        },
+    );
+    assert_eq!(mount.read(VIEW).map(|_| ()), Err(Some(libc::EIO)));
+    server.clear_faults();
+    assert!(mount.read(VIEW).unwrap() == data);
+}
+
+#[test]
+fn a_404_chunk_gives_eio_and_the_rest_reads() {
+    require_fuse!();
+    require_remote!();
+    let (server, url, _data, _dir) = served();
+    let mount = RemoteMount::new(&url, &[]);
+    server.fault(&format!("/big.daf.zarr/{CHUNK}"), Fault::NotFound);
+    assert_eq!(mount.read(VIEW).map(|_| ()), Err(Some(libc::EIO)));
+    assert!(mount
+        .read("axes/gene.txt")
+        .unwrap()
+        .starts_with(b"g0\ng1\n"));
+}
+
+#[test]
+fn a_changed_object_gives_eio_never_mixed_bytes() {
+    require_fuse!();
+    require_remote!();
+    let (server, url, _data, _dir) = served();
+    let mount = RemoteMount::new(&url, &[]);
+    // The first request (what learns the size) sees the original; every later one other bytes
+    // under a new ETag.
+    server.fault(
+        &format!("/big.daf.zarr/{CHUNK}"),
+        Fault::ChangeAfter { after: 1 },
+    );
+    assert_eq!(mount.read(VIEW).map(|_| ()), Err(Some(libc::EIO)));
+    assert!(server.requests_for(&format!("/big.daf.zarr/{CHUNK}")) >= 2);
+}
+
+#[test]
+fn a_server_without_range_is_refused_at_mount() {
+    require_fuse!();
+    require_remote!();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        Path::new(VECTORS).join("zarr_v2.daf.zarr.zip"),
+        dir.path().join("x.daf.zarr.zip"),
+    )
+    .unwrap();
+    let server = FaultServer::serve(dir.path());
+    server.fault("/x.daf.zarr.zip", Fault::IgnoreRange);
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let out = Command::new(common::BIN)
+        .arg(format!("{}/x.daf.zarr.zip", server.url()))
+        .arg(&mnt)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "mounted without Range support");
+    assert!(stderr.to_lowercase().contains("range"), "{stderr}");
+    assert!(!common::is_mounted(&mnt));
+}

@@ -332,3 +332,42 @@ fn a_response_slower_than_the_timeout_fails_the_read_and_the_next_one_works() {
     server.faults.delay_ms.store(0, Ordering::SeqCst);
     assert_eq!(blob.read_range(2 << 20, 4).unwrap().as_slice(), &[7; 4]);
 }
+
+#[test]
+fn sequential_reads_are_fetched_ahead_in_few_requests() {
+    let (_tmp, server) = serve_fixtures();
+    let data: Vec<u8> = (0..(40u32 << 20)).map(|i| (i % 251) as u8).collect();
+    std::fs::write(server.root.join("big"), &data).unwrap();
+    let blob = RemoteObject::new(
+        HttpClient::new(quick()),
+        server.url("big"),
+        data.len() as u64,
+        None,
+        false,
+    )
+    .into_blob();
+    let before = server.faults.requests.load(Ordering::SeqCst);
+    let step = 128 << 10;
+    for offset in (0..data.len()).step_by(step) {
+        let got = blob.read_range(offset as u64, step as u64).unwrap();
+        assert!(
+            got.as_slice() == &data[offset..offset + step],
+            "at {offset}"
+        );
+    }
+    let requests = server.faults.requests.load(Ordering::SeqCst) - before;
+    // 320 reads of 128 KiB: one request per 1 MiB block would be 40.
+    assert!(requests <= 16, "{requests} requests");
+    // A read larger than a piece is split into concurrent range requests.
+    let blob = RemoteObject::new(
+        HttpClient::new(quick()),
+        server.url("big"),
+        data.len() as u64,
+        None,
+        false,
+    )
+    .into_blob();
+    let before = server.faults.requests.load(Ordering::SeqCst);
+    assert!(blob.read_range(1, 20 << 20).unwrap().as_slice() == &data[1..1 + (20 << 20)]);
+    assert_eq!(server.faults.requests.load(Ordering::SeqCst) - before, 6);
+}

@@ -1,6 +1,6 @@
 //! One remote object (a file behind a URL) as a [`RangeSource`]: a read is served from the block
 //! cache, and what is missing is fetched by ranged GETs: a large read in concurrent pieces, a
-//! sequential one with readahead. The object's size is known when it is made (predicted from
+//! sequential one with readahead (4 MiB, doubling up to 16 MiB while the reads stay sequential). The object's size is known when it is made (predicted from
 //! metadata, or from a HEAD) and its version (ETag or Last-Modified) is recorded at first contact:
 //! every later response must agree on both, else the read fails (EIO) and one line is logged, so
 //! bytes of two versions are never mixed.
@@ -13,8 +13,10 @@ use super::http::{redact, Fetch, HttpClient, Validator};
 use super::http_cache::{BlockKey, BLOCK};
 use super::{Bytes, StoreError};
 
-/// Blocks fetched beyond a sequential read.
+/// Blocks fetched beyond a sequential read: at first, and at most (doubling on each sequential
+/// miss, back to the first after a jump).
 const READAHEAD_BLOCKS: u64 = 4;
+const MAX_READAHEAD_BLOCKS: u64 = 16;
 /// Size of one of the concurrent pieces of a large fetch.
 const PIECE_BLOCKS: u64 = 4;
 /// Most concurrent requests of one read.
@@ -30,6 +32,8 @@ pub struct RemoteObject {
     missing_is_zero: bool,
     /// Where the last read ended (a read starting there is sequential).
     next: AtomicU64,
+    /// Blocks of readahead of the next sequential miss.
+    readahead: AtomicU64,
     changed_logged: AtomicBool,
 }
 
@@ -53,6 +57,7 @@ impl RemoteObject {
             validator: known,
             missing_is_zero,
             next: AtomicU64::new(u64::MAX),
+            readahead: AtomicU64::new(READAHEAD_BLOCKS),
             changed_logged: AtomicBool::new(false),
         }
     }
@@ -173,8 +178,12 @@ impl RangeSource for RemoteObject {
             let sequential = self.next.load(Ordering::Relaxed) == offset && offset > 0;
             let blocks_in_object = self.len.div_ceil(BLOCK);
             let hi_fetch = if sequential {
-                (hi + READAHEAD_BLOCKS).min(blocks_in_object - 1)
+                let ahead = self.readahead.load(Ordering::Relaxed);
+                self.readahead
+                    .store((ahead * 2).min(MAX_READAHEAD_BLOCKS), Ordering::Relaxed);
+                (hi + ahead).min(blocks_in_object - 1)
             } else {
+                self.readahead.store(READAHEAD_BLOCKS, Ordering::Relaxed);
                 hi
             };
             let fetched = self.fetch_parallel(lo, hi_fetch)?;

@@ -23,6 +23,9 @@ pub const TOKEN_ENV: &str = "DAF_MOUNT_HTTP_TOKEN";
 /// The size a whole GET (a metadata document) is given time for, in MiB.
 const WHOLE_GET_MIBS: u64 = 8;
 
+/// The most a whole GET (a consolidated metadata document) may bring.
+pub const MAX_WHOLE_GET: u64 = 1 << 30;
+
 /// How remote sources are fetched (the `-o` options of a URL mount).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HttpOptions {
@@ -209,6 +212,13 @@ impl HttpClient {
             let validator = validator_of(&response);
             let body = read_body(response, None)?;
             let total = body.len() as u64;
+            if total > MAX_WHOLE_GET {
+                return Err(Fetch::Failed(format!(
+                    "{}: more than {} MiB (a metadata document)",
+                    redact(url),
+                    MAX_WHOLE_GET >> 20
+                )));
+            }
             Ok(Got {
                 body,
                 total,
@@ -383,7 +393,7 @@ fn validator_of(response: &ureq::Response) -> Validator {
 fn read_body(response: ureq::Response, len: Option<u64>) -> Result<Vec<u8>, Fetch> {
     let url = redact(response.get_url());
     let mut body = Vec::with_capacity(len.unwrap_or(0).min(64 << 20) as usize);
-    let limit = len.map_or(u64::MAX, |n| n + 1);
+    let limit = len.unwrap_or(MAX_WHOLE_GET) + 1;
     response
         .into_reader()
         .take(limit)

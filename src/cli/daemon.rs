@@ -12,6 +12,7 @@ use crate::formats::remote::{is_url, open_remote};
 use crate::formats::source::open_source;
 use crate::fuse::{mount_config, FuseAdapter, MountSettings};
 use crate::staging::StagingArea;
+use crate::stores::http::redact;
 use crate::stores::zip_append::start_tail_writer;
 use crate::sys::{fork, Forked};
 
@@ -77,7 +78,13 @@ pub fn run(args: Args) -> Result<(), CliError> {
     } else {
         open_source(&args.source)?
     };
-    log::info!("opened {} in {:?}", args.source, started.elapsed());
+    // A URL is shown (log, fsname in /proc/mounts) without query string or user info.
+    let shown = if remote {
+        redact(&args.source)
+    } else {
+        args.source.clone()
+    };
+    log::info!("opened {shown} in {:?}", started.elapsed());
     let source_path = source.path.clone();
     let root_mtime = std::fs::metadata(&source.path)
         .and_then(|m| m.modified())
@@ -102,10 +109,13 @@ pub fn run(args: Args) -> Result<(), CliError> {
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .max(1);
-    let fsname = options
-        .fsname
-        .clone()
-        .unwrap_or_else(|| source_path.display().to_string());
+    let fsname = options.fsname.clone().unwrap_or_else(|| {
+        if remote {
+            shown.clone()
+        } else {
+            source_path.display().to_string()
+        }
+    });
     let config = mount_config(&MountSettings {
         fsname: fsname.clone(),
         allow_other: options.allow_other,
@@ -185,7 +195,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         if let Some(mut ready) = ready {
             ready.write_all(b"READY\n").map_err(system("--ready-fd"))?;
         }
-        log::info!("mounted {} on {}", args.source, args.mountpoint.display());
+        log::info!("mounted {shown} on {}", args.mountpoint.display());
         // The session owns no mount, so it never unmounts when it ends (after an external
         // unmount, or ours on a signal).
         session.run().map_err(system("serving the mount"))?;

@@ -10,7 +10,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::SystemTime;
 
 use super::blob::{Blob, RangeSource};
-use super::http::{Fetch, HttpClient};
+use super::http::{redact, Fetch, HttpClient};
 use super::http_object::RemoteObject;
 use super::zip::{find_eocd, parse_archive, CentralRecord, LOCAL_SIG, METHOD_STORED};
 use super::zip_entry::{decode, entry_problem};
@@ -29,13 +29,14 @@ fn u64_at(data: &[u8], at: usize) -> Option<u64> {
 
 /// Opens the remote archive at `url` as a store index.
 pub fn open_remote_zip(client: &Arc<HttpClient>, url: &str) -> Result<StoreIndex, StoreError> {
-    let path = Path::new(url);
+    let shown = redact(url);
+    let path = Path::new(&shown);
     let corrupt = |what: &str| StoreError::CorruptZip {
         path: path.to_path_buf(),
         what: what.to_string(),
     };
     let (len, validator) = client.stat(url).map_err(|e| match e {
-        Fetch::NotFound => StoreError::Produce(format!("{url}: not found on the server (404)")),
+        Fetch::NotFound => StoreError::Produce(format!("{shown}: not found on the server (404)")),
         other => other.into(),
     })?;
     let archive = Arc::new(RemoteObject::new(
@@ -151,7 +152,7 @@ impl RangeSource for Member {
 
 /// The blob of one member (fetched on demand).
 fn member_blob(archive: Arc<RemoteObject>, url: &str, record: CentralRecord) -> Arc<Blob> {
-    let what = format!("{url}: entry {}", record.name);
+    let what = format!("{}: entry {}", redact(url), record.name);
     let (method, size, crc, packed) = (
         record.method,
         record.size,

@@ -3,8 +3,7 @@
 //! connection that keeps dropping, a response slower than the timeout and a 404 chunk give EIO
 //! on that read while the mount stays up; a changed object gives EIO, never mixed bytes; a server
 //! without `Range` is refused at mount. The data set is a ZarrDaf v2 directory written here with
-//! one 8 MiB chunk, so a read needs more than the one request that learns a chunk's size. A build
-//! without remote sources (before branch httpstore) skips these tests, saying so.
+//! one 8 MiB chunk, so a read needs more than the one request that learns a chunk's size.
 
 mod common;
 
@@ -14,30 +13,6 @@ use std::time::Duration;
 
 use common::http::{Fault, FaultServer};
 use common::{io_deadline, start_foreground, wait_exit, VECTORS};
-
-/// Skips the test (loudly) where this build cannot mount URLs (before remote sources, branch
-/// httpstore): such a build takes a URL for a missing local path.
-macro_rules! require_remote {
-    () => {
-        if !remote_supported() {
-            eprintln!(
-                "SKIPPED: this daf-mount cannot mount URLs (remote sources: branch httpstore)"
-            );
-            return;
-        }
-    };
-}
-
-fn remote_supported() -> bool {
-    // Port 1 refuses connections: nothing can be mounted on `dir` either way.
-    let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(common::BIN)
-        .arg("http://127.0.0.1:1/x.daf.zarr")
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    !String::from_utf8_lossy(&out.stderr).contains("source does not exist: http")
-}
 
 const CELLS: usize = 1024;
 const GENES: usize = 2048; // 1024 x 2048 Float32: one 8 MiB chunk
@@ -183,7 +158,6 @@ fn the_data_set_mounts_locally_with_the_chunk_as_its_matrix() {
 #[test]
 fn a_503_then_success_is_retried() {
     require_fuse!();
-    require_remote!();
     let (server, url, data, _dir) = served();
     let mount = RemoteMount::new(&url, &[]);
     server.fault(
@@ -201,7 +175,6 @@ fn a_503_then_success_is_retried() {
 #[test]
 fn a_dropped_connection_is_retried_and_one_that_keeps_dropping_gives_eio() {
     require_fuse!();
-    require_remote!();
     let (server, url, data, _dir) = served();
     let path = format!("/big.daf.zarr/{CHUNK}");
     let mount = RemoteMount::new(&url, &["-o", "retries=2"]);
@@ -223,11 +196,8 @@ fn a_dropped_connection_is_retried_and_one_that_keeps_dropping_gives_eio() {
 }
 
 #[test]
-#[ignore = "fails with branch httpstore 384ad8b: with -o timeout=1 a response starting after 4 s still succeeds (the \
-            read gets the bytes after about 12 s, no EIO); run with --ignored"]
 fn a_response_slower_than_the_timeout_gives_eio() {
     require_fuse!();
-    require_remote!();
     let (server, url, data, _dir) = served();
     let path = format!("/big.daf.zarr/{CHUNK}");
     let mount = RemoteMount::new(&url, &["-o", "timeout=1,retries=1"]);
@@ -246,7 +216,6 @@ fn a_response_slower_than_the_timeout_gives_eio() {
 #[test]
 fn a_404_chunk_gives_eio_and_the_rest_reads() {
     require_fuse!();
-    require_remote!();
     let (server, url, _data, _dir) = served();
     let mount = RemoteMount::new(&url, &[]);
     server.fault(&format!("/big.daf.zarr/{CHUNK}"), Fault::NotFound);
@@ -260,7 +229,6 @@ fn a_404_chunk_gives_eio_and_the_rest_reads() {
 #[test]
 fn a_changed_object_gives_eio_never_mixed_bytes() {
     require_fuse!();
-    require_remote!();
     let (server, url, _data, _dir) = served();
     let mount = RemoteMount::new(&url, &[]);
     // The first request (what learns the size) sees the original; every later one other bytes
@@ -276,7 +244,6 @@ fn a_changed_object_gives_eio_never_mixed_bytes() {
 #[test]
 fn a_server_without_range_is_refused_at_mount() {
     require_fuse!();
-    require_remote!();
     let dir = tempfile::tempdir().unwrap();
     std::fs::copy(
         Path::new(VECTORS).join("zarr_v2.daf.zarr.zip"),

@@ -243,6 +243,19 @@ impl Dataset {
         groups
     }
 
+    /// The groups axis `name` brings: `vectors/NAME`, `matrices/NAME`, and `matrices/NAME/X`,
+    /// `matrices/X/NAME` for every axis X (itself included once).
+    pub fn axis_groups(&self, name: &str) -> Vec<String> {
+        let mut groups = vec![format!("vectors/{name}"), format!("matrices/{name}")];
+        for other in self.axes.keys() {
+            groups.push(format!("matrices/{name}/{other}"));
+            if other != name {
+                groups.push(format!("matrices/{other}/{name}"));
+            }
+        }
+        groups
+    }
+
     /// Every vector and matrix property, with its path and dimensions.
     pub fn properties(&self) -> impl Iterator<Item = PropertyRef<'_>> {
         let len = |axis: &str| self.axes.get(axis).map_or(0, Axis::len);
@@ -339,6 +352,12 @@ impl Dataset {
             PropertyId::Matrix { rows, cols, .. } => Some(Shape::Matrix(len(rows)?, len(cols)?)),
             _ => None,
         }
+    }
+
+    /// The dimensions of vector or matrix `id`, to read it: an error if an axis is missing.
+    pub fn property_shape(&self, id: &PropertyId) -> Result<Shape, super::FormatError> {
+        self.shape(id)
+            .ok_or_else(|| super::FormatError::Bad(format!("{}: its axes do not exist", id.path())))
     }
 
     /// The vector or matrix `id`.

@@ -13,7 +13,9 @@ use serde_json::Value;
 
 use crate::stores::StoreIndex;
 
-use super::model::{Axis, Dataset, Payload, Property, ScalarProperty, SparseIndex};
+use super::model::{
+    Axis, Dataset, Item, Payload, Property, PropertyId, ScalarProperty, SparseIndex,
+};
 use super::names::accept_name;
 use super::scalar::Scalar;
 use super::shard::Packing;
@@ -227,9 +229,23 @@ fn node_names(index: &StoreIndex, group: &str, version: ZarrVersion) -> Vec<Stri
         .collect()
 }
 
-/// Reads the Zarr v2 scalar array under `key`.
-pub(crate) fn read_scalar(index: &StoreIndex, key: &str) -> Result<ScalarProperty, FormatError> {
-    read_scalar_of(ZarrVersion::V2, index, key)
+/// Reads item `id` of a ZarrDaf of `version` from `index` (a source's keys, or staged files);
+/// `dataset` gives the axes a vector or matrix must fit.
+pub(crate) fn read_item(
+    version: ZarrVersion,
+    dataset: &Dataset,
+    id: &PropertyId,
+    index: &StoreIndex,
+) -> Result<Item, FormatError> {
+    let path = id.path();
+    Ok(match id {
+        PropertyId::Scalar(_) => Item::Scalar(read_scalar_of(version, index, &path)?),
+        PropertyId::Axis(_) => Item::Axis(read_axis_of(version, index, &path)?),
+        _ => {
+            let shape = dataset.property_shape(id)?.zarr();
+            Item::Property(read_property_of(version, index, &path, &shape)?)
+        }
+    })
 }
 
 /// Reads the axis array under `key`: a 1-D string array whose entries are checked now (axis
@@ -291,15 +307,6 @@ fn numeric(array: &ZarrArray, what: &str) -> Result<NumType, FormatError> {
             "{what} must be a 1-D numeric array"
         ))),
     }
-}
-
-/// Reads a Zarr v2 dense array or sparse group whose dense Zarr shape must be `shape`.
-pub(crate) fn read_property(
-    index: &StoreIndex,
-    key: &str,
-    shape: &[u64],
-) -> Result<Property, FormatError> {
-    read_property_of(ZarrVersion::V2, index, key, shape)
 }
 
 /// Records the packing of a packed component (`""` for a dense property).

@@ -21,10 +21,8 @@ use serde_json::Value;
 
 use crate::stores::StoreIndex;
 
-use super::model::{Axis, Property, ScalarProperty};
 use super::shard::{flat_blob, Packing};
 use super::types::{ElementType, Endian, NumType};
-use super::zarr_daf::{read_axis_of, read_property_of, read_scalar_of, ZarrVersion};
 use super::zarr_decode::{check_grid, ArrayKind, ChunkLayout, Compressor};
 use super::zarr_v2::{open_chunked, parse_fill, stored_chunks, ZarrArray};
 use super::FormatError;
@@ -370,25 +368,6 @@ pub fn all_chunks_stored(index: &StoreIndex, key: &str) -> Result<bool, FormatEr
     let (_, v3) = array_layout(index, key)?;
     let stored = stored_chunks(index, key, &v3.layout, &v3.prefix).len() as u64;
     Ok(v3.layout.grid_total() == Some(stored))
-}
-
-/// Reads the scalar array under `key` (a staged item, or a source's).
-pub fn read_scalar(index: &StoreIndex, key: &str) -> Result<ScalarProperty, FormatError> {
-    read_scalar_of(ZarrVersion::V3, index, key)
-}
-
-/// Reads the axis array under `key`.
-pub fn read_axis(index: &StoreIndex, key: &str) -> Result<Axis, FormatError> {
-    read_axis_of(ZarrVersion::V3, index, key)
-}
-
-/// Reads the dense array or sparse group under `key`, whose Zarr shape must be `shape`.
-pub fn read_property(
-    index: &StoreIndex,
-    key: &str,
-    shape: &[u64],
-) -> Result<Property, FormatError> {
-    read_property_of(ZarrVersion::V3, index, key, shape)
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ use super::*;
 use crate::formats::model::{Dataset, Payload, SparseIndex};
 use crate::formats::strings::decode_vlen;
 use crate::formats::zarr_daf::read_zarr_daf;
+use crate::formats::zarr_daf::{read_axis_of, read_property_of, read_scalar_of, ZarrVersion};
 use crate::stores::{dir::open_directory, zip::open_zip, Blob};
 
 const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/vectors");
@@ -352,23 +353,28 @@ fn hostile_array_documents_are_refused() {
 fn staged_items_are_read_with_the_v3_entry_points() {
     let idx = open_directory(Path::new(&format!("{VECTORS}/zarr_v3.daf.zarr"))).unwrap();
     assert_eq!(
-        read_scalar(&idx, "scalars/ratio")
+        read_scalar_of(ZarrVersion::V3, &idx, "scalars/ratio")
             .unwrap()
             .scalar
             .value_json(),
         "2.5"
     );
-    assert_eq!(read_axis(&idx, "axes/gene").unwrap().len(), 2);
-    assert!(read_property(&idx, "vectors/cell/score", &[3]).is_ok());
-    let err = read_property(&idx, "vectors/cell/score", &[4]).unwrap_err();
+    assert_eq!(
+        read_axis_of(ZarrVersion::V3, &idx, "axes/gene")
+            .unwrap()
+            .len(),
+        2
+    );
+    assert!(read_property_of(ZarrVersion::V3, &idx, "vectors/cell/score", &[3]).is_ok());
+    let err = read_property_of(ZarrVersion::V3, &idx, "vectors/cell/score", &[4]).unwrap_err();
     assert!(err.to_string().contains("shape [3], [4] expected"), "{err}");
-    assert!(read_property(&idx, "matrices/cell/gene/umis", &[2, 3]).is_ok());
+    assert!(read_property_of(ZarrVersion::V3, &idx, "matrices/cell/gene/umis", &[2, 3]).is_ok());
     assert!(all_chunks_stored(&idx, "matrices/cell/gene/expr").unwrap());
     let foreign = open_directory(Path::new(FOREIGN)).unwrap();
     assert!(all_chunks_stored(&foreign, "vectors/cell/x").unwrap());
     assert!(!all_chunks_stored(&foreign, "vectors/cell/partial").unwrap());
     assert!(matches!(
-        read_scalar(&idx, "scalars/nope"),
+        read_scalar_of(ZarrVersion::V3, &idx, "scalars/nope"),
         Err(FormatError::MissingFile(_))
     ));
 }

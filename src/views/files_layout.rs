@@ -9,7 +9,7 @@ use crate::formats::FormatError;
 use crate::formats::{files_daf, files_index};
 use crate::stores::{StoreError, StoreIndex};
 
-use super::layout::{property_shape, Layout, Removal, Staged};
+use super::layout::{Layout, Removal, Staged};
 use super::{files, ViewEntry};
 
 const VECTOR_FILES: [&str; 6] = ["json", "data", "txt", "nzind", "nzval", "nztxt"];
@@ -66,7 +66,7 @@ impl Layout for FilesLayout {
             }
             PropertyId::Axis(_) => Item::Axis(files_daf::read_axis(index, &format!("{path}.txt"))?),
             _ => {
-                let shape = property_shape(dataset, id)?;
+                let shape = dataset.property_shape(id)?;
                 Item::Property(files_daf::read_property(index, &path, shape)?)
             }
         })
@@ -164,14 +164,10 @@ impl Layout for FilesLayout {
 
     /// Julia creates every directory a new axis implies.
     fn implied(&self, dataset: &Dataset, id: &PropertyId) -> (Vec<(String, Vec<u8>)>, Vec<String>) {
-        let mut dirs = Vec::new();
-        if let PropertyId::Axis(name) = id {
-            dirs.push(format!("vectors/{name}"));
-            for other in dataset.axes.keys() {
-                dirs.push(format!("matrices/{name}/{other}"));
-                dirs.push(format!("matrices/{other}/{name}"));
-            }
-        }
+        let dirs = match id {
+            PropertyId::Axis(name) => dataset.axis_groups(name),
+            _ => Vec::new(),
+        };
         (Vec::new(), dirs)
     }
 

@@ -9,7 +9,7 @@
 //! methods and know no format.
 
 use crate::formats::json::FilesVersion;
-use crate::formats::model::{Dataset, Item, PropertyId, Shape};
+use crate::formats::model::{Dataset, Item, PropertyId};
 use crate::formats::source::Format;
 use crate::formats::FormatError;
 use crate::stores::{Bytes, StoreError, StoreIndex};
@@ -155,13 +155,6 @@ pub trait Layout: Sync + Send {
     ) -> Option<Bytes> {
         None
     }
-}
-
-/// The dimensions of vector or matrix `id` from `dataset`'s axes, for reading it.
-pub(crate) fn property_shape(dataset: &Dataset, id: &PropertyId) -> Result<Shape, FormatError> {
-    dataset
-        .shape(id)
-        .ok_or_else(|| FormatError::Bad(format!("{}: its axes do not exist", id.path())))
 }
 
 /// The layout of `format`.

@@ -134,13 +134,8 @@ pub fn item_entries(dataset: &Dataset, id: &PropertyId) -> Vec<ViewEntry> {
             .axes
             .get(name)
             .map_or_else(|| dataset_mtime(dataset), |a| a.mtime);
-        z.group(&format!("vectors/{name}"), mtime);
-        z.group(&format!("matrices/{name}"), mtime);
-        for other in dataset.axes.keys() {
-            z.group(&format!("matrices/{name}/{other}"), mtime);
-            if other != name {
-                z.group(&format!("matrices/{other}/{name}"), mtime);
-            }
+        for group in dataset.axis_groups(name) {
+            z.group(&group, mtime);
         }
     }
     z.view.finish()

@@ -4,14 +4,14 @@
 
 use serde_json::Value;
 
-use crate::formats::model::{Axis, Dataset, Item, PropertyId};
+use crate::formats::model::{Dataset, Item, PropertyId};
 use crate::formats::source::Format;
-use crate::formats::strings::{encode_vlen, Strings};
-use crate::formats::zarr_decode::ArrayKind;
-use crate::formats::{zarr_daf, zarr_v2, FormatError};
+use crate::formats::strings::encode_vlen;
+use crate::formats::zarr_daf::{self, ZarrVersion};
+use crate::formats::{zarr_v2, FormatError};
 use crate::stores::{Bytes, StoreError, StoreIndex};
 
-use super::layout::{property_shape, Layout, Removal, Staged};
+use super::layout::{Layout, Removal, Staged};
 use super::{zarr, ViewEntry};
 
 /// ZarrDaf on Zarr v2 (DataAxesFormats 0.2).
@@ -170,28 +170,7 @@ impl Layout for ZarrV2 {
         id: &PropertyId,
         index: &StoreIndex,
     ) -> Result<Item, FormatError> {
-        let path = id.path();
-        Ok(match id {
-            PropertyId::Scalar(_) => Item::Scalar(zarr_daf::read_scalar(index, &path)?),
-            PropertyId::Axis(_) => {
-                let array = zarr_v2::open_array(index, &path)?;
-                match (array.kind, array.shape.as_slice()) {
-                    (ArrayKind::Strings, [n]) => Item::Axis(Axis {
-                        entries: Strings::from_vlen(array.blob, *n),
-                        mtime: array.mtime,
-                    }),
-                    _ => {
-                        return Err(FormatError::Bad(format!(
-                            "{path}: an axis must be a 1-D string array"
-                        )))
-                    }
-                }
-            }
-            _ => {
-                let shape = property_shape(dataset, id)?;
-                Item::Property(zarr_daf::read_property(index, &path, &shape.zarr())?)
-            }
-        })
+        zarr_daf::read_item(ZarrVersion::V2, dataset, id, index)
     }
 
     fn view(&self, dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {

@@ -29,9 +29,6 @@ use super::{dataset_mtime, ViewBuilder, ViewEntry};
 
 /// The `zarr.json` of every group but the root (37 bytes).
 pub const GROUP: &str = "{\"node_type\":\"group\",\"zarr_format\":3}";
-/// The root `zarr.json` of a ZIP source: the daf version, no consolidated metadata (64 bytes).
-pub const ROOT_PLAIN: &str =
-    "{\"attributes\":{\"daf\":[1,0]},\"node_type\":\"group\",\"zarr_format\":3}";
 /// A group's entry in the consolidated metadata, as DataAxesFormats writes it (a literal with its
 /// own key order, unlike the group's file).
 const GROUP_ENTRY: &str = "{\"zarr_format\":3,\"node_type\":\"group\"}";
@@ -295,38 +292,11 @@ pub fn item_entries(dataset: &Dataset, id: &PropertyId) -> Vec<ViewEntry> {
             .axes
             .get(name)
             .map_or_else(|| dataset_mtime(dataset), |a| a.mtime);
-        z.group(&format!("vectors/{name}"), mtime);
-        z.group(&format!("matrices/{name}"), mtime);
-        for other in dataset.axes.keys() {
-            z.group(&format!("matrices/{name}/{other}"), mtime);
-            if other != name {
-                z.group(&format!("matrices/{other}/{name}"), mtime);
-            }
+        for group in dataset.axis_groups(name) {
+            z.group(&group, mtime);
         }
     }
     z.view.finish()
-}
-
-/// The root `zarr.json` of `dataset`: with the inline consolidated metadata of every node
-/// (`consolidated`: the view, and a directory source), or the 64-byte plain form (a ZIP source).
-pub fn root_document(dataset: &Dataset, consolidated: bool) -> String {
-    if !consolidated {
-        return ROOT_PLAIN.to_string();
-    }
-    let mut z = V3Builder::new("");
-    for group in dataset.groups() {
-        z.group(&group, SystemTime::UNIX_EPOCH);
-    }
-    for name in dataset.scalars.keys() {
-        item_nodes(&mut z, dataset, &PropertyId::Scalar(name.clone()));
-    }
-    for name in dataset.axes.keys() {
-        item_nodes(&mut z, dataset, &PropertyId::Axis(name.clone()));
-    }
-    for p in dataset.properties() {
-        property(&mut z, &p.path, p.property, &p.shape.zarr());
-    }
-    String::from_utf8_lossy(&consolidated_root(&z.metadata)).into_owned()
 }
 
 /// The root document with the inline consolidated metadata `metadata` (node path → entry), keys

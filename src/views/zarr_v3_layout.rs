@@ -4,10 +4,11 @@
 
 use crate::formats::model::{Dataset, Item, PropertyId};
 use crate::formats::source::Format;
-use crate::formats::{zarr_v3, FormatError};
+use crate::formats::zarr_daf::{self, ZarrVersion};
+use crate::formats::FormatError;
 use crate::stores::{StoreError, StoreIndex};
 
-use super::layout::{property_shape, Layout, Removal, Staged};
+use super::layout::{Layout, Removal, Staged};
 use super::zarr_v2_layout::parent_groups;
 use super::{zarr_v3 as view, zarr_v3_rules as rules, ViewEntry};
 
@@ -26,15 +27,7 @@ impl Layout for ZarrV3 {
         id: &PropertyId,
         index: &StoreIndex,
     ) -> Result<Item, FormatError> {
-        let path = id.path();
-        Ok(match id {
-            PropertyId::Scalar(_) => Item::Scalar(zarr_v3::read_scalar(index, &path)?),
-            PropertyId::Axis(_) => Item::Axis(zarr_v3::read_axis(index, &path)?),
-            _ => {
-                let shape = property_shape(dataset, id)?;
-                Item::Property(zarr_v3::read_property(index, &path, &shape.zarr())?)
-            }
-        })
+        zarr_daf::read_item(ZarrVersion::V3, dataset, id, index)
     }
 
     fn view(&self, dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {

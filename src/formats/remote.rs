@@ -22,7 +22,7 @@ use serde_json::Value;
 
 use crate::stores::http::{escape_key, redact, Fetch, HttpClient, HttpOptions};
 use crate::stores::http_object::RemoteObject;
-use crate::stores::http_store::HttpStore;
+use crate::stores::http_store::{remote_directory, remote_zip};
 use crate::stores::{Blob, Bytes, Entry, StoreIndex};
 
 use super::datasets::{archive_datasets, root_dataset};
@@ -63,7 +63,7 @@ pub fn open_remote(url: &str, options: &HttpOptions) -> Result<Source, FormatErr
             group,
         } => {
             let archive = path.to_string_lossy().into_owned();
-            let store = HttpStore::open_zip(client, &archive)?;
+            let store = remote_zip(&client, &archive)?;
             let shown = PathBuf::from(redact(&archive));
             let place = |prefix: String| Place::Zip {
                 archive: path.clone(),
@@ -76,7 +76,7 @@ pub fn open_remote(url: &str, options: &HttpOptions) -> Result<Source, FormatErr
         SourceSpec::Directory(_) => {
             let base = url.trim_end_matches('/');
             let index = remote_zarr_index(&client, base)?;
-            let store = HttpStore::from_index(client, base, index);
+            let store = remote_directory(base, index);
             let shown = PathBuf::from(redact(base));
             let dataset = root_dataset(&store, &shown, Place::Dir(PathBuf::from(base)))?;
             Ok(Source {

@@ -12,7 +12,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::stores::{dir::DirStore, zip::ZipStore, StoreError};
+use crate::stores::{dir, zip, StoreError};
 
 use super::datasets::{archive_datasets, root_dataset};
 use super::json::FilesVersion;
@@ -225,7 +225,7 @@ pub fn open_source(arg: &str) -> Result<Source, FormatError> {
             }
             // Absolute, so files mapped later still resolve after the daemon leaves the cwd.
             let absolute = std::fs::canonicalize(&path).map_err(|e| StoreError::io(&path, e))?;
-            let store = DirStore::open(&absolute)?;
+            let store = dir::open_store(&absolute)?;
             let dataset = root_dataset(&store, &path, Place::Dir(absolute.clone()))?;
             Ok(Source {
                 datasets: vec![dataset],
@@ -246,7 +246,7 @@ pub fn open_source(arg: &str) -> Result<Source, FormatError> {
                 });
             }
             let path = std::fs::canonicalize(&path).map_err(|e| StoreError::io(&path, e))?;
-            let store = ZipStore::open(&path)?;
+            let store = zip::open_store(&path)?;
             let place = |prefix| Place::Zip {
                 archive: path.clone(),
                 prefix,

@@ -12,9 +12,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use super::dir::{DirStore, SMALL_FILE};
+use super::dir::{self, SMALL_FILE};
 use super::store::{index_by_ranges, Store};
-use super::zip::ZipStore;
+use super::zip;
 use super::zip_append::append;
 use super::{Bytes, StoreError, StoreIndex};
 
@@ -252,13 +252,13 @@ fn the_directory_store_conforms() {
     check_store(|files| {
         let dir = next();
         write_dir(&dir, files);
-        Box::new(DirStore::open(&dir).unwrap())
+        Box::new(dir::open_store(&dir).unwrap())
     });
     let dir = next();
     let files = sample();
     let given: Vec<(&str, &[u8])> = files.iter().map(|(k, v)| (k.as_str(), &v[..])).collect();
     write_dir(&dir, &given);
-    let store = DirStore::open(&dir).unwrap();
+    let store = dir::open_store(&dir).unwrap();
     check_maps(&store);
     assert!(store.map("big.data").unwrap().unwrap().is_mapped());
 }
@@ -271,13 +271,13 @@ fn the_zip_store_conforms() {
     check_store(|files| {
         let path = next().with_extension("zip");
         write_zip(&path, files);
-        Box::new(ZipStore::open(&path).unwrap())
+        Box::new(zip::open_store(&path).unwrap())
     });
     let path = next().with_extension("zip");
     let files = sample();
     let given: Vec<(&str, &[u8])> = files.iter().map(|(k, v)| (k.as_str(), &v[..])).collect();
     write_zip(&path, &given);
-    let store = ZipStore::open(&path).unwrap();
+    let store = zip::open_store(&path).unwrap();
     check_maps(&store);
     // Stored members are ranges of the archive's map, not copies.
     for (key, _) in files {
@@ -297,7 +297,7 @@ fn a_group_of_a_zip_store_conforms() {
         all.push(("outside".into(), b"x"));
         let given: Vec<(&str, &[u8])> = all.iter().map(|(k, v)| (k.as_str(), *v)).collect();
         write_zip(&path, &given);
-        Box::new(ZipStore::open(&path).unwrap().group("g1"))
+        Box::new(zip::open_store(&path).unwrap().group("g1"))
     });
 }
 
@@ -331,11 +331,11 @@ fn a_zip_store_of_deflated_members_conforms() {
     check_store(|files| {
         let path = next().with_extension("zip");
         write_deflated_zip(&path, files);
-        Box::new(ZipStore::open(&path).unwrap())
+        Box::new(zip::open_store(&path).unwrap())
     });
     let path = next().with_extension("zip");
     write_deflated_zip(&path, &[("k", &[7; 5000])]);
-    let store = ZipStore::open(&path).unwrap();
+    let store = zip::open_store(&path).unwrap();
     let map = store.map("k").unwrap().unwrap();
     assert!(!map.is_mapped() && map.as_slice() == [7; 5000]);
 }
@@ -351,7 +351,7 @@ fn a_damaged_zip_member_is_an_error_through_the_store() {
     let at = data.windows(10).position(|w| w == b"bad  bytes").unwrap();
     data[at + 3] = b'!';
     std::fs::write(&path, data).unwrap();
-    let store = ZipStore::open(&path).unwrap();
+    let store = zip::open_store(&path).unwrap();
     assert_eq!(store.read_range("good", 0, 4).unwrap().as_slice(), b"good");
     assert_eq!(store.size("bad").unwrap(), 10);
     assert!(store.read_range("bad", 0, 3).is_err());
@@ -391,11 +391,11 @@ fn a_store_indexed_by_ranges_conforms_and_maps_nothing() {
     check_store(|files| {
         let dir = next();
         write_dir(&dir, files);
-        Box::new(ByRanges(Arc::new(DirStore::open(&dir).unwrap())))
+        Box::new(ByRanges(Arc::new(dir::open_store(&dir).unwrap())))
     });
     let dir = next();
     write_dir(&dir, &[("k", b"v")]);
-    let store = ByRanges(Arc::new(DirStore::open(&dir).unwrap()));
+    let store = ByRanges(Arc::new(dir::open_store(&dir).unwrap()));
     assert!(store.map("k").unwrap().is_none());
     assert!(is_missing(store.map("nope")));
     let index = store.index().unwrap();

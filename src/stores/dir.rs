@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::bytes::Budget;
-use super::store::{Indexed, Store};
+use super::store::IndexedStore;
 use super::{Blob, Bytes, Entry, StoreError, StoreIndex};
 use crate::sys::map_readonly;
 
@@ -45,55 +45,9 @@ pub fn open_directory(root: &Path) -> Result<StoreIndex, StoreError> {
 
 /// A directory as a [`Store`]: the walk of [`open_directory`], its files read or mapped on first
 /// access.
-#[derive(Clone, Debug)]
-pub struct DirStore {
-    inner: Indexed,
-}
-
-impl DirStore {
-    /// Walks `root` (see [`open_directory`]).
-    pub fn open(root: &Path) -> Result<DirStore, StoreError> {
-        Ok(DirStore {
-            inner: Indexed {
-                what: format!("directory {}", root.display()),
-                index: open_directory(root)?,
-            },
-        })
-    }
-}
-
-impl Store for DirStore {
-    fn describe(&self) -> String {
-        self.inner.what.clone()
-    }
-
-    fn list(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
-        Ok(self.inner.list(prefix))
-    }
-
-    fn size(&self, key: &str) -> Result<u64, StoreError> {
-        self.inner.size(key)
-    }
-
-    fn mtime(&self, key: &str) -> Result<std::time::SystemTime, StoreError> {
-        self.inner.mtime(key)
-    }
-
-    fn read_range(&self, key: &str, offset: u64, len: u64) -> Result<Bytes, StoreError> {
-        self.inner.read_range(key, offset, len)
-    }
-
-    fn map(&self, key: &str) -> Result<Option<Bytes>, StoreError> {
-        self.inner.map(key)
-    }
-
-    fn index(&self) -> Result<StoreIndex, StoreError> {
-        Ok(self.inner.index.clone())
-    }
-
-    fn root_mtime(&self) -> Option<std::time::SystemTime> {
-        self.inner.index.root_mtime
-    }
+pub fn open_store(root: &Path) -> Result<IndexedStore, StoreError> {
+    let what = format!("directory {}", root.display());
+    Ok(IndexedStore::new(what, open_directory(root)?, true))
 }
 
 struct Walk<'a> {

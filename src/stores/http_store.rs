@@ -5,80 +5,27 @@
 //! it never maps ([`Store::map`] is `Ok(None)`).
 
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use super::http::{redact, HttpClient};
 use super::http_zip::open_remote_zip;
-use super::store::{Indexed, Store};
-use super::{Bytes, StoreError, StoreIndex};
+use super::store::IndexedStore;
+use super::{StoreError, StoreIndex};
 
-/// A remote source (a Zarr directory or a ZIP archive behind a URL).
-#[derive(Clone, Debug)]
-pub struct HttpStore {
-    inner: Indexed,
-    client: Arc<HttpClient>,
+/// The store of the remote directory at `url` whose keys and blobs are `index` (built from its
+/// consolidated metadata; its blobs fetch through the client they were made with).
+pub fn remote_directory(url: &str, index: StoreIndex) -> IndexedStore {
+    IndexedStore::new(format!("remote directory {}", redact(url)), index, false)
 }
 
-impl HttpStore {
-    /// The store of the remote directory at `url` whose keys and blobs are `index` (built from
-    /// its consolidated metadata, blobs fetched through `client`).
-    pub fn from_index(client: Arc<HttpClient>, url: &str, index: StoreIndex) -> HttpStore {
-        HttpStore {
-            inner: Indexed {
-                what: format!("remote directory {}", redact(url)),
-                index,
-            },
-            client,
-        }
-    }
-
-    /// The remote ZIP archive at `url`: its end and central directory are fetched now, its
-    /// members on demand.
-    pub fn open_zip(client: Arc<HttpClient>, url: &str) -> Result<HttpStore, StoreError> {
-        let index = open_remote_zip(&client, url)?;
-        Ok(HttpStore {
-            inner: Indexed {
-                what: format!("remote ZIP archive {}", redact(url)),
-                index,
-            },
-            client,
-        })
-    }
-
-    /// The client the store fetches with.
-    pub fn client(&self) -> &Arc<HttpClient> {
-        &self.client
-    }
-}
-
-impl Store for HttpStore {
-    fn describe(&self) -> String {
-        self.inner.what.clone()
-    }
-
-    fn list(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
-        Ok(self.inner.list(prefix))
-    }
-
-    fn size(&self, key: &str) -> Result<u64, StoreError> {
-        self.inner.size(key)
-    }
-
-    fn mtime(&self, key: &str) -> Result<SystemTime, StoreError> {
-        self.inner.mtime(key)
-    }
-
-    fn read_range(&self, key: &str, offset: u64, len: u64) -> Result<Bytes, StoreError> {
-        self.inner.read_range(key, offset, len)
-    }
-
-    fn index(&self) -> Result<StoreIndex, StoreError> {
-        Ok(self.inner.index.clone())
-    }
-
-    fn root_mtime(&self) -> Option<SystemTime> {
-        self.inner.index.root_mtime
-    }
+/// The remote ZIP archive at `url`: its end and central directory are fetched now, its members
+/// on demand.
+pub fn remote_zip(client: &Arc<HttpClient>, url: &str) -> Result<IndexedStore, StoreError> {
+    let index = open_remote_zip(client, url)?;
+    Ok(IndexedStore::new(
+        format!("remote ZIP archive {}", redact(url)),
+        index,
+        false,
+    ))
 }
 
 #[cfg(test)]
@@ -94,6 +41,7 @@ mod tests {
     use crate::stores::http::HttpOptions;
     use crate::stores::http_object::RemoteObject;
     use crate::stores::Entry;
+    use std::time::SystemTime;
 
     fn client() -> Arc<HttpClient> {
         HttpClient::new(HttpOptions {
@@ -127,7 +75,7 @@ mod tests {
                 entries.insert(key.to_string(), entry);
             }
             let index = StoreIndex::new(entries, None);
-            Box::new(HttpStore::from_index(client, &server.base, index))
+            Box::new(remote_directory(&server.base, index))
         });
     }
 
@@ -137,7 +85,7 @@ mod tests {
             let dir = tempfile::tempdir().unwrap().keep();
             write_zip(&dir.join("x.zip"), files);
             let server = Server::start(&dir);
-            Box::new(HttpStore::open_zip(client(), &server.url("x.zip")).unwrap())
+            Box::new(remote_zip(&client(), &server.url("x.zip")).unwrap())
         });
     }
 }

@@ -9,8 +9,8 @@
 //!
 //! The trait is object safe (`&dyn Store`, `Box<dyn Store>`, `Arc<dyn Store>`) and its stores are
 //! `Send + Sync`: the FUSE threads read through one store at once. Each kind has its own
-//! constructor (`open`): [`super::dir::DirStore::open`], [`super::zip::ZipStore::open`], and the
-//! HTTP store's. Local stores keep what they always did: directory files read or mapped once on
+//! constructor: [`super::dir::open_store`], [`super::zip::open_store`], and the HTTP stores'
+//! ([`super::http_store`]); all of them are an [`IndexedStore`]. Local stores keep what they always did: directory files read or mapped once on
 //! first access, stored ZIP members as ranges of the archive's map behind a lazy CRC-32 check,
 //! compressed members decompressed once within their budget.
 //!
@@ -106,51 +106,82 @@ pub fn list_index(index: &StoreIndex, prefix: &str) -> Vec<String> {
         .collect()
 }
 
-/// The part the directory and ZIP stores share: an index already built, and how to name the
-/// store in errors. Every answer comes from the index's entries, so reads go through the same
-/// blobs the views share (the same maps, buffers, checks and budgets).
+/// A store whose keys and blobs are an index already built: the directory and ZIP stores
+/// ([`super::dir::open_store`], [`super::zip::open_store`]), whose blobs are local and may be
+/// mapped, and the HTTP stores ([`super::http_store`]), whose blobs fetch ranges and never map.
+/// Every answer comes from the index's entries, so reads go through the same blobs the views
+/// share (the same maps, buffers, checks, budgets and caches).
 #[derive(Clone, Debug)]
-pub(crate) struct Indexed {
+pub struct IndexedStore {
     /// What and where the store is.
-    pub(crate) what: String,
+    what: String,
     /// Its keys and blobs.
-    pub(crate) index: StoreIndex,
+    index: StoreIndex,
+    /// Whether [`Store::map`] gives the whole content (a local store).
+    maps: bool,
 }
 
-impl Indexed {
+impl IndexedStore {
+    /// The store named `what` (in messages) whose keys and blobs are `index`; `maps`: whether
+    /// its blobs are local (a map or a buffer), so [`Store::map`] gives them.
+    pub fn new(what: String, index: StoreIndex, maps: bool) -> IndexedStore {
+        IndexedStore { what, index, maps }
+    }
+
+    /// The entries under `group/`, re-keyed without it (a data set of a multi-data-set archive).
+    pub fn group(&self, group: &str) -> IndexedStore {
+        IndexedStore {
+            what: format!("{}#/{group}", self.what),
+            index: self.index.subtree(group),
+            maps: self.maps,
+        }
+    }
+
     fn entry(&self, key: &str) -> Result<&Entry, StoreError> {
-        self.index.get(key).ok_or_else(|| StoreError::Missing {
-            store: self.what.clone(),
-            key: key.to_string(),
-        })
+        self.index.get(key).ok_or_else(|| missing(self, key))
+    }
+}
+
+impl Store for IndexedStore {
+    fn describe(&self) -> String {
+        self.what.clone()
     }
 
-    /// [`Store::list`].
-    pub(crate) fn list(&self, prefix: &str) -> Vec<String> {
-        list_index(&self.index, prefix)
+    fn list(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        Ok(list_index(&self.index, prefix))
     }
 
-    /// [`Store::size`].
-    pub(crate) fn size(&self, key: &str) -> Result<u64, StoreError> {
+    fn size(&self, key: &str) -> Result<u64, StoreError> {
         self.entry(key)?.blob.len()
     }
 
-    /// [`Store::mtime`].
-    pub(crate) fn mtime(&self, key: &str) -> Result<SystemTime, StoreError> {
+    fn mtime(&self, key: &str) -> Result<SystemTime, StoreError> {
         Ok(self.entry(key)?.mtime)
     }
 
-    /// [`Store::read_range`]: a slice of the entry's blob (its map, its buffer, or the range its
-    /// source makes).
-    pub(crate) fn read_range(&self, key: &str, offset: u64, len: u64) -> Result<Bytes, StoreError> {
+    /// A slice of the entry's blob (its map, its buffer, or the range its source makes).
+    fn read_range(&self, key: &str, offset: u64, len: u64) -> Result<Bytes, StoreError> {
         let blob = &self.entry(key)?.blob;
         check_range(key, offset, len, blob.len()?)?;
         blob.read_range(offset, len)
     }
 
-    /// [`Store::map`]: the blob's whole content, produced once and shared.
-    pub(crate) fn map(&self, key: &str) -> Result<Option<Bytes>, StoreError> {
-        self.entry(key)?.blob.bytes().map(Some)
+    /// A local blob's whole content, produced once and shared.
+    fn map(&self, key: &str) -> Result<Option<Bytes>, StoreError> {
+        let blob = &self.entry(key)?.blob;
+        if self.maps {
+            blob.bytes().map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    fn index(&self) -> Result<StoreIndex, StoreError> {
+        Ok(self.index.clone())
+    }
+
+    fn root_mtime(&self) -> Option<SystemTime> {
+        self.index.root_mtime
     }
 }
 

@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use super::store::{Indexed, Store};
+use super::store::IndexedStore;
 use super::zip_entry::{entry_blob, entry_problem};
 use super::{Bytes, Entry, StoreError, StoreIndex};
 use crate::sys::map_readonly;
@@ -114,67 +114,11 @@ pub fn open_zip(path: &Path) -> Result<StoreIndex, StoreError> {
 }
 
 /// A ZIP archive as a [`Store`]: the index of [`open_zip`] (stored members are ranges of the
-/// archive's map, CRC-checked lazily; compressed ones are decompressed once, within their budget),
-/// or the entries of one group of it ([`ZipStore::group`]).
-#[derive(Clone, Debug)]
-pub struct ZipStore {
-    inner: Indexed,
-}
-
-impl ZipStore {
-    /// Maps and parses the archive at `path`.
-    pub fn open(path: &Path) -> Result<ZipStore, StoreError> {
-        Ok(ZipStore {
-            inner: Indexed {
-                what: format!("ZIP archive {}", path.display()),
-                index: open_zip(path)?,
-            },
-        })
-    }
-
-    /// The entries under `group/`, re-keyed without it (a data set of a multi-data-set archive).
-    pub fn group(&self, group: &str) -> ZipStore {
-        ZipStore {
-            inner: Indexed {
-                what: format!("{}#/{group}", self.inner.what),
-                index: self.inner.index.subtree(group),
-            },
-        }
-    }
-}
-
-impl Store for ZipStore {
-    fn describe(&self) -> String {
-        self.inner.what.clone()
-    }
-
-    fn list(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
-        Ok(self.inner.list(prefix))
-    }
-
-    fn size(&self, key: &str) -> Result<u64, StoreError> {
-        self.inner.size(key)
-    }
-
-    fn mtime(&self, key: &str) -> Result<SystemTime, StoreError> {
-        self.inner.mtime(key)
-    }
-
-    fn read_range(&self, key: &str, offset: u64, len: u64) -> Result<Bytes, StoreError> {
-        self.inner.read_range(key, offset, len)
-    }
-
-    fn map(&self, key: &str) -> Result<Option<Bytes>, StoreError> {
-        self.inner.map(key)
-    }
-
-    fn index(&self) -> Result<StoreIndex, StoreError> {
-        Ok(self.inner.index.clone())
-    }
-
-    fn root_mtime(&self) -> Option<SystemTime> {
-        self.inner.index.root_mtime
-    }
+/// archive's map, CRC-checked lazily; compressed ones are decompressed once, within their budget);
+/// [`IndexedStore::group`] gives the entries of one group of it.
+pub fn open_store(path: &Path) -> Result<IndexedStore, StoreError> {
+    let what = format!("ZIP archive {}", path.display());
+    Ok(IndexedStore::new(what, open_zip(path)?, true))
 }
 
 impl ZipArchive {

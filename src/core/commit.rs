@@ -402,15 +402,29 @@ pub(super) fn discard_staged<'a>(
     }
 }
 
+/// The mount paths of the files of every view of data set `dataset` that are derived from every
+/// item (`Layout::derived_files`): they change whenever an item does.
+pub(super) fn derived_mount_paths(state: &State, dataset: usize) -> Vec<String> {
+    state
+        .roots
+        .iter()
+        .filter(|root| root.dataset == dataset)
+        .flat_map(|root| {
+            let files = root.layout().derived_files();
+            files.iter().map(|f| root.mount_path(f)).collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 /// The mount paths of every file of item `id` of data set `dataset`, in every view shown, and
-/// of the files derived from every item (`views::DERIVED_FILES`), which change with it.
+/// of the files derived from every item ([`derived_mount_paths`]), which change with it.
 pub(super) fn item_mount_paths(
     state: &State,
     dataset: usize,
     id: &crate::formats::model::PropertyId,
 ) -> Vec<String> {
     let ds = &state.datasets[dataset].dataset;
-    state
+    let items = state
         .roots
         .iter()
         .filter(|root| root.dataset == dataset)
@@ -419,8 +433,6 @@ pub(super) fn item_mount_paths(
                 .item_entries(ds, id)
                 .into_iter()
                 .map(|e| root.mount_path(&e.path))
-                .chain(crate::views::DERIVED_FILES.map(|f| root.mount_path(f)))
-                .collect::<Vec<_>>()
-        })
-        .collect()
+        });
+    items.chain(derived_mount_paths(state, dataset)).collect()
 }

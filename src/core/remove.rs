@@ -12,7 +12,7 @@ use crate::staging::commit::{delete_item, CommitError};
 use crate::views::layout::Removal;
 use crate::views::ViewRoot;
 
-use super::commit::item_mount_paths;
+use super::commit::{derived_mount_paths, item_mount_paths};
 use super::namespace::NodeKind;
 use super::{resolve_in, split_canonical, DafFs, FsError, State};
 use crate::stores::Bytes;
@@ -168,13 +168,8 @@ impl DafFs {
             .collect();
         self.invalidate_entries(entries);
         // The files derived from every item (`metadata.json`, ...) changed in place.
-        let derived: Vec<u64> = gone
+        let derived: Vec<u64> = derived_mount_paths(state, root.dataset)
             .iter()
-            .filter(|p| {
-                crate::views::DERIVED_FILES
-                    .iter()
-                    .any(|f| p.rsplit('/').next() == Some(*f))
-            })
             .map(|p| state.inodes.ino(p))
             .collect();
         self.invalidate(derived);

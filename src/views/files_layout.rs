@@ -186,6 +186,13 @@ impl Layout for FilesLayout {
         Ok(vec![("metadata.json".into(), text)])
     }
 
+    fn derived_files(&self) -> &'static [&'static str] {
+        match self.version {
+            FilesVersion::V1_0 => &[],
+            FilesVersion::V1_1 => &[FILES_INDEX],
+        }
+    }
+
     fn removal(&self) -> Removal {
         Removal::LastFile
     }

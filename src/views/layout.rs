@@ -138,6 +138,13 @@ pub trait Layout: Sync + Send {
         index: &StoreIndex,
     ) -> Result<Vec<(String, Vec<u8>)>, StoreError>;
 
+    /// The files at the root of the view whose content is derived from every item (an index:
+    /// `metadata.json`, `.zmetadata`, the root `zarr.json`). When an item changes they change
+    /// too, possibly keeping their size, so the kernel must drop what it cached of them.
+    fn derived_files(&self) -> &'static [&'static str] {
+        &[]
+    }
+
     /// How a committed item is removed through the view.
     fn removal(&self) -> Removal;
 

@@ -141,11 +141,6 @@ impl From<crate::formats::source::Layout> for ViewKind {
     }
 }
 
-/// Files at the root of a view whose content is derived from every item (the FilesDaf 1.1
-/// index `metadata.json`, consolidated Zarr metadata): when an item changes, they change too,
-/// possibly keeping their size, so the kernel must drop what it cached of them.
-pub const DERIVED_FILES: [&str; 3] = ["metadata.json", ".zmetadata", "zarr.json"];
-
 /// Where one view of one data set sits in the mount.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ViewRoot {

@@ -296,6 +296,10 @@ impl Layout for ZarrV2 {
         Ok(vec![(".zmetadata".into(), text.as_slice().to_vec())])
     }
 
+    fn derived_files(&self) -> &'static [&'static str] {
+        &[".zmetadata"]
+    }
+
     fn removal(&self) -> Removal {
         Removal::NodeDirectory
     }

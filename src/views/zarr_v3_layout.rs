@@ -133,6 +133,10 @@ impl Layout for ZarrV3 {
         Ok(vec![("zarr.json".into(), root.into_bytes())])
     }
 
+    fn derived_files(&self) -> &'static [&'static str] {
+        &["zarr.json"]
+    }
+
     fn removal(&self) -> Removal {
         Removal::NodeDirectory
     }

@@ -291,11 +291,33 @@ def interleave(rounds, mounted, native):
 
 # ---------------------------------------------------------------- main
 
+def run_alone(add_options, measure):
+    """Measures only some rows (a row script run by itself, `scripts/bench_*.py`): `add_options(parser)`
+    adds the script's options, `measure(args, row, rows)` measures; then prints the rows."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=3)
+    add_options(parser)
+    args = parser.parse_args()
+    os.makedirs(WORK, exist_ok=True)
+    rows = []
+
+    def row(name, mounted, native, unit, target):
+        ratio = native / mounted
+        rows.append({"figure": name, "mounted": mounted, "native": native, "unit": unit, "ratio": ratio,
+                     "target": target})
+        log(f"{name}: mounted {mounted:.4g} {unit}, native {native:.4g} {unit}, ratio {ratio:.3f} ({target})")
+    measure(args, row, rows)
+    for r in rows:
+        ratio = f"{r['ratio']:.3f}" if r["ratio"] is not None else "-"
+        print(f"{r['figure']:<120} {r['mounted']:>10.4g} {ratio:>7}  {r['target']}")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", default=os.path.join(ROOT, "bench-results.json"))
     parser.add_argument("--packed-mib", type=int, default=1024, help="size of the packed matrix (scripts/bench_packed.py)")
+    parser.add_argument("--http-mib", type=int, default=1024, help="size of the remote matrix (scripts/bench_http.py)")
     args = parser.parse_args()
     os.makedirs(WORK, exist_ok=True)
     files_dir = os.path.join(WORK, "big.daf")

@@ -168,27 +168,11 @@ def read_native(zarr, native):
 
 
 def main():
-    import argparse
-
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import bench
 
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--mib", type=int, default=1024)
-    parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
-    os.makedirs(bench.WORK, exist_ok=True)
-    rows = []
-
-    def row(name, mounted, native, unit, target):
-        ratio = native / mounted
-        rows.append({"figure": name, "mounted": mounted, "native": native, "unit": unit, "ratio": ratio,
-                     "target": target})
-        bench.log(f"{name}: mounted {mounted:.4g} {unit}, native {native:.4g} {unit}, ratio {ratio:.3f} ({target})")
-    packed_row(bench, bench.WORK, args.rounds, args.mib, row, rows)
-    for r in rows:
-        ratio = f"{r['ratio']:.3f}" if r["ratio"] is not None else "-"
-        print(f"{r['figure']:<120} {r['mounted']:>10.4g} {ratio:>7}  {r['target']}")
+    bench.run_alone(lambda parser: parser.add_argument("--mib", type=int, default=1024),
+                    lambda args, row, rows: packed_row(bench, bench.WORK, args.rounds, args.mib, row, rows))
 
 
 if __name__ == "__main__":

@@ -22,6 +22,17 @@ fn write_and_close(path: &Path, bytes: &[u8]) -> nix::Result<()> {
     nix::unistd::close(std::os::fd::IntoRawFd::into_raw_fd(f))
 }
 
+/// Writes the dense Float64 vector `name` (descriptor, then `data`) through the FilesDaf view
+/// directory `files`; returns what the close of the payload said.
+fn write_vector(files: &Path, name: &str, data: &[u8]) -> nix::Result<()> {
+    std::fs::write(
+        files.join(format!("{name}.json")),
+        "{\"format\":\"dense\",\"eltype\":\"Float64\"}\n",
+    )
+    .unwrap();
+    write_and_close(&files.join(format!("{name}.data")), data)
+}
+
 /// DataAxesFormats 0.3's `zarr.json` of a flat Float64 vector of `n` (§5.2, keys sorted).
 fn float64_vector(n: u64) -> String {
     format!(
@@ -42,22 +53,9 @@ fn writes_into_a_v3_directory_keep_its_consolidated_metadata_in_step() {
     io_timeout(&mount.path, move || {
         // Through the FilesDaf view (1.1, the default for a v3 source).
         let files = root.join("zarr_v3.daf/vectors/cell");
-        std::fs::write(
-            files.join("w.json"),
-            "{\"format\":\"dense\",\"eltype\":\"Float64\"}\n",
-        )
-        .unwrap();
-        assert_eq!(
-            write_and_close(&files.join("w.data"), &values(&[1.0, 2.0, 3.0])),
-            Ok(())
-        );
+        assert_eq!(write_vector(&files, "w", &values(&[1.0, 2.0, 3.0])), Ok(()));
         // All zeros: stored as Julia stores it, without its chunk (§5.3).
-        std::fs::write(
-            files.join("zeros.json"),
-            "{\"format\":\"dense\",\"eltype\":\"Float64\"}\n",
-        )
-        .unwrap();
-        assert_eq!(write_and_close(&files.join("zeros.data"), &[0; 24]), Ok(()));
+        assert_eq!(write_vector(&files, "zeros", &[0; 24]), Ok(()));
         assert_eq!(
             std::fs::read(files.join("zeros.data")).unwrap(),
             vec![0; 24]
@@ -145,15 +143,7 @@ fn a_v3_zip_gets_appended_entries_and_refuses_replacing() {
     let root = mount.path.clone();
     io_timeout(&mount.path, move || {
         let files = root.join("zarr_v3.daf/vectors/cell");
-        std::fs::write(
-            files.join("w.json"),
-            "{\"format\":\"dense\",\"eltype\":\"Float64\"}\n",
-        )
-        .unwrap();
-        assert_eq!(
-            write_and_close(&files.join("w.data"), &values(&[1.0, 2.0, 3.0])),
-            Ok(())
-        );
+        assert_eq!(write_vector(&files, "w", &values(&[1.0, 2.0, 3.0])), Ok(()));
         // Append-only: a committed chunk cannot be replaced.
         let err = std::fs::write(
             root.join("zarr_v3.daf.zarr/vectors/cell/score/c/0"),

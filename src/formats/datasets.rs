@@ -9,7 +9,7 @@ use crate::stores::{Store, StoreIndex};
 
 use super::files_daf::{files_version, read_files_daf};
 use super::model::Dataset;
-use super::source::{display_name, Format, Layout, NamedDataset, Place, Target};
+use super::source::{display_name, Family, Format, NamedDataset, Place, Target};
 use super::zarr_daf::read_zarr_daf;
 use super::zarr_v3::{is_daf_root, ZARR_JSON};
 use super::FormatError;
@@ -24,9 +24,9 @@ pub fn root_dataset(
 ) -> Result<NamedDataset, FormatError> {
     let index = store.index()?;
     let family = if index.contains("daf.json") {
-        Layout::Files
+        Family::Files
     } else if index.contains(".zgroup") || index.contains("zarr.json") {
-        Layout::Zarr
+        Family::Zarr
     } else {
         return Err(FormatError::NotDaf {
             path: path.to_path_buf(),
@@ -47,7 +47,7 @@ pub fn root_dataset(
 pub fn archive_datasets(
     store: &dyn Store,
     path: &Path,
-    layout: Layout,
+    layout: Family,
     multi: bool,
     group: Option<&str>,
     place: impl Fn(String) -> Place,
@@ -116,16 +116,16 @@ pub fn archive_datasets(
 /// Reads the data set of family `family` at the root of `index` (`shown` names it in messages),
 /// and says which format it is in.
 fn read_dataset(
-    family: Layout,
+    family: Family,
     index: &StoreIndex,
     shown: &Path,
 ) -> Result<(Dataset, Format), FormatError> {
     Ok(match family {
-        Layout::Files => (
+        Family::Files => (
             read_files_daf(index, shown)?,
             Format::Files(files_version(index)),
         ),
-        Layout::Zarr => {
+        Family::Zarr => {
             let dataset = read_zarr_daf(index, shown)?;
             let format = if dataset.zarr_format == Some(3) {
                 Format::ZarrV3
@@ -140,10 +140,10 @@ fn read_dataset(
 /// The groups of a multi-data-set archive that hold a data set ("" for one at the root),
 /// outermost first, never one nested inside another. A ZarrDaf group is a Zarr v2 group with a
 /// `daf` array, or a Zarr v3 group whose `zarr.json` has `attributes.daf`.
-fn find_groups(index: &StoreIndex, layout: Layout) -> Vec<String> {
+fn find_groups(index: &StoreIndex, layout: Family) -> Vec<String> {
     let marker = match layout {
-        Layout::Zarr => "daf/.zarray",
-        Layout::Files => "daf.json",
+        Family::Zarr => "daf/.zarray",
+        Family::Files => "daf.json",
     };
     let group_of = |k: &str, marker: &str| {
         if k == marker {
@@ -156,7 +156,7 @@ fn find_groups(index: &StoreIndex, layout: Layout) -> Vec<String> {
         .keys()
         .filter_map(|k| group_of(k, marker))
         .filter(|g| {
-            layout == Layout::Files
+            layout == Family::Files
                 || index.contains(&if g.is_empty() {
                     ".zgroup".into()
                 } else {
@@ -164,7 +164,7 @@ fn find_groups(index: &StoreIndex, layout: Layout) -> Vec<String> {
                 })
         })
         .collect();
-    if layout == Layout::Zarr {
+    if layout == Family::Zarr {
         candidates.extend(
             index
                 .keys()

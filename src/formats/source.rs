@@ -20,12 +20,12 @@ use super::model::Dataset;
 use super::names::check_name;
 use super::FormatError;
 
-/// The on-disk layout of a data set.
+/// The family of a data set's on-disk format (its version aside), and of a view.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Layout {
+pub enum Family {
     /// FilesDaf (a directory, or ZipDaf entries).
     Files,
-    /// ZarrDaf on Zarr v2.
+    /// ZarrDaf (Zarr v2 or v3).
     Zarr,
 }
 
@@ -40,7 +40,7 @@ pub enum SourceSpec {
         /// The archive.
         path: PathBuf,
         /// The layout its suffix promises.
-        layout: Layout,
+        layout: Family,
         /// Whether the suffix is the plural one (`.dafs.…`).
         multi: bool,
         /// The group after `#/`, if any.
@@ -48,9 +48,9 @@ pub enum SourceSpec {
     },
 }
 
-const ZIP_SUFFIXES: [(&str, &str, Layout); 2] = [
-    (".daf.zarr.zip", ".dafs.zarr.zip", Layout::Zarr),
-    (".daf.zip", ".dafs.zip", Layout::Files),
+const ZIP_SUFFIXES: [(&str, &str, Family); 2] = [
+    (".daf.zarr.zip", ".dafs.zarr.zip", Family::Zarr),
+    (".daf.zip", ".dafs.zip", Family::Files),
 ];
 
 fn bad(path: &str, why: impl Into<String>) -> FormatError {
@@ -146,10 +146,10 @@ pub enum Format {
 
 impl Format {
     /// FilesDaf or Zarr.
-    pub fn family(self) -> Layout {
+    pub fn family(self) -> Family {
         match self {
-            Format::Files(_) => Layout::Files,
-            Format::ZarrV2 | Format::ZarrV3 => Layout::Zarr,
+            Format::Files(_) => Family::Files,
+            Format::ZarrV2 | Format::ZarrV3 => Family::Zarr,
         }
     }
 }
@@ -269,7 +269,7 @@ mod tests {
             parse_source("a/x.dafs.zarr.zip#/g/h").unwrap(),
             SourceSpec::Zip {
                 path: "a/x.dafs.zarr.zip".into(),
-                layout: Layout::Zarr,
+                layout: Family::Zarr,
                 multi: true,
                 group: Some("g/h".into())
             }
@@ -278,7 +278,7 @@ mod tests {
             parse_source("x.daf.zarr.zip").unwrap(),
             SourceSpec::Zip {
                 path: "x.daf.zarr.zip".into(),
-                layout: Layout::Zarr,
+                layout: Family::Zarr,
                 multi: false,
                 group: None
             }
@@ -286,7 +286,7 @@ mod tests {
         assert!(matches!(
             parse_source("x.dafs.zip").unwrap(),
             SourceSpec::Zip {
-                layout: Layout::Files,
+                layout: Family::Files,
                 multi: true,
                 group: None,
                 ..

@@ -43,7 +43,7 @@ pub trait Layout: Sync + Send {
 
     /// FilesDaf or Zarr (the view's directory name suffix).
     fn family(&self) -> ViewKind {
-        self.format().family().into()
+        self.format().family()
     }
 
     /// Reads item `id` from `index` (keys relative to the data set root); `dataset` gives the

@@ -114,32 +114,8 @@ impl ViewBuilder {
     }
 }
 
-/// The two layouts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ViewKind {
-    /// FilesDaf.
-    Files,
-    /// ZarrDaf (Zarr v2 or v3).
-    Zarr,
-}
-
-impl From<ViewKind> for crate::formats::source::Layout {
-    fn from(kind: ViewKind) -> crate::formats::source::Layout {
-        match kind {
-            ViewKind::Files => crate::formats::source::Layout::Files,
-            ViewKind::Zarr => crate::formats::source::Layout::Zarr,
-        }
-    }
-}
-
-impl From<crate::formats::source::Layout> for ViewKind {
-    fn from(layout: crate::formats::source::Layout) -> ViewKind {
-        match layout {
-            crate::formats::source::Layout::Files => ViewKind::Files,
-            crate::formats::source::Layout::Zarr => ViewKind::Zarr,
-        }
-    }
-}
+/// The two kinds of view (`NAME.daf/`, `NAME.daf.zarr/`): the two families of formats.
+pub use crate::formats::source::Family as ViewKind;
 
 /// Where one view of one data set sits in the mount.
 #[derive(Clone, Debug, PartialEq, Eq)]

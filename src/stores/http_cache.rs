@@ -8,6 +8,8 @@ use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use super::Bytes;
+
 /// Size of a cached block (the last block of an object is shorter).
 pub const BLOCK: u64 = 1 << 20;
 
@@ -22,7 +24,7 @@ pub struct BlockKey {
 
 #[derive(Default)]
 struct Memory {
-    blocks: HashMap<BlockKey, (Arc<Vec<u8>>, u64)>,
+    blocks: HashMap<BlockKey, (Bytes, u64)>,
     order: VecDeque<(BlockKey, u64)>,
     used: u64,
     tick: u64,
@@ -61,7 +63,7 @@ impl BlockCache {
     }
 
     /// The block, from memory or disk.
-    pub fn get(&self, key: &BlockKey) -> Option<Arc<Vec<u8>>> {
+    pub fn get(&self, key: &BlockKey) -> Option<Bytes> {
         {
             let mut memory = lock(&self.memory);
             memory.tick += 1;
@@ -76,16 +78,15 @@ impl BlockCache {
             }
         }
         let path = self.disk_path(key)?;
-        let data = std::fs::read(path).ok()?;
-        let block = Arc::new(data);
+        let block = Bytes::from_vec(std::fs::read(path).ok()?);
         self.remember(key, block.clone());
         Some(block)
     }
 
     /// Keeps `block` (in memory, and on disk when there is a cache directory).
-    pub fn put(&self, key: &BlockKey, block: Arc<Vec<u8>>) {
+    pub fn put(&self, key: &BlockKey, block: Bytes) {
         if let Some(path) = self.disk_path(key) {
-            let len = block.len() as u64;
+            let len = block.len();
             let tmp = path.with_extension("tmp");
             if std::fs::write(&tmp, block.as_slice()).is_ok()
                 && std::fs::rename(&tmp, &path).is_ok()
@@ -105,11 +106,11 @@ impl BlockCache {
         self.remember(key, block);
     }
 
-    fn remember(&self, key: &BlockKey, block: Arc<Vec<u8>>) {
+    fn remember(&self, key: &BlockKey, block: Bytes) {
         let mut memory = lock(&self.memory);
         memory.tick += 1;
         let tick = memory.tick;
-        let len = block.len() as u64;
+        let len = block.len();
         if let Some((_, old)) = memory.blocks.insert(key.clone(), (block.clone(), tick)) {
             let _ = old;
         } else {
@@ -123,7 +124,7 @@ impl BlockCache {
             };
             if memory.blocks.get(&old).is_some_and(|(_, last)| *last == at) {
                 if let Some((gone, _)) = memory.blocks.remove(&old) {
-                    memory.used -= gone.len() as u64;
+                    memory.used -= gone.len();
                 }
             }
         }
@@ -173,10 +174,10 @@ mod tests {
     fn memory_is_bounded_and_least_recent_goes_first() {
         let cache = BlockCache::new(3 * 10, None, 0);
         for n in 0..3 {
-            cache.put(&key(n), Arc::new(vec![n as u8; 10]));
+            cache.put(&key(n), Bytes::from_vec(vec![n as u8; 10]));
         }
         assert!(cache.get(&key(0)).is_some());
-        cache.put(&key(3), Arc::new(vec![3; 10]));
+        cache.put(&key(3), Bytes::from_vec(vec![3; 10]));
         assert!(cache.get(&key(1)).is_none(), "block 1 was the least recent");
         assert!(cache.get(&key(0)).is_some());
         assert_eq!(cache.memory_used(), 30);
@@ -187,7 +188,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let cache = BlockCache::new(10, Some(dir.path().into()), 25);
         for n in 0..3 {
-            cache.put(&key(n), Arc::new(vec![n as u8; 10]));
+            cache.put(&key(n), Bytes::from_vec(vec![n as u8; 10]));
         }
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
         assert_eq!(cache.get(&key(1)).unwrap().as_slice(), &[1; 10]);

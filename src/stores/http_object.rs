@@ -1,26 +1,105 @@
 //! One remote object (a file behind a URL) as a [`RangeSource`]: a read is served from the block
-//! cache, and what is missing is fetched by ranged GETs: a large read in concurrent pieces, a
-//! sequential one with readahead (4 MiB, doubling up to 16 MiB while the reads stay sequential). The object's size is known when it is made (predicted from
-//! metadata, or from a HEAD) and its version (ETag or Last-Modified) is recorded at first contact:
-//! every later response must agree on both, else the read fails (EIO) and one line is logged, so
-//! bytes of two versions are never mixed.
+//! cache, and what is missing is fetched by ranged GETs, a large read in concurrent pieces.
+//!
+//! Sequential reads are fetched **ahead in the background**: while the reader is served, the next
+//! window (4 MiB, doubling up to 32 MiB while the reads stay sequential) is already on its way, so
+//! the network and the kernel's copying overlap instead of taking turns. A block being fetched is
+//! claimed (`inflight`), so a reader that needs it waits for that fetch instead of asking again.
+//! A block is served as a slice of the response body (no copy between the socket's buffer and the
+//! kernel).
+//!
+//! The object's size is known when it is made (predicted from metadata, or from a HEAD) and its
+//! version (ETag or Last-Modified) is recorded at first contact: every later response must agree
+//! on both, else the read fails (EIO) and one line is logged, so bytes of two versions are never
+//! mixed. A failed fetch fails the reads that wait for it (EIO) and nothing else: the next read
+//! asks again.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 
 use super::blob::{Blob, RangeSource};
 use super::http::{redact, Fetch, HttpClient, Validator};
 use super::http_cache::{BlockKey, BLOCK};
 use super::{Bytes, StoreError};
 
-/// Blocks fetched beyond a sequential read: at first, and at most (doubling on each sequential
-/// miss, back to the first after a jump).
+/// Blocks fetched ahead of a sequential reader: at first, and at most (doubling while the reads
+/// stay sequential, back to the first after a jump).
 const READAHEAD_BLOCKS: u64 = 4;
-const MAX_READAHEAD_BLOCKS: u64 = 16;
+const MAX_READAHEAD_BLOCKS: u64 = 32;
 /// Size of one of the concurrent pieces of a large fetch.
 const PIECE_BLOCKS: u64 = 4;
 /// Most concurrent requests of one read.
 const MAX_PARALLEL: usize = 8;
+
+/// A block some thread is fetching: the others that need it wait here.
+#[derive(Default)]
+struct Pending {
+    result: Mutex<Option<Result<Bytes, String>>>,
+    ready: Condvar,
+}
+
+impl Pending {
+    fn set(&self, result: Result<Bytes, String>) {
+        *lock(&self.result) = Some(result);
+        self.ready.notify_all();
+    }
+
+    fn wait(&self) -> Result<Bytes, StoreError> {
+        let mut result = lock(&self.result);
+        loop {
+            if let Some(done) = result.as_ref() {
+                return done.clone().map_err(StoreError::Produce);
+            }
+            result = self
+                .ready
+                .wait(result)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The blocks `[first, last]` one thread has claimed; when dropped unfinished (a panic), the
+/// waiters get an error instead of waiting for ever.
+struct Claim {
+    object: Arc<RemoteObject>,
+    first: u64,
+    slots: Vec<Arc<Pending>>,
+}
+
+impl Claim {
+    /// Hands the fetched blocks (or the failure) to the waiters and releases the claim.
+    fn finish(mut self, result: Result<Vec<Bytes>, StoreError>) {
+        self.release(result.map_err(|e| e.to_string()));
+    }
+
+    fn release(&mut self, result: Result<Vec<Bytes>, String>) {
+        let slots = std::mem::take(&mut self.slots);
+        let mut inflight = lock(&self.object.inflight);
+        for (n, slot) in slots.iter().enumerate() {
+            inflight.remove(&(self.first + n as u64));
+            slot.set(match &result {
+                Ok(blocks) => blocks
+                    .get(n)
+                    .cloned()
+                    .ok_or_else(|| "a block was not fetched".to_string()),
+                Err(why) => Err(why.clone()),
+            });
+        }
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if !self.slots.is_empty() {
+            self.release(Err("a fetch did not finish".into()));
+        }
+    }
+}
 
 /// A remote object of known size.
 pub struct RemoteObject {
@@ -30,10 +109,16 @@ pub struct RemoteObject {
     validator: OnceLock<Validator>,
     /// A 404 reads as zeros (a Zarr v3 chunk left out because it is all fill, and the fill is 0).
     missing_is_zero: bool,
-    /// Where the last read ended (a read starting there is sequential).
+    /// Itself, for the background fetches it starts.
+    me: Weak<RemoteObject>,
+    /// Where the last read ended (a read starting about there is sequential).
     next: AtomicU64,
-    /// Blocks of readahead of the next sequential miss.
+    /// Blocks of the readahead window.
     readahead: AtomicU64,
+    /// The last block claimed for readahead.
+    frontier: AtomicU64,
+    /// Blocks being fetched, with their waiters.
+    inflight: Mutex<HashMap<u64, Arc<Pending>>>,
     changed_logged: AtomicBool,
 }
 
@@ -45,27 +130,30 @@ impl RemoteObject {
         len: u64,
         validator: Option<Validator>,
         missing_is_zero: bool,
-    ) -> RemoteObject {
+    ) -> Arc<RemoteObject> {
         let known = OnceLock::new();
         if let Some(v) = validator {
             let _ = known.set(v);
         }
-        RemoteObject {
+        Arc::new_cyclic(|me| RemoteObject {
             client,
             url,
             len,
             validator: known,
             missing_is_zero,
+            me: me.clone(),
             next: AtomicU64::new(u64::MAX),
             readahead: AtomicU64::new(READAHEAD_BLOCKS),
+            frontier: AtomicU64::new(0),
+            inflight: Mutex::new(HashMap::new()),
             changed_logged: AtomicBool::new(false),
-        }
+        })
     }
 
     /// This object as a ranged blob.
-    pub fn into_blob(self) -> Arc<Blob> {
+    pub fn into_blob(self: Arc<Self>) -> Arc<Blob> {
         let len = self.len;
-        Blob::ranged(len, Arc::new(self))
+        Blob::ranged(len, self)
     }
 
     fn changed(&self, what: &str) -> StoreError {
@@ -89,20 +177,24 @@ impl RemoteObject {
         })
     }
 
+    fn cached(&self, block: u64) -> Option<Bytes> {
+        self.cache_key(block)
+            .and_then(|k| self.client.cache.get(&k))
+    }
+
+    fn block_len(&self, block: u64) -> u64 {
+        ((block + 1) * BLOCK).min(self.len) - block * BLOCK
+    }
+
     /// Fetches blocks `[first, last]` (one ranged GET) and caches them.
-    fn fetch(&self, first: u64, last: u64) -> Result<Vec<Arc<Vec<u8>>>, StoreError> {
+    fn fetch(&self, first: u64, last: u64) -> Result<Vec<Bytes>, StoreError> {
         let start = first * BLOCK;
         let end = ((last + 1) * BLOCK).min(self.len);
         let got = match self.client.get_range(&self.url, start, end - start) {
             Ok(got) => got,
             Err(Fetch::NotFound) if self.missing_is_zero => {
                 return Ok((first..=last)
-                    .map(|b| {
-                        Arc::new(vec![
-                            0;
-                            (((b + 1) * BLOCK).min(self.len) - b * BLOCK) as usize
-                        ])
-                    })
+                    .map(|b| Bytes::from_vec(vec![0; self.block_len(b) as usize]))
                     .collect())
             }
             Err(Fetch::NotFound) => {
@@ -120,10 +212,16 @@ impl RemoteObject {
         if first_seen.0.is_some() && *first_seen != got.validator {
             return Err(self.changed("its ETag/Last-Modified changed"));
         }
+        // The blocks are slices of the one response body: no copy.
+        let body = Bytes::from_vec(got.body);
         let mut blocks = Vec::new();
-        for (n, piece) in got.body.chunks(BLOCK as usize).enumerate() {
-            let block = Arc::new(piece.to_vec());
-            if let Some(key) = self.cache_key(first + n as u64) {
+        for b in first..=last {
+            let block = body
+                .slice((b - first) * BLOCK, self.block_len(b))
+                .ok_or_else(|| {
+                    StoreError::Produce(format!("{}: a short response", redact(&self.url)))
+                })?;
+            if let Some(key) = self.cache_key(b) {
                 self.client.cache.put(&key, block.clone());
             }
             blocks.push(block);
@@ -131,80 +229,148 @@ impl RemoteObject {
         Ok(blocks)
     }
 
-    /// Fetches blocks `[first, last]` in concurrent pieces.
-    fn fetch_parallel(&self, first: u64, last: u64) -> Result<Vec<Arc<Vec<u8>>>, StoreError> {
-        let pieces: Vec<(u64, u64)> = (first..=last)
-            .step_by(PIECE_BLOCKS as usize)
-            .map(|b| (b, (b + PIECE_BLOCKS - 1).min(last)))
-            .collect();
-        if pieces.len() == 1 {
-            return self.fetch(first, last);
+    /// Fetches the claimed blocks in concurrent pieces, handing each piece to its waiters as
+    /// soon as it arrives.
+    fn fetch_claims(mut claims: Vec<Claim>) {
+        if claims.len() == 1 {
+            if let Some(claim) = claims.pop() {
+                claim.fetch();
+            }
+            return;
         }
-        let mut out = Vec::new();
-        for group in pieces.chunks(MAX_PARALLEL) {
-            let results: Vec<Result<Vec<Arc<Vec<u8>>>, StoreError>> = std::thread::scope(|s| {
-                let handles: Vec<_> = group
-                    .iter()
-                    .map(|&(a, b)| s.spawn(move || self.fetch(a, b)))
-                    .collect();
-                handles
-                    .into_iter()
-                    .map(|h| {
-                        h.join().unwrap_or_else(|_| {
-                            Err(StoreError::Produce("a fetch thread panicked".into()))
-                        })
-                    })
-                    .collect()
+        while !claims.is_empty() {
+            let group: Vec<Claim> = claims.drain(..claims.len().min(MAX_PARALLEL)).collect();
+            std::thread::scope(|s| {
+                for claim in group {
+                    s.spawn(move || claim.fetch());
+                }
             });
-            for result in results {
-                out.extend(result?);
+        }
+    }
+
+    /// Claims the blocks of `blocks` that nobody fetches yet, in pieces of contiguous blocks;
+    /// returns the claims and the pending fetches of the others.
+    fn claim(
+        self: &Arc<Self>,
+        blocks: impl Iterator<Item = u64>,
+    ) -> (Vec<Claim>, HashMap<u64, Arc<Pending>>) {
+        let mut claims: Vec<Claim> = Vec::new();
+        let mut waits = HashMap::new();
+        let mut inflight = lock(&self.inflight);
+        for b in blocks {
+            if let Some(pending) = inflight.get(&b) {
+                waits.insert(b, pending.clone());
+                continue;
+            }
+            let slot = Arc::new(Pending::default());
+            inflight.insert(b, slot.clone());
+            match claims.last_mut() {
+                Some(c)
+                    if c.first + c.slots.len() as u64 == b
+                        && (c.slots.len() as u64) < PIECE_BLOCKS =>
+                {
+                    c.slots.push(slot)
+                }
+                _ => claims.push(Claim {
+                    object: self.clone(),
+                    first: b,
+                    slots: vec![slot],
+                }),
             }
         }
-        Ok(out)
+        (claims, waits)
+    }
+
+    /// After a sequential read ending in block `last`: keeps the readahead window ahead of it
+    /// fetching in the background.
+    fn read_ahead(self: &Arc<Self>, last: u64) {
+        let window = self.readahead.load(Ordering::Relaxed);
+        let frontier = self.frontier.load(Ordering::Relaxed).max(last);
+        let end = (last + window).min(self.len.div_ceil(BLOCK).saturating_sub(1));
+        // Refilled when less than half a window is ahead, so fetches are not too small.
+        if frontier >= last + window / 2 || frontier >= end {
+            return;
+        }
+        self.frontier.store(end, Ordering::Relaxed);
+        self.readahead
+            .store((window * 2).min(MAX_READAHEAD_BLOCKS), Ordering::Relaxed);
+        let wanted: Vec<u64> = (frontier + 1..=end)
+            .filter(|&b| self.cached(b).is_none())
+            .collect();
+        let (claims, _) = self.claim(wanted.into_iter());
+        if claims.is_empty() {
+            return;
+        }
+        // A claim dropped unfetched (no thread) fails its waiters rather than blocking them.
+        let spawned = std::thread::Builder::new()
+            .name("daf-readahead".into())
+            .spawn(move || RemoteObject::fetch_claims(claims));
+        if let Err(e) = spawned {
+            log::warn!("{}: no readahead thread: {e}", redact(&self.url));
+        }
+    }
+}
+
+impl Claim {
+    /// Fetches the claimed blocks and hands them over.
+    fn fetch(self) {
+        let last = self.first + self.slots.len() as u64 - 1;
+        let fetched = self.object.fetch(self.first, last);
+        self.finish(fetched);
     }
 }
 
 impl RangeSource for RemoteObject {
     fn read_range(&self, offset: u64, len: u64) -> Result<Bytes, StoreError> {
+        let me = self.me.upgrade().ok_or_else(|| {
+            StoreError::Produce(format!("{}: read after its mount ended", redact(&self.url)))
+        })?;
+        if len == 0 {
+            return Ok(Bytes::empty());
+        }
         let end = offset + len;
         let (first, last) = (offset / BLOCK, (end - 1) / BLOCK);
-        let mut blocks: Vec<Option<Arc<Vec<u8>>>> = (first..=last)
-            .map(|b| self.cache_key(b).and_then(|k| self.client.cache.get(&k)))
-            .collect();
-        let missing: Vec<u64> = (first..=last)
-            .filter(|b| blocks[(b - first) as usize].is_none())
-            .collect();
-        if let (Some(&lo), Some(&hi)) = (missing.first(), missing.last()) {
-            let sequential = self.next.load(Ordering::Relaxed) == offset && offset > 0;
-            let blocks_in_object = self.len.div_ceil(BLOCK);
-            let hi_fetch = if sequential {
-                let ahead = self.readahead.load(Ordering::Relaxed);
-                self.readahead
-                    .store((ahead * 2).min(MAX_READAHEAD_BLOCKS), Ordering::Relaxed);
-                (hi + ahead).min(blocks_in_object - 1)
-            } else {
-                self.readahead.store(READAHEAD_BLOCKS, Ordering::Relaxed);
-                hi
-            };
-            let fetched = self.fetch_parallel(lo, hi_fetch)?;
-            for (n, block) in fetched.into_iter().enumerate() {
-                let b = lo + n as u64;
-                if b <= last {
-                    blocks[(b - first) as usize] = Some(block);
-                }
-            }
-        }
+        let mut blocks: Vec<Option<Bytes>> = (first..=last).map(|b| self.cached(b)).collect();
+        let missing = (first..=last).filter(|b| blocks[(b - first) as usize].is_none());
+        let (claims, waits) = me.claim(missing);
+        // About where the last read ended (the kernel's concurrent readahead requests may come a
+        // little out of order): sequential, so fetch ahead in the background.
+        let sequential = offset > 0 && offset.abs_diff(self.next.load(Ordering::Relaxed)) <= BLOCK;
         self.next.store(end, Ordering::Relaxed);
+        if sequential {
+            me.read_ahead(last);
+        } else {
+            self.readahead.store(READAHEAD_BLOCKS, Ordering::Relaxed);
+            self.frontier.store(last, Ordering::Relaxed);
+        }
+        let fetching: Vec<(u64, Arc<Pending>)> = claims
+            .iter()
+            .flat_map(|c| (c.first..).zip(c.slots.iter().cloned()))
+            .chain(waits)
+            .collect();
+        RemoteObject::fetch_claims(claims);
+        for (b, pending) in fetching {
+            blocks[(b - first) as usize] = Some(pending.wait()?);
+        }
+        let from = offset - first * BLOCK;
+        let mut parts = blocks.into_iter();
+        let lost = || StoreError::Produce("a block was not fetched".into());
+        let short = || StoreError::Produce(format!("{}: a short block", redact(&self.url)));
+        // Within one block (most reads): a slice of it, no copy.
+        if first == last {
+            let block = parts.next().flatten().ok_or_else(lost)?;
+            return block.slice(from, len).ok_or_else(short);
+        }
         let mut out = Vec::with_capacity(len as usize);
-        for (n, block) in blocks.into_iter().enumerate() {
-            let block =
-                block.ok_or_else(|| StoreError::Produce("a block was not fetched".into()))?;
+        for (n, block) in parts.enumerate() {
+            let block = block.ok_or_else(lost)?;
             let base = (first + n as u64) * BLOCK;
-            let from = offset.saturating_sub(base) as usize;
-            let to = ((end - base) as usize).min(block.len());
-            out.extend_from_slice(block.get(from..to).ok_or_else(|| {
-                StoreError::Produce(format!("{}: a short block", redact(&self.url)))
-            })?);
+            let start = offset.saturating_sub(base);
+            let stop = (end - base).min(block.len());
+            let piece = block
+                .slice(start, stop.saturating_sub(start))
+                .ok_or_else(short)?;
+            out.extend_from_slice(piece.as_slice());
         }
         Ok(Bytes::from_vec(out))
     }

@@ -39,13 +39,7 @@ pub fn open_remote_zip(client: &Arc<HttpClient>, url: &str) -> Result<StoreIndex
         Fetch::NotFound => StoreError::Produce(format!("{shown}: not found on the server (404)")),
         other => other.into(),
     })?;
-    let archive = Arc::new(RemoteObject::new(
-        client.clone(),
-        url.to_string(),
-        len,
-        Some(validator),
-        false,
-    ));
+    let archive = RemoteObject::new(client.clone(), url.to_string(), len, Some(validator), false);
     let tail_start = len.saturating_sub(TAIL);
     let tail = if len == 0 {
         Bytes::empty()

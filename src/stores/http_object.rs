@@ -4,11 +4,15 @@
 //! metadata, or from a HEAD) and its version (ETag or Last-Modified) is recorded at first contact:
 //! every later response must agree on both, else the read fails (EIO) and one line is logged, so
 //! bytes of two versions are never mixed.
+//!
+//! An object that may be missing (`missing_is_zero`: a Zarr v3 chunk a writer leaves out when it
+//! is all fill value 0) reads as zeros on a 404 and is a possibly absent blob ([`Presence`]):
+//! whether it exists is learnt from the first response about it, or by one HEAD when asked.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use super::blob::{Blob, RangeSource};
+use super::blob::{Blob, Presence, RangeSource};
 use super::http::{redact, Fetch, HttpClient, Validator};
 use super::http_cache::{BlockKey, BLOCK};
 use super::{Bytes, StoreError};
@@ -30,6 +34,8 @@ pub struct RemoteObject {
     validator: OnceLock<Validator>,
     /// A 404 reads as zeros (a Zarr v3 chunk left out because it is all fill, and the fill is 0).
     missing_is_zero: bool,
+    /// Whether the server has it (known from its first answer about it).
+    present: OnceLock<bool>,
     /// Where the last read ended (a read starting there is sequential).
     next: AtomicU64,
     /// Blocks of readahead of the next sequential miss.
@@ -56,16 +62,21 @@ impl RemoteObject {
             len,
             validator: known,
             missing_is_zero,
+            present: OnceLock::new(),
             next: AtomicU64::new(u64::MAX),
             readahead: AtomicU64::new(READAHEAD_BLOCKS),
             changed_logged: AtomicBool::new(false),
         }
     }
 
-    /// This object as a ranged blob.
+    /// This object as a ranged blob (possibly absent when a 404 reads as zeros).
     pub fn into_blob(self) -> Arc<Blob> {
         let len = self.len;
-        Blob::ranged(len, Arc::new(self))
+        if self.missing_is_zero {
+            Blob::ranged_maybe_absent(len, Arc::new(self))
+        } else {
+            Blob::ranged(len, Arc::new(self))
+        }
     }
 
     fn changed(&self, what: &str) -> StoreError {
@@ -96,6 +107,7 @@ impl RemoteObject {
         let got = match self.client.get_range(&self.url, start, end - start) {
             Ok(got) => got,
             Err(Fetch::NotFound) if self.missing_is_zero => {
+                let _ = self.present.set(false);
                 return Ok((first..=last)
                     .map(|b| {
                         Arc::new(vec![
@@ -103,7 +115,7 @@ impl RemoteObject {
                             (((b + 1) * BLOCK).min(self.len) - b * BLOCK) as usize
                         ])
                     })
-                    .collect())
+                    .collect());
             }
             Err(Fetch::NotFound) => {
                 return Err(StoreError::Produce(format!(
@@ -113,6 +125,7 @@ impl RemoteObject {
             }
             Err(failed) => return Err(failed.into()),
         };
+        let _ = self.present.set(true);
         if got.total != self.len {
             return Err(self.changed(&format!("{} bytes, not {}", got.total, self.len)));
         }
@@ -161,6 +174,31 @@ impl RemoteObject {
             }
         }
         Ok(out)
+    }
+}
+
+impl Presence for RemoteObject {
+    fn known(&self) -> Option<bool> {
+        if !self.missing_is_zero {
+            return Some(true);
+        }
+        self.present.get().copied()
+    }
+
+    fn resolve(&self) -> Result<bool, StoreError> {
+        if let Some(known) = self.known() {
+            return Ok(known);
+        }
+        let present = match self.client.stat(&self.url) {
+            Ok((_, validator)) => {
+                // The first contact records the version (its size is checked by every read).
+                let _ = self.validator.set(validator);
+                true
+            }
+            Err(Fetch::NotFound) => false,
+            Err(failed) => return Err(failed.into()),
+        };
+        Ok(*self.present.get_or_init(|| present))
     }
 }
 

@@ -371,3 +371,143 @@ fn sequential_reads_are_fetched_ahead_in_few_requests() {
     assert!(blob.read_range(1, 20 << 20).unwrap().as_slice() == &data[1..1 + (20 << 20)]);
     assert_eq!(server.faults.requests.load(Ordering::SeqCst) - before, 6);
 }
+
+/// The mount of `datasets` with Zarr view format `zarr` (both views).
+fn tree_in(
+    datasets: Vec<daf_mount::formats::source::NamedDataset>,
+    zarr: daf_mount::formats::source::Format,
+    name: &str,
+) -> Tree {
+    let options = daf_mount::views::ViewOptions {
+        selection: ViewSelection::Both,
+        zarr: Some(zarr),
+        files: None,
+    };
+    let core = DafFs::with_staging(datasets, options, SystemTime::UNIX_EPOCH, None);
+    let mount = TestMount::serving(Arc::new(core), false, name);
+    let root = mount.path.clone();
+    io_timeout(&mount.path, move || read_tree(&root))
+}
+
+/// A Zarr v3 source whose all-zero property has no chunk (Zarr.jl and zarr-python leave it
+/// out), served by nginx: its URL mount shows the same trees (no `c/0` in the v3 view, a chunk
+/// of zeros in the v2 view, zeros in the FilesDaf view), sizes and bytes as a local mount.
+#[test]
+fn a_chunk_left_out_is_left_out_of_the_remote_mount_too() {
+    require_fuse!();
+    require_nginx!();
+    use daf_mount::formats::source::Format;
+    let packed = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/packed");
+    let fixture = "zarr_packed.daf.zarr";
+    assert!(!std::path::Path::new(&format!("{packed}/{fixture}/vectors/batch/zero/c")).exists());
+    let (_nginx, base) = common::http::Nginx::serve(std::path::Path::new(packed));
+    for zarr in [Format::ZarrV3, Format::ZarrV2] {
+        let remote = open_remote(&format!("{base}/{fixture}"), &quick()).unwrap();
+        let local = open_source(&format!("{packed}/{fixture}")).unwrap();
+        let remote_tree = tree_in(remote.datasets, zarr, "elided-remote");
+        let local_tree = tree_in(local.datasets, zarr, "elided-local");
+        let zero = "zarr_packed.daf/vectors/batch/zero.data";
+        assert_eq!(local_tree.get(zero), Some(&Some(vec![0; 24])), "{zarr:?}");
+        let chunk = match zarr {
+            Format::ZarrV3 => "zarr_packed.daf.zarr/vectors/batch/zero/c/0",
+            _ => "zarr_packed.daf.zarr/vectors/batch/zero/0",
+        };
+        assert_eq!(
+            local_tree.contains_key(chunk),
+            zarr == Format::ZarrV2,
+            "{zarr:?}"
+        );
+        let only = |a: &Tree, b: &Tree| -> Vec<String> {
+            a.keys().filter(|k| !b.contains_key(*k)).cloned().collect()
+        };
+        assert_eq!(
+            only(&remote_tree, &local_tree),
+            Vec::<String>::new(),
+            "{zarr:?}"
+        );
+        assert_eq!(
+            only(&local_tree, &remote_tree),
+            Vec::<String>::new(),
+            "{zarr:?}"
+        );
+        for (path, content) in &local_tree {
+            assert_eq!(&remote_tree[path], content, "{zarr:?}: {path}");
+        }
+    }
+}
+
+/// A chunk that may be absent costs no request at mount; listing its directory asks once
+/// (HEAD), and while the server fails that gives EIO for it, then works once the server does.
+#[test]
+fn a_chunk_left_out_is_asked_for_once_when_listed_and_a_failure_is_eio() {
+    require_fuse!();
+    let tmp = tempfile::tempdir().unwrap();
+    let packed = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/packed/zarr_packed.daf.zarr"
+    );
+    let status = Command::new("cp")
+        .arg("-r")
+        .arg(packed)
+        .arg(tmp.path().join("p.daf.zarr"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let server = Server::start(tmp.path());
+    let options = HttpOptions {
+        retries: 0,
+        ..quick()
+    };
+    let remote = open_remote(&server.url("p.daf.zarr"), &options).unwrap();
+    let asked = |server: &Server| {
+        server
+            .requests()
+            .iter()
+            .filter(|r| r.contains("/vectors/batch/zero/c/0"))
+            .count()
+    };
+    assert_eq!(asked(&server), 0, "{:?}", server.requests());
+    let core = DafFs::with_staging(
+        remote.datasets,
+        ViewSelection::Both,
+        SystemTime::UNIX_EPOCH,
+        None,
+    );
+    let mount = TestMount::serving(Arc::new(core), false, "elided-eio");
+    let array = mount.join("p.daf.zarr/vectors/batch/zero");
+    server.faults.fail_503.store(1000, Ordering::SeqCst);
+    let listed = array.clone();
+    let err = io_timeout(&mount.path, move || {
+        std::fs::read_dir(listed).and_then(|d| d.collect::<Result<Vec<_>, _>>())
+    })
+    .unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+    let chunk = array.join("c");
+    let err = io_timeout(&mount.path, move || std::fs::metadata(chunk)).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EIO), "{err}");
+    server.faults.fail_503.store(0, Ordering::SeqCst);
+    let listed = array.clone();
+    let names: Vec<String> = io_timeout(&mount.path, move || {
+        std::fs::read_dir(listed)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect()
+    });
+    assert_eq!(names, ["zarr.json"]);
+    let before = asked(&server);
+    let chunk = array.join("c");
+    let err = io_timeout(&mount.path, move || std::fs::metadata(chunk)).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ENOENT), "{err}");
+    assert_eq!(
+        asked(&server),
+        before,
+        "asked again: {:?}",
+        server.requests()
+    );
+    // The FilesDaf twin still reads zeros.
+    let data = mount.join("p.daf/vectors/batch/zero.data");
+    assert_eq!(
+        io_timeout(&mount.path, move || std::fs::read(data).unwrap()),
+        vec![0; 24]
+    );
+}

@@ -1,6 +1,9 @@
 //! CRC-32 checks of stored ZIP members, through a real mount: a corrupt member gives `EIO` in
 //! both views, small members before their first byte, large ones once the background pass has
 //! found the mismatch, and then also at their next open although the kernel had cached pages.
+//! The same archives served over HTTP (nginx) and mounted by URL: a corrupt stored member gives
+//! `EIO` (small ones before their first byte, large ones once every byte was fetched) and one log
+//! line, intact members read exactly.
 
 mod common;
 
@@ -8,7 +11,7 @@ use std::io::Read;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{io_timeout, TestMount, VECTORS};
+use common::{io_timeout, start_foreground, wait_exit, TestMount, VECTORS};
 use daf_mount::views::ViewSelection;
 
 /// Elements of the large vector: 4.8 MB of Float64, above the synchronous-check size (4 MiB).
@@ -159,4 +162,111 @@ fn intact_members_read_in_full() {
     });
     assert_eq!(big, Ok(BIG * 8));
     assert_eq!(small, Ok(12));
+}
+
+/// Unmounts (and waits for) a foreground daemon when dropped.
+struct Daemon(std::process::Child, std::path::PathBuf);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("fusermount3")
+            .arg("-u")
+            .arg(&self.1)
+            .status();
+        wait_exit(&mut self.0, &self.1, Duration::from_secs(20));
+    }
+}
+
+#[test]
+fn remote_stored_members_are_crc_checked_small_first_large_once_all_fetched() {
+    require_fuse!();
+    require_nginx!();
+    let tmp = tempfile::tempdir().unwrap();
+    for (dir, corrupt) in [
+        (
+            "bad",
+            &["vectors/cell/score.data", "vectors/big/v.data"][..],
+        ),
+        ("good", &[][..]),
+    ] {
+        std::fs::create_dir(tmp.path().join(dir)).unwrap();
+        archive(&tmp.path().join(dir), corrupt);
+    }
+    let (_nginx, base) = common::http::Nginx::serve(tmp.path());
+    let log = tmp.path().join("log");
+    let mut mounts = Vec::new();
+    for dir in ["bad", "good"] {
+        let mnt = tmp.path().join(format!("mnt-{dir}"));
+        std::fs::create_dir(&mnt).unwrap();
+        let url = format!("{base}/{dir}/crc.daf.zip");
+        let stderr = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap();
+        let child = start_foreground(&[&url, mnt.to_str().unwrap()], stderr.into());
+        mounts.push(Daemon(child, mnt));
+    }
+    let (bad, good) = (mounts[0].1.clone(), mounts[1].1.clone());
+    let local = TestMount::new(
+        &tmp.path().join("bad/crc.daf.zip").display().to_string(),
+        ViewSelection::Both,
+    );
+    let (root, local_root) = (bad.clone(), local.path.clone());
+    let got = io_timeout(&bad, move || {
+        let small = read(&root.join("crc.daf/vectors/cell/score.data"));
+        let small_zarr = read(&root.join("crc.daf.zarr/vectors/cell/score/0"));
+        let large = read(&root.join("crc.daf/vectors/big/v.data"));
+        // The next open drops what the kernel cached of it.
+        let large_again = read(&root.join("crc.daf/vectors/big/v.data"));
+        let large_zarr = read(&root.join("crc.daf.zarr/vectors/big/v/0"));
+        let intact: Vec<(Vec<u8>, Vec<u8>)> = [
+            "crc.daf/matrices/cell/gene/expr.data",
+            "crc.daf/axes/big.txt",
+            "crc.daf.zarr/vectors/cell/counts/nzval/0",
+        ]
+        .iter()
+        .map(|p| {
+            (
+                std::fs::read(root.join(p)).unwrap(),
+                std::fs::read(local_root.join(p)).unwrap(),
+            )
+        })
+        .collect();
+        (small, small_zarr, large, large_again, large_zarr, intact)
+    });
+    assert_eq!(got.0, Err(libc::EIO), "small corrupt member");
+    assert_eq!(got.1, Err(libc::EIO), "small corrupt member, Zarr view");
+    assert_eq!(got.2, Err(libc::EIO), "large corrupt member, read whole");
+    assert_eq!(got.3, Err(libc::EIO), "large corrupt member, next open");
+    assert_eq!(got.4, Err(libc::EIO), "large corrupt member, Zarr view");
+    for (remote, local) in &got.5 {
+        assert!(!remote.is_empty());
+        assert_eq!(remote, local);
+    }
+    // An intact large member read by ranges (out of order) is never refused.
+    let root = good.clone();
+    let (head, tail, whole) = io_timeout(&good, move || {
+        use std::os::unix::fs::FileExt;
+        let path = root.join("crc.daf/vectors/big/v.data");
+        let file = std::fs::File::open(&path).unwrap();
+        let mut tail = vec![0u8; 8];
+        file.read_exact_at(&mut tail, (BIG as u64 - 1) * 8).unwrap();
+        let mut head = vec![0u8; 8];
+        file.read_exact_at(&mut head, 8).unwrap();
+        (head, tail, read(&path))
+    });
+    assert_eq!(head, 1f64.to_le_bytes());
+    assert_eq!(tail, ((BIG - 1) as f64).to_le_bytes());
+    assert_eq!(whole, Ok(BIG * 8));
+    drop(local);
+    drop(mounts);
+    let text = std::fs::read_to_string(&log).unwrap();
+    // The check's own line (the FUSE layer adds its usual "read: …" line once, as locally).
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains("data has")).collect();
+    assert_eq!(lines.len(), 2, "one line per corrupt member: {text}");
+    for entry in ["vectors/cell/score.data", "vectors/big/v.data"] {
+        let line = format!("{base}/bad/crc.daf.zip: entry {entry}: stored entry fails its CRC-32");
+        assert!(lines.iter().any(|l| l.contains(&line)), "{line}: {text}");
+    }
 }

@@ -11,6 +11,7 @@ mod appender;
 mod close;
 mod commit;
 pub mod namespace;
+mod presence;
 mod refusals;
 mod remove;
 mod write;
@@ -197,14 +198,22 @@ impl State {
                 views
                     .into_iter()
                     .filter(|e| self.deleted.is_empty() || !hidden(&e.path))
-                    .map(|ViewEntry { path, node, mtime }| Entry {
-                        path,
-                        mtime,
-                        kind: match node {
-                            ViewNode::Dir => EntryKind::Dir,
-                            ViewNode::File(blob) => EntryKind::Blob(blob),
+                    .map(
+                        |ViewEntry {
+                             path,
+                             node,
+                             mtime,
+                             elidable,
+                         }| Entry {
+                            path,
+                            mtime,
+                            kind: match node {
+                                ViewNode::Dir => EntryKind::Dir,
+                                ViewNode::File(blob) => EntryKind::Blob(blob),
+                            },
+                            elidable,
                         },
-                    }),
+                    ),
             );
         }
         for (path, staged) in &self.staged {
@@ -220,6 +229,7 @@ impl State {
                 path: root.mount_path(rel),
                 mtime: staged.mtime,
                 kind,
+                elidable: false,
             });
         }
         self.namespace = Arc::new(Namespace::build(entries, self.root_mtime, &mut self.inodes));
@@ -369,10 +379,23 @@ impl DafFs {
         self.staging.is_some()
     }
 
-    /// Attributes of `ino`.
+    /// Attributes of `ino` (not found once it is known absent: an elidable file whose blob does
+    /// not exist).
     pub fn getattr(&self, ino: u64) -> Result<Attr, FsError> {
         let ns = self.namespace();
         let node = ns.node(ino).ok_or(FsError::NotFound)?;
+        // Its own presence, and its sub-directories' (for `st_nlink`).
+        let children = match &node.kind {
+            NodeKind::Dir { children } => children.as_slice(),
+            _ => &[],
+        };
+        presence::settle(
+            &ns,
+            std::iter::once(ino).chain(children.iter().map(|c| c.1)),
+        )?;
+        if ns.present(ino) == Some(false) {
+            return Err(FsError::NotFound);
+        }
         let dir_perm = if self.writable() { 0o755 } else { 0o555 };
         Ok(match &node.kind {
             NodeKind::Dir { .. } => Attr {
@@ -434,6 +457,11 @@ impl DafFs {
         let NodeKind::Dir { children } = &node.kind else {
             return Err(FsError::NotDir);
         };
+        let from = usize::try_from(offset).unwrap_or(usize::MAX);
+        presence::settle(
+            &ns,
+            children.iter().skip(from.saturating_sub(2)).map(|c| c.1),
+        )?;
         let kind_of = |ino: u64| {
             if ns.node(ino).is_some_and(namespace::Node::is_dir) {
                 Kind::Dir
@@ -443,9 +471,11 @@ impl DafFs {
         };
         let dots = [(".".to_string(), ino), ("..".to_string(), node.parent)];
         let all = dots.into_iter().chain(children.iter().cloned());
+        // Offsets count hidden children too, so they stay valid whatever is learnt meanwhile.
         Ok(all
             .enumerate()
-            .skip(usize::try_from(offset).unwrap_or(usize::MAX))
+            .skip(from)
+            .filter(|(i, (_, child))| *i < 2 || ns.present(*child) != Some(false))
             .take(limit)
             .map(|(i, (name, child))| DirEntry {
                 ino: child,

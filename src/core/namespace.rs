@@ -5,6 +5,11 @@
 //! mount, whichever tree it is in. Directories keep their children sorted, so `readdir` offsets
 //! are plain indices and lookups are binary searches. A directory's mtime is the latest of its own
 //! and its descendants'.
+//!
+//! An *elidable* file (a view entry shown only if its blob exists, see `Blob::presence`) makes
+//! its implied parent directories elidable too; such a node is present when its blob is (a file)
+//! or when one of its children is (a directory). The tree itself never does I/O: it tells which
+//! blobs still need asking ([`Namespace::unresolved`]) and answers from what is known.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -73,6 +78,8 @@ pub struct Entry {
     pub mtime: SystemTime,
     /// What it is.
     pub kind: EntryKind,
+    /// Shown only if its blob exists (see the module doc).
+    pub elidable: bool,
 }
 
 /// What an inode is.
@@ -100,6 +107,8 @@ pub struct Node {
     pub mtime: SystemTime,
     /// Directory or file.
     pub kind: NodeKind,
+    /// Present only if its blob (a file) or one of its children (a directory) is.
+    pub elidable: bool,
 }
 
 impl Node {
@@ -131,6 +140,7 @@ impl Namespace {
             kind: NodeKind::Dir {
                 children: Vec::new(),
             },
+            elidable: false,
         };
         let mut nodes = NodeTable::default();
         nodes.insert(ROOT, root);
@@ -138,7 +148,7 @@ impl Namespace {
             nodes,
             inodes,
             depth: vec![vec![ROOT]],
-            last_dir: (String::new(), Some(ROOT)),
+            last_dir: (String::new(), Some(ROOT), false),
         };
         for entry in entries {
             builder.add(entry);
@@ -179,6 +189,46 @@ impl Namespace {
         }
     }
 
+    /// Whether inode `ino` is shown, from what is known without I/O: `None` while a blob it
+    /// depends on was not asked yet ([`Namespace::unresolved`]).
+    pub fn present(&self, ino: u64) -> Option<bool> {
+        let node = self.node(ino)?;
+        if !node.elidable {
+            return Some(true);
+        }
+        match &node.kind {
+            NodeKind::File(blob) => blob.presence(),
+            NodeKind::Staged(_) => Some(true),
+            NodeKind::Dir { children } => {
+                let mut unknown = false;
+                for (_, child) in children {
+                    match self.present(*child) {
+                        Some(true) => return Some(true),
+                        Some(false) => {}
+                        None => unknown = true,
+                    }
+                }
+                (!unknown).then_some(false)
+            }
+        }
+    }
+
+    /// Adds to `out` the blobs whose presence decides whether `ino` is shown and is not known yet.
+    pub fn unresolved(&self, ino: u64, out: &mut Vec<Arc<Blob>>) {
+        let Some(node) = self.node(ino).filter(|n| n.elidable) else {
+            return;
+        };
+        match &node.kind {
+            NodeKind::File(blob) if blob.presence().is_none() => out.push(blob.clone()),
+            NodeKind::Dir { children } => {
+                for (_, child) in children {
+                    self.unresolved(*child, out);
+                }
+            }
+            _ => {}
+        }
+    }
+
     /// Number of inodes.
     pub fn len(&self) -> usize {
         self.nodes.len
@@ -196,12 +246,15 @@ impl Namespace {
             .filter_map(|(ino, n)| Some((ino, n.as_ref()?)))
     }
 
-    /// Number of sub-directories of `node` (for `st_nlink`).
+    /// Number of sub-directories of `node` (for `st_nlink`), counting an elidable one unless it
+    /// is known absent.
     pub fn subdirs(&self, node: &Node) -> u32 {
         match &node.kind {
             NodeKind::Dir { children } => children
                 .iter()
-                .filter(|(_, ino)| self.node(*ino).is_some_and(Node::is_dir))
+                .filter(|(_, ino)| {
+                    self.node(*ino).is_some_and(Node::is_dir) && self.present(*ino) != Some(false)
+                })
                 .count() as u32,
             _ => 0,
         }
@@ -243,9 +296,9 @@ struct Builder<'a> {
     inodes: &'a mut InodeTable,
     /// Inodes by depth (the root is depth 0), for the mtime pass.
     depth: Vec<Vec<u64>>,
-    /// The directory of the previous entry (`None`: blocked by a file): entries come grouped by
-    /// directory, so most need no walk from the root.
-    last_dir: (String, Option<u64>),
+    /// The directory of the previous entry (`None`: blocked by a file), and whether that entry
+    /// was elidable: entries come grouped by directory, so most need no walk from the root.
+    last_dir: (String, Option<u64>, bool),
 }
 
 impl Builder<'_> {
@@ -267,11 +320,11 @@ impl Builder<'_> {
             return;
         }
         let (dir, name) = path.rsplit_once('/').unwrap_or(("", &path));
-        let parent = if self.last_dir.0 == dir {
+        let parent = if self.last_dir.0 == dir && (entry.elidable || !self.last_dir.2) {
             self.last_dir.1
         } else {
-            let parent = self.directory(dir, entry.mtime);
-            self.last_dir = (dir.to_string(), parent);
+            let parent = self.directory(dir, entry.mtime, entry.elidable);
+            self.last_dir = (dir.to_string(), parent, entry.elidable);
             parent
         };
         let kind = match entry.kind {
@@ -289,24 +342,30 @@ impl Builder<'_> {
             | (_, Some(false), NodeKind::Dir { .. }) => {
                 log::warn!("{path}: shown both as a file and a directory, keeping the first");
             }
-            (_, Some(true), NodeKind::Dir { .. }) => {}
+            (_, Some(true), NodeKind::Dir { .. }) => {
+                if let Some(node) = self.nodes.get_mut(ino) {
+                    node.elidable &= entry.elidable;
+                }
+            }
             (_, Some(false), _) => {
                 // A file replacing a file: keep its place among the parent's children.
                 if let Some(node) = self.nodes.get_mut(ino) {
                     node.kind = kind;
                     node.mtime = entry.mtime;
+                    node.elidable = entry.elidable;
                 }
             }
             (Some(parent), None, _) => {
                 let name = name.to_string();
-                self.insert(ino, parent, name, path, entry.mtime, kind);
+                self.insert(ino, parent, name, path, entry.mtime, kind, entry.elidable);
             }
         }
     }
 
     /// The inode of directory `dir`, created (with its parents) if needed; `None` if a file is
-    /// in the way.
-    fn directory(&mut self, dir: &str, mtime: SystemTime) -> Option<u64> {
+    /// in the way. Directories implied by an elidable entry are elidable until another entry
+    /// needs them.
+    fn directory(&mut self, dir: &str, mtime: SystemTime, elidable: bool) -> Option<u64> {
         let mut parent = ROOT;
         let mut end = 0;
         for component in dir.split('/').filter(|c| !c.is_empty()) {
@@ -317,8 +376,8 @@ impl Builder<'_> {
             };
             let walked = &dir[..end];
             let ino = self.inodes.ino(walked);
-            match self.nodes.get(ino) {
-                Some(node) if node.is_dir() => {}
+            match self.nodes.get_mut(ino) {
+                Some(node) if node.is_dir() => node.elidable &= elidable,
                 Some(_) => return None,
                 None => {
                     let kind = NodeKind::Dir {
@@ -331,6 +390,7 @@ impl Builder<'_> {
                         walked.to_string(),
                         mtime,
                         kind,
+                        elidable,
                     );
                 }
             }
@@ -339,6 +399,7 @@ impl Builder<'_> {
         Some(parent)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn insert(
         &mut self,
         ino: u64,
@@ -347,6 +408,7 @@ impl Builder<'_> {
         path: String,
         mtime: SystemTime,
         kind: NodeKind,
+        elidable: bool,
     ) {
         let depth = path.matches('/').count() + 1;
         if self.depth.len() <= depth {
@@ -360,6 +422,7 @@ impl Builder<'_> {
                 path,
                 mtime,
                 kind,
+                elidable,
             },
         );
         if let Some(NodeKind::Dir { children }) = self.nodes.get_mut(parent).map(|p| &mut p.kind) {

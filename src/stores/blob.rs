@@ -15,6 +15,11 @@
 //! A ready blob may carry an integrity [`Check`] (the CRC-32 of a stored ZIP member): its bytes
 //! are still served straight from the map, and the check runs lazily (see [`Check`]); once it
 //! fails, every later access of the blob, and of every slice of it, is an error.
+//!
+//! A ranged blob may also be *possibly absent* ([`Blob::ranged_maybe_absent`]): its content is
+//! defined either way (a remote object the server may answer 404 for reads as zeros), but whether
+//! it exists is only known once its source was asked ([`Presence`]): a view may hide such a file
+//! once it is known absent. Every other blob is present.
 
 use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -30,6 +35,20 @@ pub trait RangeSource: Send + Sync {
     /// Exactly the bytes `[offset, offset + len)` of the content; the range is within the
     /// content's length and not empty.
     fn read_range(&self, offset: u64, len: u64) -> Result<Bytes, StoreError>;
+
+    /// Where the source's own integrity check stands (`None`: it has none).
+    fn check_state(&self) -> Option<CheckState> {
+        None
+    }
+}
+
+/// Whether content that may be absent exists (a remote object the server may answer 404 for).
+pub trait Presence: Send + Sync {
+    /// Whether it exists, when that is known without asking the source.
+    fn known(&self) -> Option<bool>;
+    /// Whether it exists, asking the source if needed (may do network I/O; the answer is kept,
+    /// a failure is not).
+    fn resolve(&self) -> Result<bool, StoreError>;
 }
 
 /// A window `[offset, …)` of a ranged blob: a slice that stays ranged.
@@ -41,6 +60,10 @@ struct Window {
 impl RangeSource for Window {
     fn read_range(&self, offset: u64, len: u64) -> Result<Bytes, StoreError> {
         self.parent.read_range(self.offset + offset, len)
+    }
+
+    fn check_state(&self) -> Option<CheckState> {
+        self.parent.check_state()
     }
 }
 
@@ -61,6 +84,8 @@ pub struct Blob {
     fill: bool,
     /// Where ranges of a ranged blob come from.
     ranged: Option<Arc<dyn RangeSource>>,
+    /// Whether the content exists, for a blob that may be absent.
+    presence: Option<Arc<dyn Presence>>,
 }
 
 /// The most bytes a fill blob with a non-zero pattern may build (a zero fill is a map of the
@@ -87,6 +112,7 @@ impl Blob {
             check,
             fill: false,
             ranged: None,
+            presence: None,
         })
     }
 
@@ -98,9 +124,14 @@ impl Blob {
         Blob::holding(bytes, Some(check))
     }
 
-    /// Where the integrity check of this blob stands (`None` when it has no check).
+    /// Where the integrity check of this blob stands (`None` when it has no check): its own, or
+    /// its range source's.
     pub fn check_state(&self) -> Option<CheckState> {
-        self.check.as_ref().map(|c| c.state())
+        match (&self.check, &self.ranged) {
+            (Some(check), _) => Some(check.state()),
+            (None, Some(source)) => source.check_state(),
+            (None, None) => None,
+        }
     }
 
     /// Runs the integrity check to its end now, if the blob has one (waits for a background
@@ -135,12 +166,17 @@ impl Blob {
             check: None,
             fill: false,
             ranged: None,
+            presence: None,
         }
     }
 
     /// A blob of `len` bytes served by ranges from `source` ([`Blob::read_range`] decodes only
     /// what a read touches); [`Blob::bytes`] reads the whole range `[0, len)` once and keeps it.
     pub fn ranged(len: u64, source: Arc<dyn RangeSource>) -> Arc<Blob> {
+        Arc::new(Blob::ranged_unproduced(len, source))
+    }
+
+    fn ranged_unproduced(len: u64, source: Arc<dyn RangeSource>) -> Blob {
         let whole = source.clone();
         let producer = move || {
             if len == 0 {
@@ -149,10 +185,45 @@ impl Blob {
                 whole.read_range(0, len)
             }
         };
-        Arc::new(Blob {
+        Blob {
             ranged: Some(source),
             ..Blob::unproduced(Some(len), producer)
+        }
+    }
+
+    /// A ranged blob whose source may not exist ([`Presence`]): its reads are defined either
+    /// way, and [`Blob::presence`] tells whether a view should show it.
+    pub fn ranged_maybe_absent<S: RangeSource + Presence + 'static>(
+        len: u64,
+        source: Arc<S>,
+    ) -> Arc<Blob> {
+        Arc::new(Blob {
+            presence: Some(source.clone()),
+            ..Blob::ranged_unproduced(len, source)
         })
+    }
+
+    /// Whether this blob may turn out absent (see [`Blob::ranged_maybe_absent`]).
+    pub fn may_be_absent(&self) -> bool {
+        self.presence.is_some()
+    }
+
+    /// Whether the content exists, when known without I/O (`Some(true)` for every blob that
+    /// cannot be absent).
+    pub fn presence(&self) -> Option<bool> {
+        match &self.presence {
+            Some(p) => p.known(),
+            None => Some(true),
+        }
+    }
+
+    /// Whether the content exists, asking its source once if needed (network I/O: never call
+    /// this while holding a lock others wait for).
+    pub fn resolve_presence(&self) -> Result<bool, StoreError> {
+        match &self.presence {
+            Some(p) => p.resolve(),
+            None => Ok(true),
+        }
     }
 
     /// Whether reads of this blob are served by ranges (and its whole content was not produced).
@@ -203,6 +274,7 @@ impl Blob {
             check: None,
             fill: false,
             ranged: None,
+            presence: None,
         })
     }
 
@@ -284,6 +356,7 @@ impl Blob {
             check,
             fill: false,
             ranged: None,
+            presence: None,
         })
     }
 

@@ -13,12 +13,16 @@
 //! on both, else the read fails (EIO) and one line is logged, so bytes of two versions are never
 //! mixed. A failed fetch fails the reads that wait for it (EIO) and nothing else: the next read
 //! asks again.
+//!
+//! An object that may be missing (`missing_is_zero`: a Zarr v3 chunk a writer leaves out when it
+//! is all fill value 0) reads as zeros on a 404 and is a possibly absent blob ([`Presence`]):
+//! whether it exists is learnt from the first response about it, or by one HEAD when asked.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 
-use super::blob::{Blob, RangeSource};
+use super::blob::{Blob, Presence, RangeSource};
 use super::http::{redact, Fetch, HttpClient, Validator};
 use super::http_cache::{BlockKey, BLOCK};
 use super::{Bytes, StoreError};
@@ -111,6 +115,8 @@ pub struct RemoteObject {
     missing_is_zero: bool,
     /// Itself, for the background fetches it starts.
     me: Weak<RemoteObject>,
+    /// Whether the server has it (known from its first answer about it).
+    present: OnceLock<bool>,
     /// Where the last read ended (a read starting about there is sequential).
     next: AtomicU64,
     /// Blocks of the readahead window.
@@ -142,6 +148,7 @@ impl RemoteObject {
             validator: known,
             missing_is_zero,
             me: me.clone(),
+            present: OnceLock::new(),
             next: AtomicU64::new(u64::MAX),
             readahead: AtomicU64::new(READAHEAD_BLOCKS),
             frontier: AtomicU64::new(0),
@@ -150,10 +157,14 @@ impl RemoteObject {
         })
     }
 
-    /// This object as a ranged blob.
+    /// This object as a ranged blob (possibly absent when a 404 reads as zeros).
     pub fn into_blob(self: Arc<Self>) -> Arc<Blob> {
         let len = self.len;
-        Blob::ranged(len, self)
+        if self.missing_is_zero {
+            Blob::ranged_maybe_absent(len, self)
+        } else {
+            Blob::ranged(len, self)
+        }
     }
 
     fn changed(&self, what: &str) -> StoreError {
@@ -193,9 +204,10 @@ impl RemoteObject {
         let got = match self.client.get_range(&self.url, start, end - start) {
             Ok(got) => got,
             Err(Fetch::NotFound) if self.missing_is_zero => {
+                let _ = self.present.set(false);
                 return Ok((first..=last)
                     .map(|b| Bytes::from_vec(vec![0; self.block_len(b) as usize]))
-                    .collect())
+                    .collect());
             }
             Err(Fetch::NotFound) => {
                 return Err(StoreError::Produce(format!(
@@ -205,6 +217,7 @@ impl RemoteObject {
             }
             Err(failed) => return Err(failed.into()),
         };
+        let _ = self.present.set(true);
         if got.total != self.len {
             return Err(self.changed(&format!("{} bytes, not {}", got.total, self.len)));
         }
@@ -317,6 +330,31 @@ impl Claim {
         let last = self.first + self.slots.len() as u64 - 1;
         let fetched = self.object.fetch(self.first, last);
         self.finish(fetched);
+    }
+}
+
+impl Presence for RemoteObject {
+    fn known(&self) -> Option<bool> {
+        if !self.missing_is_zero {
+            return Some(true);
+        }
+        self.present.get().copied()
+    }
+
+    fn resolve(&self) -> Result<bool, StoreError> {
+        if let Some(known) = self.known() {
+            return Ok(known);
+        }
+        let present = match self.client.stat(&self.url) {
+            Ok((_, validator)) => {
+                // The first contact records the version (its size is checked by every read).
+                let _ = self.validator.set(validator);
+                true
+            }
+            Err(Fetch::NotFound) => false,
+            Err(failed) => return Err(failed.into()),
+        };
+        Ok(*self.present.get_or_init(|| present))
     }
 }
 

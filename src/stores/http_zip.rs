@@ -1,17 +1,20 @@
 //! A ZIP archive behind a URL, read with range requests: the end of the file (EOCD, ZIP64
 //! locator) and the central directory are fetched at open and parsed by [`parse_archive`] (the
 //! local parser, given the directory rebased to offset 0); members are fetched on demand: a
-//! stored member is a ranged blob (its local header is read on first access to find its data),
-//! a compressed one is fetched whole and decompressed by `zip_entry::decode` (CRC checked).
+//! stored member is a ranged blob (its local header is read on first access to find its data)
+//! whose CRC-32 is checked from the ranges read (`range_check`: a member up to 4 MiB whole before
+//! its first byte, a larger one once every byte of it was read), a compressed one is fetched
+//! whole and decompressed by `zip_entry::decode` (CRC checked).
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use std::time::SystemTime;
 
-use super::blob::{Blob, RangeSource};
+use super::blob::{Blob, CheckState, RangeSource};
 use super::http::{redact, Fetch, HttpClient};
 use super::http_object::RemoteObject;
+use super::range_check::RangeCheck;
 use super::zip::{find_eocd, parse_archive, CentralRecord, LOCAL_SIG, METHOD_STORED};
 use super::zip_entry::{decode, entry_problem};
 use super::{Bytes, Entry, StoreError, StoreIndex};
@@ -116,6 +119,8 @@ struct Member {
     record: CentralRecord,
     data_offset: OnceLock<u64>,
     what: String,
+    /// The CRC-32 check of a stored member's bytes.
+    check: Option<RangeCheck>,
 }
 
 impl Member {
@@ -140,7 +145,24 @@ impl Member {
 impl RangeSource for Member {
     fn read_range(&self, offset: u64, len: u64) -> Result<Bytes, StoreError> {
         let start = self.data_offset()?;
-        self.archive.read_range(start + offset, len)
+        let Some(check) = &self.check else {
+            return self.archive.read_range(start + offset, len);
+        };
+        check.gate()?;
+        if check.wants_whole() {
+            let whole = self.archive.read_range(start, self.record.size)?;
+            check.record(0, whole.as_slice())?;
+            return whole.slice(offset, len).ok_or_else(|| {
+                StoreError::Produce(format!("{}: range {offset}+{len} outside it", self.what))
+            });
+        }
+        let bytes = self.archive.read_range(start + offset, len)?;
+        check.record(offset, bytes.as_slice())?;
+        Ok(bytes)
+    }
+
+    fn check_state(&self) -> Option<CheckState> {
+        self.check.as_ref().map(RangeCheck::state)
     }
 }
 
@@ -162,11 +184,13 @@ fn member_blob(archive: Arc<RemoteObject>, url: &str, record: CentralRecord) -> 
             Err(StoreError::Produce(message.clone()))
         });
     }
+    let check = (method == METHOD_STORED).then(|| RangeCheck::new(size, crc, what.clone()));
     let member = Arc::new(Member {
         archive,
         record,
         data_offset: OnceLock::new(),
         what: what.clone(),
+        check,
     });
     if method == METHOD_STORED {
         return Blob::ranged(size, member);

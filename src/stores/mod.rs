@@ -19,6 +19,7 @@ pub mod http_cache;
 pub mod http_object;
 pub mod http_store;
 pub mod http_zip;
+pub mod range_check;
 pub mod store;
 pub mod zip;
 pub mod zip_append;

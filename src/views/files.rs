@@ -98,6 +98,7 @@ fn metadata_json(dataset: &Dataset, prefix: &str, entries: &[ViewEntry]) -> View
         path: view.full("metadata.json"),
         node: ViewNode::File(blob),
         mtime: dataset_mtime(dataset),
+        elidable: false,
     }
 }
 

@@ -39,6 +39,9 @@ pub struct ViewEntry {
     pub node: ViewNode,
     /// Its modification time.
     pub mtime: SystemTime,
+    /// A file shown only if its blob exists ([`Blob::presence`]; with its implied parent
+    /// directories): a Zarr chunk a writer may have left out. Known blobs are always present.
+    pub elidable: bool,
 }
 
 /// Which layouts to show.
@@ -83,6 +86,7 @@ impl ViewBuilder {
             path,
             node: ViewNode::Dir,
             mtime,
+            elidable: false,
         });
     }
 
@@ -92,7 +96,18 @@ impl ViewBuilder {
             path,
             node: ViewNode::File(blob),
             mtime,
+            elidable: false,
         });
+    }
+
+    /// A file shown only if its blob turns out present (see [`ViewEntry::elidable`]); a blob
+    /// that cannot be absent makes a plain file.
+    pub(crate) fn elidable_file(&mut self, path: &str, blob: Arc<Blob>, mtime: SystemTime) {
+        let elidable = blob.may_be_absent();
+        self.file(path, blob, mtime);
+        if let Some(entry) = self.entries.last_mut() {
+            entry.elidable = elidable;
+        }
     }
 
     /// A file whose (small) content is made by `make` on first access.

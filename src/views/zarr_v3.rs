@@ -6,8 +6,9 @@
 //!
 //! Numeric chunks are the model's blobs (the same `Arc<Blob>` as the v2 view's chunks); strings are
 //! vlen-utf8; scalar chunks are synthesised. A chunk that holds only the fill value is left out,
-//! as Julia leaves it out. A packed array (`Property::packed`) is a `sharding_indexed` array whose
-//! chunk is the source's shard itself; its shard shape is `Packing::shard_shape` (for Julia's
+//! as Julia leaves it out (a remote chunk that may be missing is an elidable entry: listed once
+//! the server says it exists). A packed array (`Property::packed`) is a `sharding_indexed` array
+//! whose chunk is the source's shard itself; its shard shape is `Packing::shard_shape` (for Julia's
 //! shards the array shape rounded up to a multiple of the inner chunk shape), which makes the same
 //! bytes a valid shard for every reader (Julia's own `zarr.json` declares the array shape, which
 //! zarr-python 3 and TensorStore refuse when the inner chunks do not divide it). A shard without
@@ -213,10 +214,11 @@ impl V3Builder {
         let doc = Bytes::from_vec(doc.into_bytes());
         self.document(path, doc.clone(), mtime);
         // A fill blob (an array the source stored without chunks) is not listed, as Julia
-        // does not store such chunks.
+        // does not store such chunks; a chunk that may be absent (a remote one a 404 would
+        // make the fill) is listed only once it is known present.
         if let Some(chunk) = chunk.filter(|c| !c.is_fill()) {
             let key = format!("{path}/{}", single_chunk_key(ndim));
-            self.view.file(&key, chunk, mtime);
+            self.view.elidable_file(&key, chunk, mtime);
         }
         self.metadata.insert(path.to_string(), doc);
     }

@@ -1,5 +1,6 @@
-//! The HTTP(S) client of remote sources: one `ureq` agent (rustls, the system's CA store,
-//! redirects, a keep-alive pool), the options a mount gives it (timeouts, retries, headers,
+//! The HTTP(S) client of remote sources: one `ureq` agent (rustls, the system's CA store
+//! through the platform verifier, redirects, a keep-alive pool, a 1 MiB input buffer so a large
+//! body is read in few system calls), the options a mount gives it (timeouts, retries, headers,
 //! bearer token, cache), ranged and whole GETs with bounded retries and backoff, and the
 //! request log (one debug line per request, an info summary at most once a second).
 //!
@@ -22,6 +23,10 @@ pub const TOKEN_ENV: &str = "DAF_MOUNT_HTTP_TOKEN";
 
 /// The size a whole GET (a metadata document) is given time for, in MiB.
 const WHOLE_GET_MIBS: u64 = 8;
+
+/// Bytes the client reads from a connection at once (ureq's default, 128 KiB, costs a large
+/// read many more system calls).
+const INPUT_BUFFER: usize = 1 << 20;
 
 /// The most a whole GET (a consolidated metadata document) may bring.
 pub const MAX_WHOLE_GET: u64 = 1 << 30;
@@ -167,14 +172,20 @@ impl std::fmt::Debug for HttpClient {
 impl HttpClient {
     /// A client with these options.
     pub fn new(options: HttpOptions) -> Arc<HttpClient> {
-        let agent = ureq::AgentBuilder::new()
-            .timeout_connect(options.timeout)
-            .timeout_read(options.timeout)
-            .timeout_write(options.timeout)
-            .redirects(8)
-            .max_idle_connections_per_host(32)
-            .user_agent(concat!("daf-mount/", env!("CARGO_PKG_VERSION")))
+        let tls = ureq::tls::TlsConfig::builder()
+            .root_certs(ureq::tls::RootCerts::PlatformVerifier)
             .build();
+        let agent = ureq::Agent::config_builder()
+            .timeout_connect(Some(options.timeout))
+            .http_status_as_error(false)
+            .max_redirects(8)
+            .redirect_auth_headers(ureq::config::RedirectAuthHeaders::SameHost)
+            .max_idle_connections_per_host(32)
+            .input_buffer_size(INPUT_BUFFER)
+            .user_agent(concat!("daf-mount/", env!("CARGO_PKG_VERSION")))
+            .tls_config(tls)
+            .build()
+            .new_agent();
         let cache = BlockCache::new(
             options.memory_cache,
             options.cache_dir.clone(),
@@ -188,29 +199,49 @@ impl HttpClient {
         })
     }
 
-    /// A request that must be answered within the timeout, plus the timeout again per MiB of
-    /// `len` (ureq's pooled connections have no read timeout of their own until the headers
-    /// are in: only a deadline bounds the wait).
-    fn request(&self, method: &str, url: &str, len: u64) -> ureq::Request {
+    /// A request (with the mount's headers) that must be done within the timeout, plus the
+    /// timeout again per MiB of `len`.
+    fn call(
+        &self,
+        method: &str,
+        url: &str,
+        len: u64,
+        range: Option<&str>,
+    ) -> Result<Response, Fetch> {
         let mibs = u32::try_from(len.div_ceil(1 << 20)).unwrap_or(u32::MAX);
         let deadline = self.options.timeout.saturating_mul(mibs.saturating_add(1));
-        let mut request = self.agent.request(method, url).timeout(deadline);
+        let mut request = ureq::http::Request::builder().method(method).uri(url);
         for (name, value) in &self.options.headers {
-            request = request.set(name, value);
+            request = request.header(name, value);
         }
         if let Some(token) = &self.options.token {
-            request = request.set("Authorization", &format!("Bearer {token}"));
+            request = request.header("Authorization", format!("Bearer {token}"));
         }
-        request
+        if let Some(range) = range {
+            request = request.header("Range", range);
+        }
+        let request = request
+            .body(())
+            .map_err(|e| Fetch::Failed(format!("{}: a bad request: {e}", redact(url))))?;
+        let request = self
+            .agent
+            .configure_request(request)
+            .timeout_global(Some(deadline))
+            .build();
+        let response = self.agent.run(request).map_err(|e| transport(url, &e))?;
+        match response.status().as_u16() {
+            404 | 410 => Err(Fetch::NotFound),
+            code if code >= 400 => Err(Fetch::Failed(format!("{}: status {code}", redact(url)))),
+            _ => Ok(response),
+        }
     }
 
     /// The whole object at `url`.
     pub fn get(&self, url: &str) -> Result<Got, Fetch> {
         self.with_retries(url, "", || {
-            let response = self.request("GET", url, WHOLE_GET_MIBS << 20).call();
-            let response = status(response)?;
+            let response = self.call("GET", url, WHOLE_GET_MIBS << 20, None)?;
             let validator = validator_of(&response);
-            let body = read_body(response, None)?;
+            let body = read_body(url, response, None)?;
             let total = body.len() as u64;
             if total > MAX_WHOLE_GET {
                 return Err(Fetch::Failed(format!(
@@ -232,32 +263,29 @@ impl HttpClient {
     pub fn get_range(&self, url: &str, offset: u64, len: u64) -> Result<Got, Fetch> {
         let range = format!("bytes={}-{}", offset, offset + len - 1);
         self.with_retries(url, &range, || {
-            let response = self.request("GET", url, len).set("Range", &range).call();
-            let response = status(response)?;
-            if response.status() != 206 {
+            let response = self.call("GET", url, len, Some(&range))?;
+            if response.status().as_u16() != 206 {
                 return Err(Fetch::Failed(format!(
                     "{}: the server ignores Range requests (status {} to a ranged GET); \
                      remote sources need a server that supports them",
                     redact(url),
-                    response.status()
+                    response.status().as_u16()
                 )));
             }
             let validator = validator_of(&response);
-            let total = response
-                .header("Content-Range")
-                .and_then(|r| r.rsplit_once('/'))
+            // `bytes FIRST-LAST/TOTAL`: exactly the range asked for.
+            let total = header(&response, "Content-Range")
+                .and_then(|r| r.trim().strip_prefix("bytes "))
+                .and_then(|r| r.split_once('/'))
+                .filter(|(got, _)| *got == &range["bytes=".len()..])
                 .and_then(|(_, total)| total.trim().parse::<u64>().ok())
                 .ok_or_else(|| {
-                    Fetch::Failed(format!("{}: no Content-Range in a 206", redact(url)))
+                    Fetch::Failed(format!(
+                        "{}: a 206 without the Content-Range of {range}",
+                        redact(url)
+                    ))
                 })?;
-            let body = read_body(response, Some(len))?;
-            if body.len() as u64 != len {
-                return Err(Fetch::Failed(format!(
-                    "{}: {} bytes where {len} were asked for (connection dropped?)",
-                    redact(url),
-                    body.len()
-                )));
-            }
+            let body = read_body(url, response, Some(len))?;
             Ok(Got {
                 body,
                 total,
@@ -345,9 +373,8 @@ impl HttpClient {
     }
 
     fn head_once(&self, url: &str) -> Result<(u64, Validator), Fetch> {
-        let response = status(self.request("HEAD", url, 0).call())?;
-        let len = response
-            .header("Content-Length")
+        let response = self.call("HEAD", url, 0, None)?;
+        let len = header(&response, "Content-Length")
             .and_then(|n| n.trim().parse::<u64>().ok())
             .ok_or_else(|| {
                 Fetch::Failed(format!("{}: HEAD without Content-Length", redact(url)))
@@ -361,45 +388,59 @@ fn retryable(why: &str) -> bool {
     why.contains("status 5") || why.contains("transport") || why.contains("connection dropped")
 }
 
-fn status(result: Result<ureq::Response, ureq::Error>) -> Result<ureq::Response, Fetch> {
-    match result {
-        Ok(response) => Ok(response),
-        Err(ureq::Error::Status(404 | 410, _)) => Err(Fetch::NotFound),
-        Err(ureq::Error::Status(code, response)) => Err(Fetch::Failed(format!(
-            "{}: status {code}",
-            redact(response.get_url())
-        ))),
-        Err(ureq::Error::Transport(transport)) => Err(Fetch::Failed(format!(
-            "{}: transport error: {}",
-            transport
-                .url()
-                .map(|u| redact(u.as_str()))
-                .unwrap_or_default(),
-            transport.kind()
-        ))),
-    }
+type Response = ureq::http::Response<ureq::Body>;
+
+/// A failure to get an answer, in one line: a "transport error" is retried, a certificate the
+/// system's CA store does not trust is not (it will not pass on retrying).
+fn transport(url: &str, error: &ureq::Error) -> Fetch {
+    let text = error.to_string();
+    let what = if text.contains("certificate") {
+        "TLS error"
+    } else {
+        "transport error"
+    };
+    Fetch::Failed(format!("{}: {what}: {text}", redact(url)))
 }
 
-fn validator_of(response: &ureq::Response) -> Validator {
+fn header<'a>(response: &'a Response, name: &str) -> Option<&'a str> {
+    response.headers().get(name).and_then(|v| v.to_str().ok())
+}
+
+fn validator_of(response: &Response) -> Validator {
     Validator(
-        response
-            .header("ETag")
-            .or_else(|| response.header("Last-Modified"))
+        header(response, "ETag")
+            .or_else(|| header(response, "Last-Modified"))
             .map(str::to_string),
     )
 }
 
-/// The body, at most `len` bytes when given (more is a broken server).
-fn read_body(response: ureq::Response, len: Option<u64>) -> Result<Vec<u8>, Fetch> {
-    let url = redact(response.get_url());
-    let mut body = Vec::with_capacity(len.unwrap_or(0).min(64 << 20) as usize);
-    let limit = len.unwrap_or(MAX_WHOLE_GET) + 1;
-    response
-        .into_reader()
-        .take(limit)
-        .read_to_end(&mut body)
-        .map_err(|e| Fetch::Failed(format!("{url}: transport error reading the body: {e}")))?;
-    Ok(body)
+/// The body: exactly `len` bytes when given (fewer: the connection dropped), else at most
+/// [`MAX_WHOLE_GET`] + 1.
+fn read_body(url: &str, response: Response, len: Option<u64>) -> Result<Vec<u8>, Fetch> {
+    let dropped = |e: std::io::Error| {
+        Fetch::Failed(format!(
+            "{}: transport error reading the body (connection dropped?): {e}",
+            redact(url)
+        ))
+    };
+    let mut reader = response.into_body().into_reader();
+    match len {
+        Some(len) => {
+            let size = usize::try_from(len)
+                .map_err(|_| Fetch::Failed(format!("{}: {len} bytes asked for", redact(url))))?;
+            let mut body = vec![0; size];
+            reader.read_exact(&mut body).map_err(dropped)?;
+            Ok(body)
+        }
+        None => {
+            let mut body = Vec::new();
+            reader
+                .take(MAX_WHOLE_GET + 1)
+                .read_to_end(&mut body)
+                .map_err(dropped)?;
+            Ok(body)
+        }
+    }
 }
 
 impl From<Fetch> for StoreError {

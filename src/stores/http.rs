@@ -44,6 +44,10 @@ pub struct HttpOptions {
     pub cache_size: u64,
     /// Bound of the memory cache in bytes.
     pub memory_cache: u64,
+    /// The source URL's query string (a pre-signed or SAS URL's credential, without the `?`),
+    /// added to every request of the mount; set by `formats::remote::open_remote`, never
+    /// logged.
+    pub query: Option<String>,
 }
 
 impl Default for HttpOptions {
@@ -56,6 +60,7 @@ impl Default for HttpOptions {
             cache_dir: None,
             cache_size: 1 << 30,
             memory_cache: 64 << 20,
+            query: None,
         }
     }
 }
@@ -100,6 +105,16 @@ pub fn redact(url: &str) -> String {
             format!("{}://{}", &url[..scheme], &url[at + 1..])
         }
         _ => url.to_string(),
+    }
+}
+
+/// `url` with `query` (a source URL's query string) added: after `?`, or after `&` when `url`
+/// has a query of its own (a listing request).
+pub fn with_query(url: &str, query: Option<&str>) -> String {
+    match query.filter(|q| !q.is_empty()) {
+        Some(query) if url.contains('?') => format!("{url}&{query}"),
+        Some(query) => format!("{url}?{query}"),
+        None => url.to_string(),
     }
 }
 
@@ -194,7 +209,8 @@ impl HttpClient {
     fn request(&self, method: &str, url: &str, len: u64) -> ureq::Request {
         let mibs = u32::try_from(len.div_ceil(1 << 20)).unwrap_or(u32::MAX);
         let deadline = self.options.timeout.saturating_mul(mibs.saturating_add(1));
-        let mut request = self.agent.request(method, url).timeout(deadline);
+        let url = with_query(url, self.options.query.as_deref());
+        let mut request = self.agent.request(method, &url).timeout(deadline);
         for (name, value) in &self.options.headers {
             request = request.set(name, value);
         }
@@ -423,6 +439,16 @@ mod tests {
         );
         assert_eq!(redact("http://h/a@b/c"), "http://h/a@b/c");
         assert_eq!(escape_key("a b/é.x"), "a%20b/%C3%A9.x");
+    }
+
+    #[test]
+    fn the_source_query_is_added_to_every_url() {
+        assert_eq!(with_query("http://h/a", Some("sig=1")), "http://h/a?sig=1");
+        assert_eq!(
+            with_query("http://h/?list-type=2", Some("sig=1")),
+            "http://h/?list-type=2&sig=1"
+        );
+        assert_eq!(with_query("http://h/a", None), "http://h/a");
     }
 
     #[test]

@@ -67,6 +67,7 @@ pub fn walk(client: &HttpClient, base: &str) -> Result<Walked, FormatError> {
         ));
     };
     log::info!("walking {} by its {}", redact(base), lister.describe());
+    let started = std::time::Instant::now();
     let mut level: Vec<Node> = DAF_TREE
         .iter()
         .filter(|(name, _)| root.dirs.contains(*name))
@@ -101,6 +102,11 @@ pub fn walk(client: &HttpClient, base: &str) -> Result<Walked, FormatError> {
         }
         level = next;
     }
+    log::info!(
+        "walked {seen} Zarr nodes of {} in {:?}",
+        redact(base),
+        started.elapsed()
+    );
     Ok(walked)
 }
 

@@ -221,6 +221,7 @@ fn an_s3_listing_is_walked_with_continuation_tokens_and_the_query_goes_everywher
     assert!(log.len() > 40, "{}", log.len());
     for l in &log {
         assert!(l.query.ends_with("sv=2024&sig=s3cret%2Bx"), "{l:?}");
+        assert_eq!(l.authorization.as_deref(), Some("Bearer tok"), "{l:?}");
     }
 }
 

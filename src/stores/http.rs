@@ -222,17 +222,23 @@ impl HttpClient {
 
     /// The whole object at `url`.
     pub fn get(&self, url: &str) -> Result<Got, Fetch> {
+        self.get_at_most(url, MAX_WHOLE_GET)
+    }
+
+    /// The whole object at `url`, an error when it has more than `max` bytes (a directory
+    /// listing is given less room than a consolidated metadata document).
+    pub fn get_at_most(&self, url: &str, max: u64) -> Result<Got, Fetch> {
         self.with_retries(url, "", || {
             let response = self.request("GET", url, WHOLE_GET_MIBS << 20).call();
             let response = status(response)?;
             let validator = validator_of(&response);
-            let body = read_body(response, None)?;
+            let body = read_body(response, None, max)?;
             let total = body.len() as u64;
-            if total > MAX_WHOLE_GET {
+            if total > max {
                 return Err(Fetch::Failed(format!(
-                    "{}: more than {} MiB (a metadata document)",
+                    "{}: more than {} MiB (a metadata document or listing)",
                     redact(url),
-                    MAX_WHOLE_GET >> 20
+                    max >> 20
                 )));
             }
             Ok(Got {
@@ -266,7 +272,7 @@ impl HttpClient {
                 .ok_or_else(|| {
                     Fetch::Failed(format!("{}: no Content-Range in a 206", redact(url)))
                 })?;
-            let body = read_body(response, Some(len))?;
+            let body = read_body(response, Some(len), len)?;
             if body.len() as u64 != len {
                 return Err(Fetch::Failed(format!(
                     "{}: {} bytes where {len} were asked for (connection dropped?)",
@@ -405,11 +411,12 @@ fn validator_of(response: &ureq::Response) -> Validator {
     )
 }
 
-/// The body, at most `len` bytes when given (more is a broken server).
-fn read_body(response: ureq::Response, len: Option<u64>) -> Result<Vec<u8>, Fetch> {
+/// The body, at most `len` bytes when given (more is a broken server), else at most `max` + 1
+/// (more is refused by the caller).
+fn read_body(response: ureq::Response, len: Option<u64>, max: u64) -> Result<Vec<u8>, Fetch> {
     let url = redact(response.get_url());
     let mut body = Vec::with_capacity(len.unwrap_or(0).min(64 << 20) as usize);
-    let limit = len.unwrap_or(MAX_WHOLE_GET) + 1;
+    let limit = len.unwrap_or(max) + 1;
     response
         .into_reader()
         .take(limit)

@@ -6,7 +6,7 @@
 //!
 //! Listings are hostile input: only names of one path segment are kept (`..`, `.`, names with
 //! `/` or NUL after percent-decoding, absolute, scheme, `?` and `#` links are dropped), and a
-//! directory of more than [`MAX_LISTING_ENTRIES`] names (or pages) is refused.
+//! directory of more than [`MAX_LISTING_ENTRIES`] names (or pages, or 64 MiB a page) is refused.
 
 use std::collections::BTreeSet;
 
@@ -17,6 +17,9 @@ pub const MAX_LISTING_ENTRIES: usize = 100_000;
 
 /// Most pages one S3 listing may take (continuation tokens followed).
 const MAX_PAGES: usize = 1_000;
+
+/// Most bytes of one listing page (100,000 names of an nginx index take about 15 MiB).
+const MAX_PAGE_BYTES: u64 = 64 << 20;
 
 /// The names one level below a directory.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -107,7 +110,9 @@ impl Lister {
                 } else {
                     format!("{base}/{}/", escape_key(dir))
                 };
-                let got = client.get(&url).map_err(|e| fetch_failed(&url, e))?;
+                let got = client
+                    .get_at_most(&url, MAX_PAGE_BYTES)
+                    .map_err(|e| fetch_failed(&url, e))?;
                 let text = String::from_utf8_lossy(&got.body);
                 if !text.to_ascii_lowercase().contains("<a ") {
                     return Err(format!("{}: not an HTML directory index", redact(&url)));
@@ -141,7 +146,9 @@ impl Lister {
             if let Some(token) = &token {
                 url.push_str(&format!("&continuation-token={}", query_escape(token)));
             }
-            let got = client.get(&url).map_err(|e| fetch_failed(&url, e))?;
+            let got = client
+                .get_at_most(&url, MAX_PAGE_BYTES)
+                .map_err(|e| fetch_failed(&url, e))?;
             let text = String::from_utf8_lossy(&got.body);
             let next = parse_s3(&text, key_prefix, &mut listing)
                 .map_err(|why| format!("{}: {why}", redact(&url)))?;

@@ -41,6 +41,8 @@ pub struct Logged {
     /// The query string (after `?`, as sent; empty when none).
     pub query: String,
     pub range: Option<String>,
+    /// The `Authorization` header, if any.
+    pub authorization: Option<String>,
     pub status: u16,
 }
 
@@ -279,6 +281,7 @@ fn respond(
             path: req.path.clone(),
             query: req.query.clone(),
             range: range_header.clone(),
+            authorization: req.headers.get("authorization").cloned(),
             status,
         });
     };

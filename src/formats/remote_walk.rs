@@ -5,8 +5,8 @@
 //!
 //! Only the tree Daf defines is walked (`daf-formats.md` §4.2, §5): `scalars/NAME`,
 //! `axes/NAME`, `vectors/AXIS/NAME[/PART]`, `matrices/R/C/NAME[/PART]`, so the walk is at most
-//! five levels deep; it stops with an error past [`MAX_WALK_NODES`] nodes (and a listing past
-//! `MAX_LISTING_ENTRIES` names). Each level's nodes are visited concurrently, at most
+//! five levels deep; it stops with an error past [`MAX_WALK_NODES`] nodes, [`MAX_WALK_NAMES`]
+//! listed names in all, or one listing past `MAX_LISTING_ENTRIES` names. Each level's nodes are visited concurrently, at most
 //! [`IN_FLIGHT`] at once, over the client's keep-alive pool; a visit is one GET of the node's
 //! `zarr.json` and one listing of its directory (a group's children, an array's chunk
 //! directories, so that a chunk a writer left out is left out here too).
@@ -24,6 +24,9 @@ use super::FormatError;
 
 /// Most nodes (groups and arrays) a walk visits; a larger tree is refused.
 pub const MAX_WALK_NODES: usize = 100_000;
+
+/// Most names all the listings of a walk may hold together (which bounds its memory).
+pub const MAX_WALK_NAMES: usize = 1_000_000;
 
 /// Most requests in flight during a walk.
 pub const IN_FLIGHT: usize = 16;
@@ -77,16 +80,14 @@ pub fn walk(client: &HttpClient, base: &str) -> Result<Walked, FormatError> {
         })
         .collect();
     let mut walked = Walked::default();
+    let budget = Budget {
+        nodes: AtomicUsize::new(level.len()),
+        names: AtomicUsize::new(root.dirs.len() + root.files.len()),
+    };
     let mut seen = 0;
     while !level.is_empty() {
         seen += level.len();
-        if seen > MAX_WALK_NODES {
-            return Err(refused(
-                base,
-                format!("more than {MAX_WALK_NODES} Zarr nodes to walk"),
-            ));
-        }
-        let results = parallel(&level, |node| visit(client, &lister, base, node))?;
+        let results = parallel(&level, |node| visit(client, &lister, base, node, &budget))?;
         let mut next = Vec::new();
         for (node, result) in level.iter().zip(results) {
             let Some((document, listing, is_array, children)) = result else {
@@ -110,12 +111,37 @@ pub fn walk(client: &HttpClient, base: &str) -> Result<Walked, FormatError> {
     Ok(walked)
 }
 
+/// What a walk may still find: nodes to visit and names listed, counted as they are found.
+struct Budget {
+    nodes: AtomicUsize,
+    names: AtomicUsize,
+}
+
+impl Budget {
+    fn take(&self, base: &str, nodes: usize, names: usize) -> Result<(), FormatError> {
+        if self.nodes.fetch_add(nodes, Ordering::Relaxed) + nodes > MAX_WALK_NODES {
+            return Err(refused(
+                base,
+                format!("more than {MAX_WALK_NODES} Zarr nodes to walk"),
+            ));
+        }
+        if self.names.fetch_add(names, Ordering::Relaxed) + names > MAX_WALK_NAMES {
+            return Err(refused(
+                base,
+                format!("more than {MAX_WALK_NAMES} names in the listings"),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Fetches one node's `zarr.json` and lists its directory (`None`: no `zarr.json`, not a node).
 fn visit(
     client: &HttpClient,
     lister: &Lister,
     base: &str,
     node: &Node,
+    budget: &Budget,
 ) -> Result<Visited, FormatError> {
     let url = format!("{base}/{}/zarr.json", escape_key(&node.path));
     let body = match client.get(&url) {
@@ -139,6 +165,8 @@ fn visit(
     let listing = lister
         .list(client, &node.path)
         .map_err(|why| FormatError::Bad(format!("listing {}: {why}", node.path)))?;
+    let children = if is_array { 0 } else { listing.dirs.len() };
+    budget.take(base, children, listing.dirs.len() + listing.files.len())?;
     let children = if is_array {
         Vec::new()
     } else {
@@ -203,6 +231,26 @@ fn parallel<T: Sync, R: Send>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_budget_bounds_nodes_and_names_over_the_whole_walk() {
+        let budget = Budget {
+            nodes: AtomicUsize::new(4),
+            names: AtomicUsize::new(5),
+        };
+        budget.take("http://h/x", MAX_WALK_NODES - 4, 10).unwrap();
+        let err = budget.take("http://h/x", 1, 0).unwrap_err().to_string();
+        assert!(err.contains("Zarr nodes"), "{err}");
+        let budget = Budget {
+            nodes: AtomicUsize::new(0),
+            names: AtomicUsize::new(0),
+        };
+        for _ in 0..10 {
+            budget.take("http://h/x", 0, MAX_WALK_NAMES / 10).unwrap();
+        }
+        let err = budget.take("http://h/x", 0, 1).unwrap_err().to_string();
+        assert!(err.contains("names in the listings"), "{err}");
+    }
 
     #[test]
     fn parallel_keeps_order_and_reports_the_error() {

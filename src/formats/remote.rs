@@ -101,7 +101,8 @@ pub fn check_range_support(client: &HttpClient, url: &str) -> Result<(), FormatE
         .map_err(|e| failed(url, e))
 }
 
-/// The store index of the remote Zarr directory at `base`, from its consolidated metadata.
+/// The store index of the remote Zarr directory at `base`, from its consolidated metadata or (Zarr
+/// v3 without it) the walk of its listing.
 fn remote_zarr_index(client: &Arc<HttpClient>, base: &str) -> Result<StoreIndex, FormatError> {
     let mut documents: BTreeMap<String, Vec<u8>> = BTreeMap::new();
     // The listing of each array's directory, when the tree was walked (a chunk not listed is
@@ -129,7 +130,7 @@ fn remote_zarr_index(client: &Arc<HttpClient>, base: &str) -> Result<StoreIndex,
                 Fetch::NotFound => not_daf(
                     base,
                     "no .zmetadata (Zarr v2) or zarr.json (Zarr v3) on the server; a remote \
-                     ZarrDaf directory needs consolidated metadata",
+                     Zarr v2 directory needs consolidated metadata (.zmetadata)",
                 ),
                 other => failed(&v3_url, other),
             })?;

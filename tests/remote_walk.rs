@@ -148,16 +148,24 @@ fn hostile_html_listings_are_bounded() {
         <a href=\"scalars/\">scalars/</a> <a href=\"vectors/\">vectors/</a> \
         <a href=\"matrices/\">matrices/</a></body></html>";
     std::fs::write(src.join("index.html"), page).unwrap();
+    // The same one level down, where every name listed is walked: `../x/` or `..%2Fx/` taken as
+    // a name would fetch `x/zarr.json` outside `vectors/` (nginx resolves the dots).
+    let page = "<a href=\"../\">..</a> <a href=\"../x/\">x</a> <a href=\"../../x/\">x</a> \
+        <a href=\"..%2F..%2Fx/\">x</a> <a href=\"/x/\">x</a> <a href=\"a/b/\">x</a> \
+        <a href=\"zarr.json\">zarr.json</a> <a href=\"cell/\">cell/</a> <a href=\"gene/\">gene/</a>";
+    std::fs::write(src.join("vectors/index.html"), page).unwrap();
     let (nginx, base) = Nginx::serve_with(tmp.path(), true);
     let remote = open_remote(&format!("{base}/v3.daf.zarr"), &quick()).unwrap();
     std::fs::remove_file(src.join("index.html")).unwrap();
+    std::fs::remove_file(src.join("vectors/index.html")).unwrap();
     let local = open_source(src.to_str().unwrap()).unwrap();
     assert_eq!(
         tree_of(remote.datasets, Format::ZarrV3, "remote"),
         tree_of(local.datasets, Format::ZarrV3, "local")
     );
     let log = nginx.access_log();
-    assert!(!log.contains("GET /x"), "{log}");
+    assert!(log.contains("GET /v3.daf.zarr/vectors/cell/ 200"), "{log}");
+    assert!(!log.contains("/x/"), "{log}");
     assert!(!log.contains("/a/"), "{log}");
     // 200,000 names in one listing: refused with one line, not walked.
     let mut huge = String::from("<a href=\"zarr.json\">z</a><a href=\"vectors/\">v</a>\n");

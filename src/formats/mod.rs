@@ -17,6 +17,7 @@ pub mod json;
 pub mod model;
 pub mod names;
 pub mod remote;
+pub mod remote_walk;
 pub mod scalar;
 pub mod shard;
 pub mod shard_codecs;

@@ -1,9 +1,11 @@
-//! Remote sources: a ZarrDaf served over HTTP(S) (`http(s)://…/x.daf.zarr`, read-only), opened
-//! into the same [`StoreIndex`] the local readers take, without listing the server.
+//! Remote sources: a ZarrDaf served over HTTP(S) (`http(s)://…/x.daf.zarr`, read-only, with an
+//! optional query string sent with every request), opened into the same [`StoreIndex`] the local
+//! readers take, listing the server only for a Zarr v3 source without consolidated metadata.
 //!
 //! - Zarr v2: the consolidated `.zmetadata` gives every document (their bytes come from it, no
-//!   extra GET); Zarr v3: the root `zarr.json` with inline `consolidated_metadata` (a v3 group
-//!   lists no children, so without it the source is refused: there is nothing to walk).
+//!   extra GET); Zarr v3: the root `zarr.json` with inline `consolidated_metadata`, else a walk of
+//!   the nodes' `zarr.json` documents through the server's directory listing
+//!   ([`super::remote_walk`]; a chunk the listing does not show is left out).
 //! - Every chunk key the arrays' metadata imply is added (a bounded grid): a chunk of an array
 //!   stored as Daf writes it (one chunk, no compressor) gets its size from the metadata, so the
 //!   mount costs no request per chunk; any other chunk is stat'ed (HEAD) at mount, and a missing
@@ -21,22 +23,19 @@ use std::time::SystemTime;
 use serde_json::Value;
 
 use crate::stores::http::{escape_key, redact, Fetch, HttpClient, HttpOptions};
+use crate::stores::http_listing::Listing;
 use crate::stores::http_object::RemoteObject;
 use crate::stores::http_store::{remote_directory, remote_zip};
 use crate::stores::{Blob, Bytes, Entry, StoreIndex};
 
 use super::datasets::{archive_datasets, root_dataset};
-use super::source::{parse_source, Place, Source, SourceSpec};
+use super::remote_walk::walk;
+pub use super::source::is_url;
+use super::source::{parse_source, split_url_query, Place, Source, SourceSpec};
 use super::FormatError;
 
 /// Most chunk keys one array may imply (a larger grid is refused).
 pub const MAX_CHUNKS_PER_ARRAY: u64 = 100_000;
-
-/// Whether a source argument is a URL (a remote source).
-pub fn is_url(arg: &str) -> bool {
-    let lower = arg.to_ascii_lowercase();
-    lower.starts_with("http://") || lower.starts_with("https://")
-}
 
 fn not_daf(url: &str, why: impl Into<String>) -> FormatError {
     FormatError::NotDaf {
@@ -52,9 +51,16 @@ fn failed(url: &str, fetch: Fetch) -> FormatError {
     }
 }
 
-/// Opens the remote source `url` (read-only) with these client options.
+/// Opens the remote source `url` (read-only) with these client options. A query string in `url`
+/// (`…?X-Amz-Signature=…`, `…?sv=…&sig=…`, before any `#/GROUP`) goes with every request of the
+/// mount and nowhere else (not in names, paths or logs).
 pub fn open_remote(url: &str, options: &HttpOptions) -> Result<Source, FormatError> {
-    let client = HttpClient::new(options.clone());
+    let (url, query) = split_url_query(url);
+    let url = url.as_str();
+    let client = HttpClient::new(HttpOptions {
+        query: query.or_else(|| options.query.clone()),
+        ..options.clone()
+    });
     match parse_source(url)? {
         SourceSpec::Zip {
             path,
@@ -95,9 +101,13 @@ pub fn check_range_support(client: &HttpClient, url: &str) -> Result<(), FormatE
         .map_err(|e| failed(url, e))
 }
 
-/// The store index of the remote Zarr directory at `base`, from its consolidated metadata.
+/// The store index of the remote Zarr directory at `base`, from its consolidated metadata or (Zarr
+/// v3 without it) the walk of its listing.
 fn remote_zarr_index(client: &Arc<HttpClient>, base: &str) -> Result<StoreIndex, FormatError> {
     let mut documents: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    // The listing of each array's directory, when the tree was walked (a chunk not listed is
+    // left out, as locally).
+    let mut listings: BTreeMap<String, Listing> = BTreeMap::new();
     let v2_url = format!("{base}/.zmetadata");
     let version = match client.get(&v2_url) {
         Ok(got) => {
@@ -120,28 +130,30 @@ fn remote_zarr_index(client: &Arc<HttpClient>, base: &str) -> Result<StoreIndex,
                 Fetch::NotFound => not_daf(
                     base,
                     "no .zmetadata (Zarr v2) or zarr.json (Zarr v3) on the server; a remote \
-                     ZarrDaf directory needs consolidated metadata",
+                     Zarr v2 directory needs consolidated metadata (.zmetadata)",
                 ),
                 other => failed(&v3_url, other),
             })?;
             let json: Value = serde_json::from_slice(&got.body)
                 .map_err(|e| not_daf(&v3_url, format!("bad JSON: {e}")))?;
-            let metadata = json
+            check_range_support(client, &v3_url)?;
+            match json
                 .pointer("/consolidated_metadata/metadata")
                 .and_then(Value::as_object)
-                .ok_or_else(|| {
-                    not_daf(
-                        &v3_url,
-                        "no inline consolidated_metadata: a Zarr v3 group lists no children, so \
-                         a remote v3 source must be consolidated (zarr.consolidate_metadata)",
-                    )
-                })?;
-            for (key, doc) in metadata {
-                let key = key.trim_matches('/');
-                documents.insert(format!("{key}/zarr.json"), to_json(doc));
+            {
+                Some(metadata) => {
+                    for (key, doc) in metadata {
+                        let key = key.trim_matches('/');
+                        documents.insert(format!("{key}/zarr.json"), to_json(doc));
+                    }
+                }
+                None => {
+                    let walked = walk(client, base)?;
+                    documents.extend(walked.documents);
+                    listings = walked.arrays;
+                }
             }
             documents.insert("zarr.json".into(), got.body);
-            check_range_support(client, &v3_url)?;
             3
         }
         Err(other) => return Err(failed(&v2_url, other)),
@@ -156,15 +168,21 @@ fn remote_zarr_index(client: &Arc<HttpClient>, base: &str) -> Result<StoreIndex,
             _ => continue,
         };
         let chunks = chunks.map_err(|why| FormatError::Bad(format!("{key}: {why}")))?;
+        let listing = listings.get(dir);
         for chunk in chunks {
+            if listing.is_some_and(|listing| !listed(listing, &chunk.name)) {
+                continue;
+            }
             let key = if dir.is_empty() {
                 chunk.name.clone()
             } else {
                 format!("{dir}/{}", chunk.name)
             };
             let url = format!("{base}/{}", escape_key(&key));
+            // A listed chunk is there: only an unlisted one may be missing (a HEAD tells).
+            let maybe_missing = chunk.zero_fill && listing.is_none();
             let object = match chunk.len {
-                Some(len) => RemoteObject::new(client.clone(), url, len, None, chunk.zero_fill),
+                Some(len) => RemoteObject::new(client.clone(), url, len, None, maybe_missing),
                 None => match client.stat(&url) {
                     Ok((len, validator)) => {
                         RemoteObject::new(client.clone(), url, len, Some(validator), false)
@@ -190,6 +208,15 @@ fn remote_zarr_index(client: &Arc<HttpClient>, base: &str) -> Result<StoreIndex,
         entries.insert(key, entry);
     }
     Ok(StoreIndex::new(entries, Some(mtime)))
+}
+
+/// Whether the listing of an array's directory shows chunk `name` (its first path segment: `c/`
+/// for `c/0/0`, the file itself for `0.0`).
+fn listed(listing: &Listing, name: &str) -> bool {
+    match name.split_once('/') {
+        Some((first, _)) => listing.dirs.contains(first),
+        None => listing.files.contains(name),
+    }
 }
 
 fn to_json(doc: &Value) -> Vec<u8> {

@@ -60,8 +60,32 @@ fn bad(path: &str, why: impl Into<String>) -> FormatError {
     }
 }
 
-/// Parses a source path (no file system access).
+/// Whether a source argument is a URL (a remote source).
+pub fn is_url(arg: &str) -> bool {
+    let lower = arg.to_ascii_lowercase();
+    lower.starts_with("http://") || lower.starts_with("https://")
+}
+
+/// A URL without its query string, and the query (without `?`; `None` when absent or empty):
+/// `https://h/x.dafs.zarr.zip?sig=1#/g` is `https://h/x.dafs.zarr.zip#/g` and `sig=1`. Any other
+/// argument (a local path may hold `?`) is returned whole.
+pub fn split_url_query(arg: &str) -> (String, Option<String>) {
+    let end = arg.find('#').unwrap_or(arg.len());
+    match arg[..end].find('?') {
+        Some(at) if is_url(arg) => {
+            let query = &arg[at + 1..end];
+            let url = format!("{}{}", &arg[..at], &arg[end..]);
+            (url, (!query.is_empty()).then(|| query.to_string()))
+        }
+        _ => (arg.to_string(), None),
+    }
+}
+
+/// Parses a source path (no file system access). A URL's query string is not part of the
+/// grammar: it is split off first (and never shown in an error).
 pub fn parse_source(arg: &str) -> Result<SourceSpec, FormatError> {
+    let (arg, _query) = split_url_query(arg);
+    let arg = arg.as_str();
     for (single, multi, layout) in ZIP_SUFFIXES {
         let marker = format!("{multi}#");
         if let Some((container, group)) = arg.split_once(&marker) {
@@ -262,6 +286,45 @@ mod tests {
     use super::*;
 
     const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/vectors");
+
+    #[test]
+    fn a_url_query_string_is_split_off_before_the_grammar() {
+        let signed = "https://h/p/x.daf.zarr.zip?X-Amz-Signature=s3cret&X-Amz-Date=1";
+        assert_eq!(
+            split_url_query(signed),
+            (
+                "https://h/p/x.daf.zarr.zip".to_string(),
+                Some("X-Amz-Signature=s3cret&X-Amz-Date=1".to_string())
+            )
+        );
+        assert!(matches!(
+            parse_source(signed).unwrap(),
+            SourceSpec::Zip {
+                multi: false,
+                group: None,
+                ..
+            }
+        ));
+        assert_eq!(
+            parse_source("https://h/x.dafs.zarr.zip?sig=s3cret#/g1").unwrap(),
+            SourceSpec::Zip {
+                path: "https://h/x.dafs.zarr.zip".into(),
+                layout: Family::Zarr,
+                multi: true,
+                group: Some("g1".into())
+            }
+        );
+        let (url, query) = split_url_query("https://h/c/x.daf.zarr?sv=1&sig=s3cret");
+        assert_eq!(
+            (url.as_str(), query.as_deref()),
+            ("https://h/c/x.daf.zarr", Some("sv=1&sig=s3cret"))
+        );
+        let err = parse_source("https://h/x.daf.zarr.zip?sig=s3cret#/g").unwrap_err();
+        assert!(!err.to_string().contains("s3cret"), "{err}");
+        // A local path keeps its '?'; an empty query is none.
+        assert_eq!(split_url_query("a?b.daf.zarr").0, "a?b.daf.zarr");
+        assert_eq!(split_url_query("http://h/x?").1, None);
+    }
 
     #[test]
     fn path_grammar() {

@@ -49,6 +49,10 @@ pub struct HttpOptions {
     pub cache_size: u64,
     /// Bound of the memory cache in bytes.
     pub memory_cache: u64,
+    /// The source URL's query string (a pre-signed or SAS URL's credential, without the `?`),
+    /// added to every request of the mount; set by `formats::remote::open_remote`, never
+    /// logged.
+    pub query: Option<String>,
 }
 
 impl Default for HttpOptions {
@@ -61,6 +65,7 @@ impl Default for HttpOptions {
             cache_dir: None,
             cache_size: 1 << 30,
             memory_cache: 64 << 20,
+            query: None,
         }
     }
 }
@@ -105,6 +110,16 @@ pub fn redact(url: &str) -> String {
             format!("{}://{}", &url[..scheme], &url[at + 1..])
         }
         _ => url.to_string(),
+    }
+}
+
+/// `url` with `query` (a source URL's query string) added: after `?`, or after `&` when `url`
+/// has a query of its own (a listing request).
+pub fn with_query(url: &str, query: Option<&str>) -> String {
+    match query.filter(|q| !q.is_empty()) {
+        Some(query) if url.contains('?') => format!("{url}&{query}"),
+        Some(query) => format!("{url}?{query}"),
+        None => url.to_string(),
     }
 }
 
@@ -210,6 +225,8 @@ impl HttpClient {
     ) -> Result<Response, Fetch> {
         let mibs = u32::try_from(len.div_ceil(1 << 20)).unwrap_or(u32::MAX);
         let deadline = self.options.timeout.saturating_mul(mibs.saturating_add(1));
+        let url = with_query(url, self.options.query.as_deref());
+        let url = url.as_str();
         let mut request = ureq::http::Request::builder().method(method).uri(url);
         for (name, value) in &self.options.headers {
             request = request.header(name, value);
@@ -238,16 +255,22 @@ impl HttpClient {
 
     /// The whole object at `url`.
     pub fn get(&self, url: &str) -> Result<Got, Fetch> {
+        self.get_at_most(url, MAX_WHOLE_GET)
+    }
+
+    /// The whole object at `url`, an error when it has more than `max` bytes (a directory
+    /// listing is given less room than a consolidated metadata document).
+    pub fn get_at_most(&self, url: &str, max: u64) -> Result<Got, Fetch> {
         self.with_retries(url, "", || {
             let response = self.call("GET", url, WHOLE_GET_MIBS << 20, None)?;
             let validator = validator_of(&response);
-            let body = read_body(url, response, None)?;
+            let body = read_body(url, response, None, max)?;
             let total = body.len() as u64;
-            if total > MAX_WHOLE_GET {
+            if total > max {
                 return Err(Fetch::Failed(format!(
-                    "{}: more than {} MiB (a metadata document)",
+                    "{}: more than {} MiB (a metadata document or listing)",
                     redact(url),
-                    MAX_WHOLE_GET >> 20
+                    max >> 20
                 )));
             }
             Ok(Got {
@@ -285,7 +308,7 @@ impl HttpClient {
                         redact(url)
                     ))
                 })?;
-            let body = read_body(url, response, Some(len))?;
+            let body = read_body(url, response, Some(len), len)?;
             Ok(Got {
                 body,
                 total,
@@ -415,8 +438,8 @@ fn validator_of(response: &Response) -> Validator {
 }
 
 /// The body: exactly `len` bytes when given (fewer: the connection dropped), else at most
-/// [`MAX_WHOLE_GET`] + 1.
-fn read_body(url: &str, response: Response, len: Option<u64>) -> Result<Vec<u8>, Fetch> {
+/// `max` + 1 (more is refused by the caller).
+fn read_body(url: &str, response: Response, len: Option<u64>, max: u64) -> Result<Vec<u8>, Fetch> {
     let dropped = |e: std::io::Error| {
         Fetch::Failed(format!(
             "{}: transport error reading the body (connection dropped?): {e}",
@@ -435,7 +458,7 @@ fn read_body(url: &str, response: Response, len: Option<u64>) -> Result<Vec<u8>,
         None => {
             let mut body = Vec::new();
             reader
-                .take(MAX_WHOLE_GET + 1)
+                .take(max + 1)
                 .read_to_end(&mut body)
                 .map_err(dropped)?;
             Ok(body)
@@ -464,6 +487,16 @@ mod tests {
         );
         assert_eq!(redact("http://h/a@b/c"), "http://h/a@b/c");
         assert_eq!(escape_key("a b/é.x"), "a%20b/%C3%A9.x");
+    }
+
+    #[test]
+    fn the_source_query_is_added_to_every_url() {
+        assert_eq!(with_query("http://h/a", Some("sig=1")), "http://h/a?sig=1");
+        assert_eq!(
+            with_query("http://h/?list-type=2", Some("sig=1")),
+            "http://h/?list-type=2&sig=1"
+        );
+        assert_eq!(with_query("http://h/a", None), "http://h/a");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The HTTP store: a remote source as a [`Store`]. Its keys are what it was told (the documents
-//! and chunk keys of a Zarr directory's consolidated metadata, built by `formats::remote`) or what
-//! it read (the central directory of a remote ZIP, `http_zip`); it never lists the server. Reads
+//! and chunk keys of a Zarr directory's consolidated metadata, or of the walk of the server's
+//! listing, built by `formats::remote`) or what it read (the central directory of a remote ZIP,
+//! `http_zip`); it never lists the server itself. Reads
 //! are ranged GETs through the block cache ([`super::http_object`]), returned as owned buffers;
 //! it never maps ([`Store::map`] is `Ok(None)`).
 
@@ -12,7 +13,8 @@ use super::store::IndexedStore;
 use super::{StoreError, StoreIndex};
 
 /// The store of the remote directory at `url` whose keys and blobs are `index` (built from its
-/// consolidated metadata; its blobs fetch through the client they were made with).
+/// consolidated metadata or listing walk; its blobs fetch through the client they were made
+/// with).
 pub fn remote_directory(url: &str, index: StoreIndex) -> IndexedStore {
     IndexedStore::new(format!("remote directory {}", redact(url)), index, false)
 }

@@ -16,6 +16,7 @@ pub(crate) mod conformance;
 pub mod dir;
 pub mod http;
 pub mod http_cache;
+pub mod http_listing;
 pub mod http_object;
 pub mod http_store;
 pub mod http_zip;

@@ -1,7 +1,8 @@
 //! A fault-injecting HTTP/1.1 server for tests, in plain std (a thread per connection): serves a
 //! directory on 127.0.0.1:0 with `GET`/`HEAD`, single `Range`s, `ETag`, `Last-Modified`,
 //! `If-Range`/`If-Match`, keep-alive, and per-path scripted [`Fault`]s. Every request is logged
-//! ([`FaultServer::log`]) so tests can count what a client fetched.
+//! ([`FaultServer::log`]) so tests can count what a client fetched. With
+//! [`FaultServer::s3_bucket`] it also answers S3 `ListObjectsV2` requests (`super::s3_listing`).
 #![allow(dead_code)]
 
 use std::collections::HashMap;
@@ -37,7 +38,11 @@ pub enum Fault {
 pub struct Logged {
     pub method: String,
     pub path: String,
+    /// The query string (after `?`, as sent; empty when none).
+    pub query: String,
     pub range: Option<String>,
+    /// The `Authorization` header, if any.
+    pub authorization: Option<String>,
     pub status: u16,
 }
 
@@ -46,6 +51,8 @@ struct State {
     faults: HashMap<String, Fault>,
     counts: HashMap<String, u32>,
     log: Vec<Logged>,
+    /// `(bucket, page size)`: `GET /BUCKET/?list-type=2…` lists the directory `root/BUCKET`.
+    s3: Option<(String, usize)>,
 }
 
 /// The server; stops accepting when dropped (open connections end at their next request).
@@ -109,6 +116,13 @@ impl FaultServer {
         self.state.lock().unwrap().log.clone()
     }
 
+    /// Answers `ListObjectsV2` requests (`GET /BUCKET/?list-type=2&prefix=…&delimiter=/`) for
+    /// the directory `root/BUCKET`, at most `page_size` names a page (continuation tokens);
+    /// any other listing request gets 404, as a path-style S3 server's host root does.
+    pub fn s3_bucket(&self, bucket: &str, page_size: usize) {
+        self.state.lock().unwrap().s3 = Some((bucket.to_string(), page_size));
+    }
+
     /// How many requests were made for `path`.
     pub fn requests_for(&self, path: &str) -> usize {
         self.log().iter().filter(|l| l.path == path).count()
@@ -130,6 +144,7 @@ impl Drop for FaultServer {
 struct Request {
     method: String,
     path: String,
+    query: String,
     headers: HashMap<String, String>,
     close: bool,
 }
@@ -163,15 +178,20 @@ fn read_request(reader: &mut impl BufRead) -> Option<Request> {
         .unwrap_or_default();
     let close = connection == "close" || (version == "HTTP/1.0" && connection != "keep-alive");
     let path = percent_decode(target.split(['?', '#']).next().unwrap_or("/"));
+    let query = target
+        .split_once('?')
+        .map(|(_, q)| q.split('#').next().unwrap_or("").to_string())
+        .unwrap_or_default();
     Some(Request {
         method,
         path,
+        query,
         headers,
         close,
     })
 }
 
-fn percent_decode(s: &str) -> String {
+pub fn percent_decode(s: &str) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -259,7 +279,9 @@ fn respond(
         state.lock().unwrap().log.push(Logged {
             method: req.method.clone(),
             path: req.path.clone(),
+            query: req.query.clone(),
             range: range_header.clone(),
+            authorization: req.headers.get("authorization").cloned(),
             status,
         });
     };
@@ -289,6 +311,26 @@ fn respond(
     let rel = req.path.trim_start_matches('/');
     if rel.split('/').any(|c| c == "..") {
         return simple(out, 403, "Forbidden");
+    }
+    if req.query.split('&').any(|p| p == "list-type=2") {
+        let s3 = state.lock().unwrap().s3.clone();
+        let answer = match s3 {
+            Some((bucket, page)) if rel.trim_end_matches('/') == bucket => {
+                super::s3_listing::list_objects_v2(&root.join(&bucket), &req.query, page)
+            }
+            _ => None,
+        };
+        let Some(xml) = answer else {
+            return simple(out, 404, "Not Found");
+        };
+        log(200);
+        write!(
+            out,
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nContent-Type: application/xml\r\n\r\n",
+            xml.len()
+        )?;
+        out.write_all(xml.as_bytes())?;
+        return Ok(true);
     }
     let file = root.join(rel);
     let (Ok(meta), Ok(mut body)) = (std::fs::metadata(&file), std::fs::read(&file)) else {

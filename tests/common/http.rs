@@ -67,10 +67,16 @@ pub struct Nginx {
 }
 
 impl Nginx {
-    /// Starts nginx serving `root`; returns the guard and the base URL (`http://127.0.0.1:PORT`).
-    /// Workers run as root when the test does, so they can read a FUSE mount made without
-    /// `allow_other`.
+    /// Starts nginx serving `root` (directory listings on: `autoindex`); returns the guard and
+    /// the base URL (`http://127.0.0.1:PORT`). Workers run as root when the test does, so they
+    /// can read a FUSE mount made without `allow_other`.
     pub fn serve(root: &Path) -> (Nginx, String) {
+        Nginx::serve_with(root, true)
+    }
+
+    /// [`Nginx::serve`], with directory listings (`autoindex`) on or off (off: a directory URL
+    /// is 403, unless the directory holds an `index.html`, which is then served).
+    pub fn serve_with(root: &Path, autoindex: bool) -> (Nginx, String) {
         let binary = nginx_binary().expect("nginx is not installed (require_nginx! first)");
         let mut last_error = String::new();
         for _attempt in 0..5 {
@@ -79,7 +85,7 @@ impl Nginx {
                 .tempdir()
                 .unwrap();
             let port = free_port();
-            let config = nginx_config(dir.path(), root, port);
+            let config = nginx_config_with(dir.path(), root, port, autoindex);
             std::fs::write(dir.path().join("nginx.conf"), config).unwrap();
             let error_log = dir.path().join("error.log");
             let mut child = Command::new(&binary)
@@ -150,6 +156,12 @@ impl Drop for Nginx {
 
 /// The generated nginx.conf: foreground, every path in `dir`, `root` served read-only.
 pub fn nginx_config(dir: &Path, root: &Path, port: u16) -> String {
+    nginx_config_with(dir, root, port, true)
+}
+
+/// [`nginx_config`] with `autoindex` on or off.
+pub fn nginx_config_with(dir: &Path, root: &Path, port: u16, autoindex: bool) -> String {
+    let autoindex = if autoindex { "on" } else { "off" };
     let d = dir.display();
     let user = if nix::unistd::geteuid().is_root() {
         "user root root;\n"
@@ -159,14 +171,14 @@ pub fn nginx_config(dir: &Path, root: &Path, port: u16) -> String {
     format!(
         "daemon off;\nmaster_process on;\nworker_processes 1;\n{user}pid {d}/nginx.pid;\n\
          error_log {d}/error.log warn;\nevents {{ worker_connections 256; }}\nhttp {{\n\
-         \x20 log_format ranges '$request_method $uri $status $body_bytes_sent \"$http_range\"';\n\
+         \x20 log_format ranges '$request_method $uri $status $body_bytes_sent \"$http_range\" $args';\n\
          \x20 access_log {d}/access.log ranges;\n\
          \x20 client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
          \x20 fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
          \x20 default_type application/octet-stream;\n  types {{ application/json json; }}\n\
          \x20 sendfile on;\n  keepalive_timeout 30s;\n\
          \x20 server {{\n    listen 127.0.0.1:{port};\n    root {root};\n\
-         \x20   location / {{ limit_except GET {{ deny all; }} autoindex on; }}\n  }}\n}}\n",
+         \x20   location / {{ limit_except GET {{ deny all; }} autoindex {autoindex}; }}\n  }}\n}}\n",
         root = root.display()
     )
 }

@@ -34,9 +34,7 @@ REMOTE = {
 }
 # Known gaps of remote sources, open points of issue 11 (strict: an entry that starts passing fails, so that it is
 # removed from here). The issue asks for both.
-GAPS = {
-    "foreign-v3": "a remote Zarr v3 directory without consolidated metadata is refused (issue: walk zarr.json)",
-}
+GAPS = {}
 TREE_GAPS = {}
 
 

@@ -325,3 +325,7 @@ impl Publisher {
         entries
     }
 }
+
+#[cfg(test)]
+#[path = "zip_publish_tests.rs"]
+mod tests;

@@ -1,0 +1,173 @@
+//! Tests of the published ZIP: its bytes against upstream's archives and our own ZIP reader,
+//! random ranges against the whole, and when CRCs are computed.
+
+use std::path::Path;
+
+use super::*;
+use crate::formats::source::{open_source, Format};
+use crate::stores::zip::open_archive;
+use crate::views::ViewSelection;
+
+const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/vectors");
+const PACKED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/packed");
+
+fn options(zarr: Option<Format>) -> ViewOptions {
+    ViewOptions {
+        selection: ViewSelection::Both,
+        zarr,
+        files: None,
+        zip: true,
+    }
+}
+
+/// The published archives of `source` (path, blob, publication).
+fn published(source: &str, zarr: Option<Format>) -> Vec<(String, Arc<Blob>)> {
+    let opened = open_source(source).unwrap_or_else(|e| panic!("{source}: {e}"));
+    Publisher::default()
+        .entries(&opened.datasets, options(zarr))
+        .into_iter()
+        .map(|e| match e.node {
+            ViewNode::File(blob) => (e.path, blob),
+            ViewNode::Dir => panic!("{}: a directory", e.path),
+        })
+        .collect()
+}
+
+fn whole(blob: &Blob) -> Vec<u8> {
+    blob.read_range(0, blob.len().unwrap())
+        .unwrap()
+        .as_slice()
+        .to_vec()
+}
+
+/// Parses `bytes` as an archive with our reader; checks upstream's layout on the way.
+fn parse(bytes: &[u8]) -> (tempfile::TempDir, crate::stores::zip::ZipArchive) {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("p.zip");
+    std::fs::write(&path, bytes).unwrap();
+    let archive = open_archive(&path).unwrap();
+    let mut end = 0;
+    for r in &archive.records {
+        assert_eq!(r.method, 0, "{}", r.name);
+        assert_eq!(r.data_offset % 8, 0, "{}", r.name);
+        assert!(r.defect.is_none(), "{}: {:?}", r.name, r.defect);
+        let data = &bytes[r.data_offset as usize..(r.data_offset + r.size) as usize];
+        assert_eq!(crc32fast::hash(data), r.crc32, "{}", r.name);
+        end = r.data_offset + r.size;
+    }
+    assert_eq!(archive.cd_offset, end, "the directory follows the last entry");
+    assert_eq!(archive.cd_offset + archive.cd_size + TRAILER, bytes.len() as u64);
+    (tmp, archive)
+}
+
+/// The published archive of a Zarr ZIP source written by upstream holds the same entries with
+/// the same bytes (upstream's archive has no consolidated metadata either).
+#[test]
+fn the_archive_of_an_upstream_zip_has_its_entries() {
+    for (source, zarr) in [
+        ("zarr_v2.daf.zarr.zip", Format::ZarrV2),
+        ("zarr_v3.daf.zarr.zip", Format::ZarrV3),
+    ] {
+        let path = format!("{VECTORS}/{source}");
+        let files = published(&path, Some(zarr));
+        assert_eq!(files.len(), 1);
+        assert_eq!(files[0].0, source);
+        let ours = whole(&files[0].1);
+        let (_t, ours) = parse(&ours);
+        let theirs = open_archive(Path::new(&path)).unwrap();
+        let entries = |a: &crate::stores::zip::ZipArchive| {
+            let index = a.index();
+            let mut out: Vec<(String, Vec<u8>)> = index
+                .keys()
+                .map(|k| {
+                    let b = index.get(k).unwrap().blob.bytes().unwrap();
+                    (k.to_string(), b.as_slice().to_vec())
+                })
+                .collect();
+            out.sort();
+            out
+        };
+        assert_eq!(entries(&ours), entries(&theirs), "{source}");
+        // Root and group documents come first, as upstream writes them.
+        assert_eq!(ours.records[0].name, theirs.records[0].name, "{source}");
+    }
+}
+
+/// Every source kind: a valid archive in upstream's layout, whose size is known before any
+/// CRC is computed, and whose bytes at random ranges equal the whole.
+#[test]
+fn every_source_kind_publishes_a_valid_archive_read_by_ranges() {
+    let sources = [
+        format!("{VECTORS}/files_v1_0.daf"),
+        format!("{VECTORS}/files_v1_1.daf"),
+        format!("{VECTORS}/zarr_v2.daf.zarr"),
+        format!("{VECTORS}/zarr_v3.daf.zarr"),
+        format!("{VECTORS}/zipdaf_v1_0.daf.zip"),
+        format!("{VECTORS}/multi_v1_1.dafs.zip"),
+        format!("{PACKED}/files_packed.daf"),
+        format!("{PACKED}/zarr_packed.daf.zarr.zip"),
+        format!("{PACKED}/foreign_v3.daf.zarr"),
+    ];
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for source in &sources {
+        for zarr in [None, Some(Format::ZarrV2), Some(Format::ZarrV3)] {
+            for (path, blob) in published(source, zarr) {
+                assert!(path.ends_with(".daf.zarr.zip"), "{path}");
+                let size = blob.len().unwrap();
+                let bytes = whole(&blob);
+                assert_eq!(bytes.len() as u64, size, "{source} {path}");
+                let (_t, archive) = parse(&bytes);
+                assert!(!archive.records.is_empty());
+                for _ in 0..1000 {
+                    let offset = next() % (size + 10);
+                    let len = 1 + next() % 300;
+                    let got = blob.read_range(offset, len).unwrap();
+                    let from = (offset.min(size)) as usize;
+                    let to = (offset.saturating_add(len).min(size)) as usize;
+                    assert_eq!(got.as_slice(), &bytes[from..to], "{path} at {offset}+{len}");
+                }
+            }
+        }
+    }
+}
+
+/// CRCs are computed when a header or record holding them is read, not for the size nor for
+/// data reads, and carry over to the next publication of the same blobs.
+#[test]
+fn crcs_are_computed_on_first_need_and_carried_over() {
+    let opened = open_source(&format!("{VECTORS}/zarr_v2.daf.zarr")).unwrap();
+    let members = members(&opened.datasets, 0, options(None));
+    let publication = Publication::new(members.clone(), None);
+    let computed = |p: &Publication| p.members.iter().filter(|m| m.crc.get().is_some()).count();
+    let size = publication.size().unwrap();
+    assert_eq!(computed(&publication), 0);
+    // The data of the first member (after its header) needs no CRC.
+    let plan = publication.plan().unwrap();
+    let (_, pad, len) = plan.places[0];
+    let data_at = local_header_len(members[0].0.len(), pad);
+    publication.read_range(data_at, len).unwrap();
+    assert_eq!(computed(&publication), 0);
+    // Its header needs its own only.
+    publication.read_range(0, 10).unwrap();
+    assert_eq!(computed(&publication), 1);
+    // The directory needs every one.
+    publication.read_range(plan.cd_offset, size - plan.cd_offset).unwrap();
+    assert_eq!(computed(&publication), members.len());
+    let again = Publication::new(members, Some(&publication));
+    assert_eq!(computed(&again), again.members.len());
+    // A member whose blob changed is computed again.
+    let mut changed: Vec<(String, Arc<Blob>)> = again
+        .members
+        .iter()
+        .map(|m| (m.name.clone(), m.blob.clone()))
+        .collect();
+    changed[1].1 = Blob::ready(Bytes::from_vec(b"{}".to_vec()));
+    let third = Publication::new(changed, Some(&again));
+    assert_eq!(computed(&third), third.members.len() - 1);
+}

@@ -20,8 +20,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use crate::formats::source::NamedDataset;
 use crate::stores::blob::RangeSource;
 use crate::stores::zip_write::{
-    central_record, central_record_len, local_header, local_header_len, padding, trailer, FIXED_DOS,
-    TRAILER,
+    central_record, central_record_len, local_header, local_header_len, padding, trailer,
+    FIXED_DOS, TRAILER,
 };
 use crate::stores::{Blob, Bytes, StoreError};
 
@@ -254,7 +254,11 @@ fn member_name(p: &Publication, piece: Piece) -> &str {
 
 /// The members of the published archive of data set `index`: the Zarr view's files in its
 /// order, the layout's archive documents first in place of its derived files.
-fn members(datasets: &[NamedDataset], index: usize, options: ViewOptions) -> Vec<(String, Arc<Blob>)> {
+fn members(
+    datasets: &[NamedDataset],
+    index: usize,
+    options: ViewOptions,
+) -> Vec<(String, Arc<Blob>)> {
     let ds = &datasets[index];
     let format = view_format(ds, ViewKind::Zarr, options);
     let root = ViewRoot {
@@ -269,7 +273,12 @@ fn members(datasets: &[NamedDataset], index: usize, options: ViewOptions) -> Vec
     let mut members: Vec<(String, Arc<Blob>)> = layout
         .archive_documents()
         .iter()
-        .map(|(path, text)| (path.to_string(), Blob::ready(Bytes::from_vec(text.as_bytes().to_vec()))))
+        .map(|(path, text)| {
+            (
+                path.to_string(),
+                Blob::ready(Bytes::from_vec(text.as_bytes().to_vec())),
+            )
+        })
         .collect();
     for ViewEntry { path, node, .. } in view_entries(&ds.dataset, &root) {
         if let ViewNode::File(blob) = node {

@@ -55,8 +55,14 @@ fn parse(bytes: &[u8]) -> (tempfile::TempDir, crate::stores::zip::ZipArchive) {
         assert_eq!(crc32fast::hash(data), r.crc32, "{}", r.name);
         end = r.data_offset + r.size;
     }
-    assert_eq!(archive.cd_offset, end, "the directory follows the last entry");
-    assert_eq!(archive.cd_offset + archive.cd_size + TRAILER, bytes.len() as u64);
+    assert_eq!(
+        archive.cd_offset, end,
+        "the directory follows the last entry"
+    );
+    assert_eq!(
+        archive.cd_offset + archive.cd_size + TRAILER,
+        bytes.len() as u64
+    );
     (tmp, archive)
 }
 
@@ -157,7 +163,9 @@ fn crcs_are_computed_on_first_need_and_carried_over() {
     publication.read_range(0, 10).unwrap();
     assert_eq!(computed(&publication), 1);
     // The directory needs every one.
-    publication.read_range(plan.cd_offset, size - plan.cd_offset).unwrap();
+    publication
+        .read_range(plan.cd_offset, size - plan.cd_offset)
+        .unwrap();
     assert_eq!(computed(&publication), members.len());
     let again = Publication::new(members, Some(&publication));
     assert_eq!(computed(&again), again.members.len());

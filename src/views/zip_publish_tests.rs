@@ -179,3 +179,84 @@ fn crcs_are_computed_on_first_need_and_carried_over() {
     let third = Publication::new(changed, Some(&again));
     assert_eq!(computed(&third), third.members.len() - 1);
 }
+
+/// Zeros, served by ranges.
+struct Zeros;
+
+impl RangeSource for Zeros {
+    fn read_range(&self, _offset: u64, len: u64) -> Result<Bytes, StoreError> {
+        Ok(Bytes::from_vec(vec![0; len as usize]))
+    }
+}
+
+/// Offsets past 4 GiB go into the ZIP64 fields: an archive with a 5 GiB member, written as a
+/// sparse file from its generated pieces only, parses with the member after it where it is.
+#[test]
+fn offsets_past_4_gib_are_zip64() {
+    const BIG: u64 = 5 << 30;
+    let members = vec![
+        (
+            "a".to_string(),
+            Blob::ready(Bytes::from_vec(b"first".to_vec())),
+        ),
+        ("big/0".to_string(), Blob::ranged(BIG, Arc::new(Zeros))),
+        (
+            "z".to_string(),
+            Blob::ready(Bytes::from_vec(b"last".to_vec())),
+        ),
+    ];
+    let publication = Publication::new(members, None);
+    for m in &publication.members {
+        // The CRC of 5 GiB of zeros is not what is tested (and slow unoptimised).
+        let _ = m.crc.set(if m.name == "big/0" {
+            0x1234_5678
+        } else {
+            crc32fast::hash(m.blob.bytes().unwrap().as_slice())
+        });
+    }
+    let plan = publication.plan().unwrap();
+    assert!(plan.cd_offset > BIG);
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("big.zip");
+    let file = std::fs::File::create(&path).unwrap();
+    file.set_len(plan.total).unwrap();
+    use std::os::unix::fs::FileExt;
+    for (i, &(start, piece)) in plan.pieces.iter().enumerate() {
+        if matches!(piece, Piece::Data(1)) {
+            continue; // a hole: zeros
+        }
+        let end = plan.pieces.get(i + 1).map_or(plan.total, |p| p.0);
+        let bytes = publication.read_range(start, end - start).unwrap();
+        file.write_all_at(bytes.as_slice(), start).unwrap();
+    }
+    drop(file);
+    let archive = open_archive(&path).unwrap();
+    let names: Vec<&str> = archive.records.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, ["a", "big/0", "z"]);
+    let last = &archive.records[2];
+    assert!(last.data_offset > BIG && last.data_offset % 8 == 0);
+    assert_eq!(archive.records[1].size, BIG);
+    assert_eq!(
+        archive
+            .index()
+            .get("z")
+            .unwrap()
+            .blob
+            .bytes()
+            .unwrap()
+            .as_slice(),
+        b"last"
+    );
+    // Python's zipfile reads the ZIP64 records too.
+    let out = std::process::Command::new("python3")
+        .args(["-c", "import sys,zipfile; z=zipfile.ZipFile(sys.argv[1]); print(z.getinfo('big/0').file_size, z.read('z').decode())"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("{BIG} last"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -107,6 +107,13 @@ impl Blob {
         self.check.as_ref().map(|c| c.state())
     }
 
+    /// The CRC-32 the source recorded for exactly these bytes (a whole stored ZIP member), known
+    /// without reading them (a slice of part of a member has none).
+    pub fn recorded_crc(&self) -> Option<u32> {
+        let (crc, len) = self.check.as_ref()?.expected();
+        (self.known_len == Some(len)).then_some(crc)
+    }
+
     /// Runs the integrity check to its end now, if the blob has one (waits for a background
     /// pass in progress); the result of [`Blob::bytes`] from then on.
     pub fn verify(&self) -> Result<(), StoreError> {

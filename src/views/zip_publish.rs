@@ -10,8 +10,9 @@
 //! (`Layout::archive_documents`). A member's data is the view's own `Arc<Blob>`: a read inside
 //! it is that blob's bytes (a range of the source's map, no copy). Local headers and the central
 //! directory are generated for the range a read touches; a member's CRC-32 is computed the first
-//! time a header or record that holds it is read, then kept (also across rebuilds of the tree,
-//! for members whose blob did not change). The file's size comes from the members' lengths
+//! time a header or record that holds it is read (a stored member of a ZIP source brings the CRC
+//! its archive records), then kept (also across rebuilds of the tree, for members whose blob did
+//! not change). The file's size comes from the members' lengths
 //! alone, computed at the first `stat` or read, never at mount.
 
 use std::collections::HashMap;
@@ -141,7 +142,11 @@ impl Publication {
         if let Some(&crc) = m.crc.get() {
             return Ok(crc);
         }
-        let crc = if m.blob.is_ranged() {
+        let crc = if let Some(crc) = m.blob.recorded_crc() {
+            // A stored member of a ZIP source: the CRC its directory records (should the bytes
+            // not match it, their reads fail, here as in the views).
+            crc
+        } else if m.blob.is_ranged() {
             let len = m.blob.len()?;
             let mut hasher = crc32fast::Hasher::new();
             let mut at = 0;

@@ -94,6 +94,22 @@ fn the_archive_of_an_upstream_zip_has_its_entries() {
             out
         };
         assert_eq!(entries(&ours), entries(&theirs), "{source}");
+        // The CRCs of the source's stored members are the ones its directory records: known
+        // without reading (or checking) the members.
+        let opened = open_source(&path).unwrap();
+        let publication = Publication::new(members(&opened.datasets, 0, options(Some(zarr))), None);
+        let states = |p: &Publication| -> Vec<_> {
+            p.members.iter().map(|m| m.blob.check_state()).collect()
+        };
+        let before = states(&publication);
+        let unverified = crate::stores::blob::CheckState::Unverified;
+        assert!(before.contains(&Some(unverified)), "{source}");
+        let size = publication.size().unwrap();
+        let plan = publication.plan().unwrap();
+        publication
+            .read_range(plan.cd_offset, size - plan.cd_offset)
+            .unwrap();
+        assert_eq!(states(&publication), before, "{source}");
         // Root and group documents come first, as upstream writes them.
         assert_eq!(ours.records[0].name, theirs.records[0].name, "{source}");
     }

@@ -66,9 +66,15 @@ fn views(mount: &TestMount) -> Vec<(String, Tree)> {
     })
 }
 
-/// 1,000 `pread`s at random offsets (and lengths) of `mounted`, each equal to `copy`'s bytes.
+/// 1,000 `pread`s at random offsets (and lengths) of `mounted`, each equal to `copy`'s bytes;
+/// opened `O_DIRECT`, so that each one reaches the daemon as it is (not the kernel's cache).
 fn random_preads(mounted: PathBuf, copy: Vec<u8>) {
-    let file = std::fs::File::open(&mounted).unwrap();
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&mounted)
+        .unwrap();
     let size = copy.len() as u64;
     let mut seed = 0x2545_F491_4F6C_DD1Du64 ^ size;
     for _ in 0..1000 {

@@ -276,3 +276,41 @@ fn offsets_past_4_gib_are_zip64() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A member's data is the model's own blob, the one the views show (no copy).
+#[test]
+fn payload_members_are_the_views_blobs() {
+    let opened = open_source(&format!("{VECTORS}/zarr_v2.daf.zarr")).unwrap();
+    for zarr in [Format::ZarrV2, Format::ZarrV3] {
+        let root = ViewRoot {
+            dataset: 0,
+            kind: ViewKind::Zarr,
+            format: zarr,
+            mount: String::new(),
+            canonical: "zarr_v2.daf.zarr".into(),
+        };
+        let view: HashMap<String, Arc<Blob>> = view_entries(&opened.datasets[0].dataset, &root)
+            .into_iter()
+            .filter_map(|e| match e.node {
+                ViewNode::File(b) => Some((e.path, b)),
+                ViewNode::Dir => None,
+            })
+            .collect();
+        let members = members(&opened.datasets, 0, options(Some(zarr)));
+        let payloads = [
+            "vectors/cell/score",
+            "vectors/cell/counts/nzval",
+            "matrices/cell/gene/expr",
+            "matrices/cell/gene/umis/rowval",
+        ];
+        for node in payloads {
+            let (name, blob) = members
+                .iter()
+                .find(|(n, _)| {
+                    n.starts_with(&format!("{node}/")) && !n.ends_with("json") && !n.contains("/.z")
+                })
+                .unwrap_or_else(|| panic!("{zarr:?}: no chunk of {node}"));
+            assert!(Arc::ptr_eq(blob, &view[name]), "{zarr:?}: {name}");
+        }
+    }
+}

@@ -7,13 +7,14 @@
 //! each item's files in the order a commit writes them into a ZIP source), without the files only
 //! a directory source keeps (`Layout::derived_files`: `.zmetadata`, the v3 root's consolidated
 //! metadata) and with the layout's archive documents in their place, first
-//! (`Layout::archive_documents`). A member's data is the view's own `Arc<Blob>`: a read inside
-//! it is that blob's bytes (a range of the source's map, no copy). Local headers and the central
-//! directory are generated for the range a read touches; a member's CRC-32 is computed the first
-//! time a header or record that holds it is read (a stored member of a ZIP source brings the CRC
-//! its archive records), then kept (also across rebuilds of the tree, for members whose blob did
-//! not change). The file's size comes from the members' lengths
-//! alone, computed at the first `stat` or read, never at mount.
+//! (`Layout::archive_documents`). A payload member's data is the model's `Arc<Blob>` that the
+//! views show (documents are rendered again: the same bytes): a read inside it is that blob's
+//! bytes (a range of the source's map, no copy). Local headers and the central directory are
+//! generated for the range a read touches; a member's CRC-32 is computed the first time a header
+//! or record that holds it is read (a stored member of a ZIP source brings the CRC its archive
+//! records), then kept (also across rebuilds of the tree, for members whose blob did not
+//! change). The file's size comes from the members' lengths alone, computed at the first `stat`
+//! or read, never at mount.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};

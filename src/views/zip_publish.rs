@@ -4,7 +4,8 @@
 //! time, the 98-byte trailer), made by ranges and never as a whole.
 //!
 //! Its members are the Zarr view's files, in the view's order (root and group documents, then
-//! each item's files in the order a commit writes them into a ZIP source), without the files only
+//! each item's nodes, an array's documents before its chunk, as DataAxesFormats writes them),
+//! without the files only
 //! a directory source keeps (`Layout::derived_files`: `.zmetadata`, the v3 root's consolidated
 //! metadata) and with the layout's archive documents in their place, first
 //! (`Layout::archive_documents`). A payload member's data is the model's `Arc<Blob>` that the

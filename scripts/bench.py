@@ -374,6 +374,9 @@ def main():
     native = statistics.median(natives)
     row("seq read 1 GiB, ZIP source, first read (throughput ratio)", statistics.median(firsts), native, "s", ">= 0.4")
     row("seq read 1 GiB, ZIP source, second read (throughput ratio)", statistics.median(seconds), native, "s", ">= 0.75")
+    # 12. cp of the published ZIP (--zip, issue 13) vs cp of the native ZIP, warm (scripts/bench_publish.py).
+    import bench_publish
+    bench_publish.publish_row(sys.modules[__name__], WORK, args.rounds, zip_path, f"{gib:.0f} GiB", row)
     # 9. Four concurrent readers, warm.
     zm = Mount(zip_path, "-o", "ro", "--view", "files")
     zview = os.path.join(zm.path, "matrices/cell/gene/fraction.data")

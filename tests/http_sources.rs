@@ -379,9 +379,8 @@ fn tree_in(
     name: &str,
 ) -> Tree {
     let options = daf_mount::views::ViewOptions {
-        selection: ViewSelection::Both,
         zarr: Some(zarr),
-        files: None,
+        ..daf_mount::views::ViewOptions::from(ViewSelection::Both)
     };
     let core = DafFs::with_staging(datasets, options, SystemTime::UNIX_EPOCH, None);
     let mount = TestMount::serving(Arc::new(core), false, name);

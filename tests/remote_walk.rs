@@ -60,9 +60,8 @@ fn unconsolidated(root: &Path) {
 
 fn tree_of(datasets: Vec<NamedDataset>, zarr: impl Into<Option<Format>>, name: &str) -> Tree {
     let options = ViewOptions {
-        selection: ViewSelection::Both,
         zarr: zarr.into(),
-        files: None,
+        ..ViewOptions::from(ViewSelection::Both)
     };
     let core = DafFs::with_staging(datasets, options, SystemTime::UNIX_EPOCH, None);
     let mount = TestMount::serving(Arc::new(core), false, name);

@@ -19,6 +19,8 @@ Examples:
   daf-mount all.dafs.zarr.zip /mnt/x             every data set of the archive
   daf-mount data.daf.zarr /mnt/x -f -v           stay in the foreground, log what happens
   daf-mount old.daf.zarr /mnt/x --zarr-format 3  a Zarr v3 view of a Zarr v2 data set
+  daf-mount cells.daf /mnt/x --zip               also /mnt/x/cells.daf.zarr.zip: the Zarr view as
+                                                 one ZarrDaf ZIP file, to copy and share
   fusermount3 -u /mnt/x                          unmount (or: umount /mnt/x, or SIGTERM the daemon)
 
 Sources: a FilesDaf directory, a ZarrDaf directory (NAME.daf.zarr), a ZarrDaf ZIP
@@ -63,6 +65,10 @@ pub struct Args {
     /// DataAxesFormats 0.3, else 1.0. Also `-o files_version=V`.
     #[arg(long, value_name = "1.0|1.1", value_parser = parse_files_version)]
     pub files_version: Option<FilesVersion>,
+    /// Also show NAME.daf.zarr.zip at the mount root for each data set: a read-only ZarrDaf ZIP
+    /// of its Zarr view (in the --zarr-format), made on the fly. Also `-o zip`.
+    #[arg(long)]
+    pub zip: bool,
     /// More logging (-v info, -vv debug); RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -110,6 +116,7 @@ impl Args {
             selection: self.selection(),
             zarr: self.zarr_format.or(options.zarr_format),
             files: self.files_version.or(options.files_version),
+            zip: self.zip || options.zip,
         }
     }
 }
@@ -131,6 +138,8 @@ pub struct MountOptions {
     pub zarr_format: Option<Format>,
     /// `files_version=1.0|1.1`.
     pub files_version: Option<FilesVersion>,
+    /// `zip`: publish each data set's Zarr view as one ZIP file at the mount root.
+    pub zip: bool,
     /// `rw` was given (refused with a URL source).
     pub rw_given: bool,
     /// `cache=`, `cache_size=`, `header=`, `token=`, `timeout=`, `retries=`: how a remote
@@ -153,6 +162,7 @@ impl MountOptions {
                 "allow_root" => parsed.allow_root = true,
                 "auto_unmount" => parsed.auto_unmount = true,
                 "ro" => parsed.read_only = true,
+                "zip" => parsed.zip = true,
                 "rw" => {
                     parsed.read_only = false;
                     parsed.rw_given = true;
@@ -254,6 +264,9 @@ mod tests {
             (Some(Format::ZarrV2), Some(FilesVersion::V1_0))
         );
         assert!(Args::try_parse_from(["daf-mount", "x", "/m", "--zarr-format", "4"]).is_err());
+        let zip = MountOptions::parse(&["ro,zip".into()]).unwrap();
+        assert!(args(&[]).view_options(&zip).zip && args(&["--zip"]).view_options(&none).zip);
+        assert!(!args(&[]).view_options(&none).zip);
         assert!(MountOptions::parse(&["files_version=2.0".into()]).is_err());
     }
 

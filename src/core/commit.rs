@@ -403,7 +403,8 @@ pub(super) fn discard_staged<'a>(
 }
 
 /// The mount paths of the files of every view of data set `dataset` that are derived from every
-/// item (`Layout::derived_files`): they change whenever an item does.
+/// item (`Layout::derived_files`), and the data set's published files: they change whenever an
+/// item does.
 pub(super) fn derived_mount_paths(state: &State, dataset: usize) -> Vec<String> {
     state
         .roots
@@ -413,6 +414,7 @@ pub(super) fn derived_mount_paths(state: &State, dataset: usize) -> Vec<String> 
             let files = root.layout().derived_files();
             files.iter().map(|f| root.mount_path(f)).collect::<Vec<_>>()
         })
+        .chain(state.published_paths(dataset))
         .collect()
 }
 

@@ -29,6 +29,7 @@ use crate::formats::source::NamedDataset;
 use crate::staging::StagingArea;
 use crate::stores::blob::CheckState;
 use crate::stores::{Bytes, StoreError};
+use crate::views::zip_publish::{published_path, Publisher};
 use crate::views::{view_entries, view_roots, ViewEntry, ViewNode, ViewOptions, ViewRoot};
 
 pub use close::Process;
@@ -162,6 +163,9 @@ struct State {
     inodes: InodeTable,
     root_mtime: SystemTime,
     namespace: Arc<Namespace>,
+    /// The files made from whole data sets at the mount root (`--zip`), and the options they
+    /// are made with.
+    publisher: Option<(Publisher, ViewOptions)>,
 }
 
 impl State {
@@ -174,8 +178,21 @@ impl State {
         Some((root.clone(), rel.to_string(), root.layout().item_of(rel)))
     }
 
+    /// The mount paths of the files made from the whole of data set `dataset` (they change
+    /// with any of its items).
+    fn published_paths(&self, dataset: usize) -> Vec<String> {
+        match (&self.publisher, self.datasets.get(dataset)) {
+            (Some(_), Some(ds)) => vec![published_path(ds)],
+            _ => Vec::new(),
+        }
+    }
+
     fn rebuild(&mut self) {
         let mut entries: Vec<Entry> = Vec::new();
+        if let Some((publisher, options)) = &mut self.publisher {
+            let published = publisher.entries(&self.datasets, *options);
+            entries.extend(published.into_iter().map(tree_entry));
+        }
         for root in &self.roots {
             let views = view_entries(&self.datasets[root.dataset].dataset, root);
             let hidden = |path: &str| {
@@ -198,22 +215,7 @@ impl State {
                 views
                     .into_iter()
                     .filter(|e| self.deleted.is_empty() || !hidden(&e.path))
-                    .map(
-                        |ViewEntry {
-                             path,
-                             node,
-                             mtime,
-                             elidable,
-                         }| Entry {
-                            path,
-                            mtime,
-                            kind: match node {
-                                ViewNode::Dir => EntryKind::Dir,
-                                ViewNode::File(blob) => EntryKind::Blob(blob),
-                            },
-                            elidable,
-                        },
-                    ),
+                    .map(tree_entry),
             );
         }
         for (path, staged) in &self.staged {
@@ -233,6 +235,27 @@ impl State {
             });
         }
         self.namespace = Arc::new(Namespace::build(entries, self.root_mtime, &mut self.inodes));
+    }
+}
+
+/// A view's entry as an entry of the tree.
+fn tree_entry(
+    ViewEntry {
+        path,
+        node,
+        mtime,
+        elidable,
+    }: ViewEntry,
+) -> Entry {
+    let kind = match node {
+        ViewNode::Dir => EntryKind::Dir,
+        ViewNode::File(blob) => EntryKind::Blob(blob),
+    };
+    Entry {
+        path,
+        mtime,
+        kind,
+        elidable,
     }
 }
 
@@ -326,7 +349,8 @@ impl DafFs {
         root_mtime: SystemTime,
         staging: Option<StagingArea>,
     ) -> DafFs {
-        let roots = view_roots(&datasets, options.into());
+        let options = options.into();
+        let roots = view_roots(&datasets, options);
         let staged = staging
             .iter()
             .flat_map(StagingArea::list)
@@ -354,6 +378,7 @@ impl DafFs {
                 root_mtime,
                 &mut InodeTable::default(),
             )),
+            publisher: options.zip.then(|| (Publisher::default(), options)),
         };
         state.rebuild();
         DafFs {

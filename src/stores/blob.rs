@@ -29,6 +29,7 @@ pub use super::check::{Check, CheckState};
 use super::StoreError;
 
 type Producer = Box<dyn Fn() -> Result<Bytes, StoreError> + Send + Sync>;
+type Sizer = Arc<dyn Fn() -> Result<u64, StoreError> + Send + Sync>;
 
 /// Content that is served by byte ranges (see [`Blob::ranged`]).
 pub trait RangeSource: Send + Sync {
@@ -86,6 +87,8 @@ pub struct Blob {
     ranged: Option<Arc<dyn RangeSource>>,
     /// Whether the content exists, for a blob that may be absent.
     presence: Option<Arc<dyn Presence>>,
+    /// The length of a ranged blob whose length is computed on first need (it caches it).
+    sizer: Option<Sizer>,
 }
 
 /// The most bytes a fill blob with a non-zero pattern may build (a zero fill is a map of the
@@ -113,6 +116,7 @@ impl Blob {
             fill: false,
             ranged: None,
             presence: None,
+            sizer: None,
         })
     }
 
@@ -132,6 +136,13 @@ impl Blob {
             (None, Some(source)) => source.check_state(),
             (None, None) => None,
         }
+    }
+
+    /// The CRC-32 the source recorded for exactly these bytes (a whole stored ZIP member), known
+    /// without reading them (a slice of part of a member has none).
+    pub fn recorded_crc(&self) -> Option<u32> {
+        let (crc, len) = self.check.as_ref()?.expected();
+        (self.known_len == Some(len)).then_some(crc)
     }
 
     /// Runs the integrity check to its end now, if the blob has one (waits for a background
@@ -167,6 +178,7 @@ impl Blob {
             fill: false,
             ranged: None,
             presence: None,
+            sizer: None,
         }
     }
 
@@ -226,6 +238,25 @@ impl Blob {
         }
     }
 
+    /// A ranged blob whose length `size` computes on first need (`stat` or a read) instead of
+    /// at construction; `size` is asked again at every use, so it should keep its answer.
+    pub fn ranged_sized(
+        size: impl Fn() -> Result<u64, StoreError> + Send + Sync + 'static,
+        source: Arc<dyn RangeSource>,
+    ) -> Arc<Blob> {
+        let size: Sizer = Arc::new(size);
+        let (whole, whole_size) = (source.clone(), size.clone());
+        let producer = move || match whole_size()? {
+            0 => Ok(Bytes::empty()),
+            len => whole.read_range(0, len),
+        };
+        Arc::new(Blob {
+            ranged: Some(source),
+            sizer: Some(size),
+            ..Blob::unproduced(None, producer)
+        })
+    }
+
     /// Whether reads of this blob are served by ranges (and its whole content was not produced).
     pub fn is_ranged(&self) -> bool {
         self.ranged.is_some() && !self.is_materialized()
@@ -234,8 +265,8 @@ impl Blob {
     /// Up to `len` bytes from `offset` (fewer at the end of the content, none past it): for a
     /// ranged blob only that range is made; any other blob is produced whole and sliced.
     pub fn read_range(&self, offset: u64, len: u64) -> Result<Bytes, StoreError> {
-        if let (Some(source), None, Some(total)) = (&self.ranged, self.value.get(), self.known_len)
-        {
+        if let (Some(source), None) = (&self.ranged, self.value.get()) {
+            let total = self.len()?;
             let start = offset.min(total);
             let len = len.min(total - start);
             if len == 0 {
@@ -275,6 +306,7 @@ impl Blob {
             fill: false,
             ranged: None,
             presence: None,
+            sizer: None,
         })
     }
 
@@ -357,14 +389,16 @@ impl Blob {
             fill: false,
             ranged: None,
             presence: None,
+            sizer: None,
         })
     }
 
     /// The length, producing the content if it is not known in advance.
     pub fn len(&self) -> Result<u64, StoreError> {
-        match self.known_len {
-            Some(len) => Ok(len),
-            None => Ok(self.bytes()?.len()),
+        match (self.known_len, &self.sizer) {
+            (Some(len), _) => Ok(len),
+            (None, Some(size)) => size(),
+            (None, None) => Ok(self.bytes()?.len()),
         }
     }
 

@@ -61,6 +61,11 @@ impl Check {
         }
     }
 
+    /// The CRC-32 the bytes must have, and how many bytes it covers.
+    pub fn expected(&self) -> (u32, u64) {
+        (self.expected, self.bytes.len())
+    }
+
     /// Where the check stands.
     pub fn state(&self) -> CheckState {
         match self.state.load(Ordering::Acquire) {

@@ -23,7 +23,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::zip::{open_archive, ZipArchive, CENTRAL_SIG, LOCAL_SIG};
+use super::zip::{open_archive, ZipArchive};
+use super::zip_write::{central_record, local_header, padding, trailer};
 use super::{Blob, Bytes, Entry, StoreError};
 use crate::sys::{fork, Forked};
 
@@ -145,9 +146,6 @@ fn tail_write(path: &Path, offset: u64, data: &[u8]) -> std::io::Result<()> {
     }
 }
 
-/// Bytes of the fixed trailer: ZIP64 end record (56) + locator (20) + end record (22).
-const TRAILER: u64 = 98;
-
 fn dos_time(t: SystemTime) -> (u16, u16) {
     let secs = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()) as i64;
     let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
@@ -169,15 +167,6 @@ fn dos_time(t: SystemTime) -> (u16, u16) {
     (time as u16, date as u16)
 }
 
-/// Padding `P` that puts data at a multiple of 8 after a header ending at `end` (§7.1).
-fn padding(end: u64) -> u64 {
-    match end % 8 {
-        0 => 0,
-        r if 8 - r >= 4 => 8 - r,
-        r => 8 - r + 8,
-    }
-}
-
 struct Planned {
     name: String,
     header_offset: u64,
@@ -187,87 +176,15 @@ struct Planned {
     size: u64,
 }
 
-fn local_header(name: &[u8], crc: u32, size: u64, pad: u64, (time, date): (u16, u16)) -> Vec<u8> {
-    let mut h = Vec::with_capacity(50 + name.len() + pad as usize);
-    h.extend_from_slice(&LOCAL_SIG.to_le_bytes());
-    h.extend_from_slice(&45u16.to_le_bytes());
-    h.extend_from_slice(&0x0800u16.to_le_bytes());
-    h.extend_from_slice(&0u16.to_le_bytes());
-    h.extend_from_slice(&time.to_le_bytes());
-    h.extend_from_slice(&date.to_le_bytes());
-    h.extend_from_slice(&crc.to_le_bytes());
-    h.extend_from_slice(&u32::MAX.to_le_bytes());
-    h.extend_from_slice(&u32::MAX.to_le_bytes());
-    h.extend_from_slice(&(name.len() as u16).to_le_bytes());
-    h.extend_from_slice(&((20 + pad) as u16).to_le_bytes());
-    h.extend_from_slice(name);
-    h.extend_from_slice(&1u16.to_le_bytes());
-    h.extend_from_slice(&16u16.to_le_bytes());
-    h.extend_from_slice(&size.to_le_bytes());
-    h.extend_from_slice(&size.to_le_bytes());
-    if pad > 0 {
-        h.extend_from_slice(&0xDAF1u16.to_le_bytes());
-        h.extend_from_slice(&((pad - 4) as u16).to_le_bytes());
-        h.extend(std::iter::repeat_n(0u8, (pad - 4) as usize));
-    }
-    h
-}
-
-fn central_record(p: &Planned, (time, date): (u16, u16), mtime: u32) -> Vec<u8> {
-    let name = p.name.as_bytes();
-    let mut r = Vec::with_capacity(46 + name.len() + 37);
-    r.extend_from_slice(&CENTRAL_SIG.to_le_bytes());
-    r.extend_from_slice(&0x031Eu16.to_le_bytes());
-    r.extend_from_slice(&45u16.to_le_bytes());
-    r.extend_from_slice(&0x0800u16.to_le_bytes());
-    r.extend_from_slice(&0u16.to_le_bytes());
-    r.extend_from_slice(&time.to_le_bytes());
-    r.extend_from_slice(&date.to_le_bytes());
-    r.extend_from_slice(&p.crc.to_le_bytes());
-    r.extend_from_slice(&u32::MAX.to_le_bytes());
-    r.extend_from_slice(&u32::MAX.to_le_bytes());
-    r.extend_from_slice(&(name.len() as u16).to_le_bytes());
-    r.extend_from_slice(&(28u16 + 9).to_le_bytes());
-    r.extend_from_slice(&0u16.to_le_bytes());
-    r.extend_from_slice(&0u16.to_le_bytes());
-    r.extend_from_slice(&0u16.to_le_bytes());
-    r.extend_from_slice(&0x81A4_0000u32.to_le_bytes());
-    r.extend_from_slice(&u32::MAX.to_le_bytes());
-    r.extend_from_slice(name);
-    r.extend_from_slice(&1u16.to_le_bytes());
-    r.extend_from_slice(&24u16.to_le_bytes());
-    r.extend_from_slice(&p.size.to_le_bytes());
-    r.extend_from_slice(&p.size.to_le_bytes());
-    r.extend_from_slice(&p.header_offset.to_le_bytes());
-    // Extended timestamp: the real modification time, for `make` and friends.
-    r.extend_from_slice(&0x5455u16.to_le_bytes());
-    r.extend_from_slice(&5u16.to_le_bytes());
-    r.push(1);
-    r.extend_from_slice(&mtime.to_le_bytes());
-    r
-}
-
-fn trailer(entries: u64, cd_offset: u64, cd_size: u64) -> Vec<u8> {
-    let mut t = Vec::with_capacity(TRAILER as usize);
-    t.extend_from_slice(&0x0606_4b50u32.to_le_bytes());
-    t.extend_from_slice(&44u64.to_le_bytes());
-    t.extend_from_slice(&0x031Eu16.to_le_bytes());
-    t.extend_from_slice(&45u16.to_le_bytes());
-    t.extend_from_slice(&0u32.to_le_bytes());
-    t.extend_from_slice(&0u32.to_le_bytes());
-    t.extend_from_slice(&entries.to_le_bytes());
-    t.extend_from_slice(&entries.to_le_bytes());
-    t.extend_from_slice(&cd_size.to_le_bytes());
-    t.extend_from_slice(&cd_offset.to_le_bytes());
-    t.extend_from_slice(&0x0706_4b50u32.to_le_bytes());
-    t.extend_from_slice(&0u32.to_le_bytes());
-    t.extend_from_slice(&(cd_offset + cd_size).to_le_bytes());
-    t.extend_from_slice(&1u32.to_le_bytes());
-    t.extend_from_slice(&0x0605_4b50u32.to_le_bytes());
-    t.extend_from_slice(&[
-        0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0,
-    ]);
-    t
+fn central(p: &Planned, dos: (u16, u16), mtime: u32) -> Vec<u8> {
+    central_record(
+        p.name.as_bytes(),
+        p.crc,
+        p.size,
+        p.header_offset,
+        dos,
+        Some(mtime),
+    )
 }
 
 /// Appends `entries` (name, bytes) to the archive at `path`; returns each new entry (its bytes
@@ -345,7 +262,7 @@ pub fn append_with(
     // Commit: the new records and trailer after the existing records.
     let mut records = Vec::new();
     for plan in &planned {
-        records.extend(central_record(plan, dos, unix_mtime));
+        records.extend(central(plan, dos, unix_mtime));
     }
     let cd_size = archive.cd_size + records.len() as u64;
     let mut tail = records;

@@ -145,6 +145,13 @@ pub trait Layout: Sync + Send {
         &[]
     }
 
+    /// Documents a ZIP archive of this layout holds in place of its derived files (which only a
+    /// directory source keeps), first in the archive, as `(path, content)`: Zarr v3's root
+    /// `zarr.json` without consolidated metadata (`daf-formats.md` §5.5).
+    fn archive_documents(&self) -> &'static [(&'static str, &'static str)] {
+        &[]
+    }
+
     /// How a committed item is removed through the view.
     fn removal(&self) -> Removal;
 

@@ -12,6 +12,7 @@ pub mod zarr_v2_layout;
 pub mod zarr_v3;
 pub mod zarr_v3_layout;
 pub mod zarr_v3_rules;
+pub mod zip_publish;
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -183,6 +184,9 @@ pub struct ViewOptions {
     pub zarr: Option<Format>,
     /// The FilesDaf view's version (`--files-version`; `None`: the default of each data set).
     pub files: Option<FilesVersion>,
+    /// Whether the mount root also shows each data set's Zarr view as one ZIP file (`--zip`,
+    /// [`zip_publish`]).
+    pub zip: bool,
 }
 
 impl From<ViewSelection> for ViewOptions {
@@ -191,6 +195,7 @@ impl From<ViewSelection> for ViewOptions {
             selection,
             zarr: None,
             files: None,
+            zip: false,
         }
     }
 }
@@ -209,7 +214,7 @@ pub fn is_current(ds: &NamedDataset) -> bool {
 }
 
 /// The format of the view of `kind` of data set `ds` under `options`.
-fn view_format(ds: &NamedDataset, kind: ViewKind, options: ViewOptions) -> Format {
+pub(crate) fn view_format(ds: &NamedDataset, kind: ViewKind, options: ViewOptions) -> Format {
     let current = is_current(ds);
     match kind {
         ViewKind::Files => Format::Files(options.files.unwrap_or(if current {

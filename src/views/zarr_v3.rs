@@ -30,6 +30,10 @@ use super::{dataset_mtime, ViewBuilder, ViewEntry};
 
 /// The `zarr.json` of every group but the root (37 bytes).
 pub const GROUP: &str = "{\"node_type\":\"group\",\"zarr_format\":3}";
+/// The root `zarr.json` of a ZIP archive, as Zarr.jl writes it there (64 bytes, keys sorted; a
+/// ZIP has no consolidated metadata, §5.5).
+pub const ARCHIVE_ROOT: &str =
+    "{\"attributes\":{\"daf\":[1,0]},\"node_type\":\"group\",\"zarr_format\":3}";
 /// A group's entry in the consolidated metadata, as DataAxesFormats writes it (a literal with its
 /// own key order, unlike the group's file).
 const GROUP_ENTRY: &str = "{\"zarr_format\":3,\"node_type\":\"group\"}";

@@ -137,6 +137,10 @@ impl Layout for ZarrV3 {
         &["zarr.json"]
     }
 
+    fn archive_documents(&self) -> &'static [(&'static str, &'static str)] {
+        &[("zarr.json", super::zarr_v3::ARCHIVE_ROOT)]
+    }
+
     fn removal(&self) -> Removal {
         Removal::NodeDirectory
     }

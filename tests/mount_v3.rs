@@ -34,6 +34,7 @@ fn mounted_tree(source: &str, selection: ViewSelection) -> Tree {
         selection,
         zarr: Some(Format::ZarrV2),
         files: Some(FilesVersion::V1_0),
+        dimension_names: false,
     };
     let core = DafFs::with_staging(opened.datasets, options, SystemTime::UNIX_EPOCH, None);
     let mount = TestMount::serving(Arc::new(core), false, source);

@@ -20,6 +20,7 @@ fn mount(source: &str, zarr: Format) -> TestMount {
         selection: ViewSelection::Both,
         zarr: Some(zarr),
         files: None,
+        dimension_names: false,
     };
     let core = DafFs::with_staging(opened.datasets, options, SystemTime::UNIX_EPOCH, None);
     TestMount::serving(Arc::new(core), false, source)

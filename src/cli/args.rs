@@ -19,6 +19,7 @@ Examples:
   daf-mount all.dafs.zarr.zip /mnt/x             every data set of the archive
   daf-mount data.daf.zarr /mnt/x -f -v           stay in the foreground, log what happens
   daf-mount old.daf.zarr /mnt/x --zarr-format 3  a Zarr v3 view of a Zarr v2 data set
+  daf-mount cells.daf /mnt/x --dimension-names   a Zarr view xarray opens (xr.open_zarr)
   fusermount3 -u /mnt/x                          unmount (or: umount /mnt/x, or SIGTERM the daemon)
 
 Sources: a FilesDaf directory, a ZarrDaf directory (NAME.daf.zarr), a ZarrDaf ZIP
@@ -63,6 +64,11 @@ pub struct Args {
     /// DataAxesFormats 0.3, else 1.0. Also `-o files_version=V`.
     #[arg(long, value_name = "1.0|1.1", value_parser = parse_files_version)]
     pub files_version: Option<FilesVersion>,
+    /// Name the dimensions of every array of the Zarr view, so xarray can open it:
+    /// `_ARRAY_DIMENSIONS` (Zarr v2) or `dimension_names` (v3), after the axes. Without it the
+    /// view is exactly what DataAxesFormats writes. Also `-o dimension_names`.
+    #[arg(long)]
+    pub dimension_names: bool,
     /// More logging (-v info, -vv debug); RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -110,6 +116,7 @@ impl Args {
             selection: self.selection(),
             zarr: self.zarr_format.or(options.zarr_format),
             files: self.files_version.or(options.files_version),
+            dimension_names: self.dimension_names || options.dimension_names,
         }
     }
 }
@@ -131,6 +138,8 @@ pub struct MountOptions {
     pub zarr_format: Option<Format>,
     /// `files_version=1.0|1.1`.
     pub files_version: Option<FilesVersion>,
+    /// `dimension_names`: the Zarr view's arrays carry xarray's dimension names.
+    pub dimension_names: bool,
     /// `rw` was given (refused with a URL source).
     pub rw_given: bool,
     /// `cache=`, `cache_size=`, `header=`, `token=`, `timeout=`, `retries=`: how a remote
@@ -153,6 +162,7 @@ impl MountOptions {
                 "allow_root" => parsed.allow_root = true,
                 "auto_unmount" => parsed.auto_unmount = true,
                 "ro" => parsed.read_only = true,
+                "dimension_names" => parsed.dimension_names = true,
                 "rw" => {
                     parsed.read_only = false;
                     parsed.rw_given = true;
@@ -255,6 +265,14 @@ mod tests {
         );
         assert!(Args::try_parse_from(["daf-mount", "x", "/m", "--zarr-format", "4"]).is_err());
         assert!(MountOptions::parse(&["files_version=2.0".into()]).is_err());
+        let named = MountOptions::parse(&["ro,dimension_names".into()]).unwrap();
+        assert!(args(&[]).view_options(&named).dimension_names);
+        assert!(
+            args(&["--dimension-names"])
+                .view_options(&none)
+                .dimension_names
+        );
+        assert!(!args(&[]).view_options(&o).dimension_names);
     }
 
     #[test]

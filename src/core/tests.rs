@@ -192,6 +192,7 @@ fn the_view_formats_can_be_chosen() {
                 selection: ViewSelection::Both,
                 zarr: Some(zarr_format),
                 files: Some(files_version),
+                dimension_names: false,
             };
             let fs = DafFs::new(opened.datasets, options, SystemTime::UNIX_EPOCH);
             let name = crate::formats::source::display_name(Path::new(source));

@@ -4,6 +4,7 @@
 //! `Arc<Blob>` in both views for numeric payloads) or with a lazily synthesised one (descriptors,
 //! `.zarray`s, scalar chunks, converted text). The core turns these lists into an inode tree.
 
+pub mod dimensions;
 pub mod files;
 pub mod files_layout;
 pub mod layout;
@@ -131,6 +132,8 @@ pub struct ViewRoot {
     /// Its directory in a `--view both` mount (`NAME.daf` or `NAME.daf.zarr`): the stable name
     /// used for staged files.
     pub canonical: String,
+    /// Whether its arrays carry xarray's dimension names (`--dimension-names`; Zarr views only).
+    pub dimension_names: bool,
 }
 
 impl ViewRoot {
@@ -168,6 +171,9 @@ pub struct ViewOptions {
     pub zarr: Option<Format>,
     /// The FilesDaf view's version (`--files-version`; `None`: the default of each data set).
     pub files: Option<FilesVersion>,
+    /// Whether the Zarr view's arrays carry xarray's dimension names (`--dimension-names`;
+    /// see [`dimensions`]); without it the view is byte for byte what Julia writes.
+    pub dimension_names: bool,
 }
 
 impl From<ViewSelection> for ViewOptions {
@@ -176,6 +182,7 @@ impl From<ViewSelection> for ViewOptions {
             selection,
             zarr: None,
             files: None,
+            dimension_names: false,
         }
     }
 }
@@ -236,6 +243,7 @@ pub fn view_roots(datasets: &[NamedDataset], options: ViewOptions) -> Vec<ViewRo
                     format: view_format(ds, kind, options),
                     mount,
                     canonical,
+                    dimension_names: options.dimension_names && kind == ViewKind::Zarr,
                 });
             }
         }
@@ -249,7 +257,11 @@ pub fn view_roots(datasets: &[NamedDataset], options: ViewOptions) -> Vec<ViewRo
 /// has FilesDaf files like `NAME.colptr` of 256 or more) is left out with a warning: the kernel
 /// could list it but never look it up.
 pub fn view_entries(dataset: &Dataset, root: &ViewRoot) -> Vec<ViewEntry> {
-    let mut entries = root.layout().view(dataset, &root.mount);
+    let mut entries = if root.dimension_names {
+        root.layout().view_with_dimensions(dataset, &root.mount)
+    } else {
+        root.layout().view(dataset, &root.mount)
+    };
     entries.retain(|e| {
         let name = e.path.rsplit('/').next().unwrap_or(&e.path);
         let fits = name.len() <= NAME_MAX;

@@ -3,11 +3,13 @@ and not): `xr.open_datatree(..., engine="zarr")` at the view's root and `xr.open
 equals the FilesDaf view's bytes (tests/interop/daf_files.py reads them without Daf code), every dimension is named
 after its axis (README "Named dimensions"), and in `axes/` each axis is the coordinate of its own dimension. Without
 the option the view has no names at all (the byte-exact forms are tests/dimension_names.rs and the core tests), and
-xarray refuses it as before. xarray writes a vector through a named view, and the source gets it without names.
-(Run in the zarr-python 3 venv: current xarray needs zarr-python 3.)"""
+xarray refuses it as before. Through dask (`chunks={}`), every variable is a dask array computing the same values.
+xarray writes a vector through a named view, and the source gets it without names.
+(Run in the zarr-python 3 venv, which has xarray and dask: current xarray needs zarr-python 3.)"""
 import json
 import os
 
+import dask.array
 import numpy as np
 import pytest
 import xarray as xr
@@ -110,6 +112,24 @@ def test_xarray_opens_every_group_of_the_named_view(kind, zarr_format, consolida
                 ds = xr.open_zarr(z, group=group or None, consolidated=consolidated, zarr_format=zarr_format)
                 check_variables(ds.variables, group, want, seen, f"{what} open_zarr {group!r}")
             assert seen == set(want), f"{what}: missing {sorted(set(want) - seen)}"
+
+
+@pytest.mark.parametrize("zarr_format", [2, 3])
+@pytest.mark.parametrize("kind", ["files-1.0", "zarr-v2-zip", "packed-zarr", "foreign-v3"])
+def test_dask_computes_every_variable_of_the_named_view(kind, zarr_format):
+    source, names = SOURCES[kind]
+    with mounted(source, "--zarr-format", str(zarr_format), *NAMED, *RO) as mnt:
+        for name, (files, z) in view_roots(mnt, names).items():
+            what = f"{kind}/{name} v{zarr_format} (dask)"
+            want = files_arrays(files, zarr_format)
+            tree = xr.open_datatree(z, engine="zarr", chunks={}, zarr_format=zarr_format)
+            seen = set()
+            for node in tree.subtree:
+                ds = node.to_dataset(inherit=False)
+                for var in ds.data_vars.values():
+                    assert isinstance(var.data, dask.array.Array), f"{what}: {node.path}/{var.name}"
+                check_variables(ds.compute().variables, node.path.strip("/"), want, seen, what)
+            assert seen == set(want), what
 
 
 @pytest.mark.parametrize("zarr_format", [2, 3])

@@ -89,8 +89,11 @@ fn expected(path: &str) -> Vec<String> {
     names
 }
 
-/// Checks the arrays of one view: `(array path, shape, names)` below data set root `root`.
-fn check_groups(root: &str, arrays: &[(String, Vec<u64>, Vec<String>)], what: &str) {
+/// An array of a view: its path below the data set root, its shape, its dimension names.
+type Array = (String, Vec<u64>, Vec<String>);
+
+/// Checks the arrays of one view below data set root `root`.
+fn check_groups(root: &str, arrays: &[Array], what: &str) {
     let groups: BTreeSet<String> = arrays
         .iter()
         .map(|(p, _, _)| p.rsplit_once('/').map_or("", |(g, _)| g).to_string())
@@ -142,8 +145,7 @@ fn named_views_differ_from_plain_ones_only_by_the_names() {
                 .map(|p| p.rsplit_once('/').map_or("", |(d, _)| d).to_string())
                 .collect();
             assert_eq!(roots.len(), opened.datasets.len(), "{what}: {roots:?}");
-            let mut arrays: BTreeMap<String, Vec<(String, Vec<u64>, Vec<String>)>> =
-                BTreeMap::new();
+            let mut arrays: BTreeMap<String, Vec<Array>> = BTreeMap::new();
             for (path, before) in &plain {
                 let (Some(before), Some(after)) = (before, &named[path]) else {
                     continue;
@@ -215,7 +217,7 @@ fn named_views_differ_from_plain_ones_only_by_the_names() {
 fn check_consolidated(
     view: &BTreeMap<String, Option<Vec<u8>>>,
     root: &str,
-    arrays: &[(String, Vec<u64>, Vec<String>)],
+    arrays: &[Array],
     format: Format,
     what: &str,
 ) {

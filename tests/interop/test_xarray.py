@@ -137,7 +137,7 @@ def test_dask_computes_every_variable_of_the_named_view(kind, zarr_format):
 def test_without_the_option_the_view_has_no_names(kind, zarr_format):
     source, names = SOURCES[kind]
     with mounted(source, "--zarr-format", str(zarr_format), *RO) as plain, \
-            mounted(source, "--zarr-format", str(zarr_format), *NAMED, *RO) as named:
+            mounted(source, "-o", f"ro,zarr_format={zarr_format},dimension_names") as named:  # fstab's form
         for name, (_, z) in view_roots(plain, names).items():
             _, zn = view_roots(named, names)[name]
             for dirpath, _, files in os.walk(z):

@@ -276,6 +276,22 @@ pub fn view_entries(dataset: &Dataset, root: &ViewRoot) -> Vec<ViewEntry> {
     entries
 }
 
+/// The mount paths of the documents of a view whose content depends on every item: with
+/// dimension names, each array's `.zattrs` or `zarr.json`, as the names of our own avoid every
+/// axis, scalar and matrix name ([`dimensions`]). Empty for a view without names.
+pub fn named_documents(dataset: &Dataset, root: &ViewRoot) -> Vec<String> {
+    if !root.dimension_names {
+        return Vec::new();
+    }
+    let documents = [".zattrs", "zarr.json"];
+    view_entries(dataset, root)
+        .into_iter()
+        .filter(|e| matches!(e.node, ViewNode::File(_)))
+        .filter(|e| documents.contains(&e.path.rsplit('/').next().unwrap_or("")))
+        .map(|e| e.path)
+        .collect()
+}
+
 /// The longest file name the kernel accepts, in bytes.
 const NAME_MAX: usize = 255;
 

@@ -13,8 +13,10 @@
 //! - every scalar is `[scalar]` (one length, 1), the root's `daf` array of Zarr v2 `[daf_version]`.
 //!
 //! A name that is not an axis's own (`scalar`, `nnz`, `A_rows`…) gets `_` appended until it is
-//! no axis's name, and differs from the others; a matrix dimension named like a matrix of its
-//! group (which xarray would take for a two-dimensional coordinate and refuse) likewise.
+//! no axis's name, and differs from the others (`scalar` also from every scalar's name: xarray
+//! would take a scalar named so for the coordinate of the dimension); a matrix dimension named
+//! like a matrix of its group (which xarray would take for a two-dimensional coordinate and
+//! refuse) likewise.
 
 use std::collections::BTreeSet;
 

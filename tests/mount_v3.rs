@@ -35,6 +35,7 @@ fn mounted_tree(source: &str, selection: ViewSelection) -> Tree {
         zarr: Some(Format::ZarrV2),
         files: Some(FilesVersion::V1_0),
         zip: false,
+        dimension_names: false,
     };
     let core = DafFs::with_staging(opened.datasets, options, SystemTime::UNIX_EPOCH, None);
     let mount = TestMount::serving(Arc::new(core), false, source);

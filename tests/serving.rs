@@ -21,6 +21,7 @@ fn mount(source: &str, zarr: Format) -> TestMount {
         zarr: Some(zarr),
         files: None,
         zip: false,
+        dimension_names: false,
     };
     let core = DafFs::with_staging(opened.datasets, options, SystemTime::UNIX_EPOCH, None);
     TestMount::serving(Arc::new(core), false, source)

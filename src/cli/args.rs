@@ -21,6 +21,7 @@ Examples:
   daf-mount old.daf.zarr /mnt/x --zarr-format 3  a Zarr v3 view of a Zarr v2 data set
   daf-mount cells.daf /mnt/x --zip               also /mnt/x/cells.daf.zarr.zip: the Zarr view as
                                                  one ZarrDaf ZIP file, to copy and share
+  daf-mount cells.daf /mnt/x --dimension-names   a Zarr view xarray opens (xr.open_zarr)
   fusermount3 -u /mnt/x                          unmount (or: umount /mnt/x, or SIGTERM the daemon)
 
 Sources: a FilesDaf directory, a ZarrDaf directory (NAME.daf.zarr), a ZarrDaf ZIP
@@ -69,6 +70,11 @@ pub struct Args {
     /// of its Zarr view (in the --zarr-format), made on the fly. Also `-o zip`.
     #[arg(long)]
     pub zip: bool,
+    /// Name the dimensions of every array of the Zarr view, so xarray can open it:
+    /// `_ARRAY_DIMENSIONS` (Zarr v2) or `dimension_names` (v3), after the axes. Without it the
+    /// view is exactly what DataAxesFormats writes. Also `-o dimension_names`.
+    #[arg(long)]
+    pub dimension_names: bool,
     /// More logging (-v info, -vv debug); RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -117,6 +123,7 @@ impl Args {
             zarr: self.zarr_format.or(options.zarr_format),
             files: self.files_version.or(options.files_version),
             zip: self.zip || options.zip,
+            dimension_names: self.dimension_names || options.dimension_names,
         }
     }
 }
@@ -140,6 +147,8 @@ pub struct MountOptions {
     pub files_version: Option<FilesVersion>,
     /// `zip`: publish each data set's Zarr view as one ZIP file at the mount root.
     pub zip: bool,
+    /// `dimension_names`: the Zarr view's arrays carry xarray's dimension names.
+    pub dimension_names: bool,
     /// `rw` was given (refused with a URL source).
     pub rw_given: bool,
     /// `cache=`, `cache_size=`, `header=`, `token=`, `timeout=`, `retries=`: how a remote
@@ -163,6 +172,7 @@ impl MountOptions {
                 "auto_unmount" => parsed.auto_unmount = true,
                 "ro" => parsed.read_only = true,
                 "zip" => parsed.zip = true,
+                "dimension_names" => parsed.dimension_names = true,
                 "rw" => {
                     parsed.read_only = false;
                     parsed.rw_given = true;
@@ -268,6 +278,14 @@ mod tests {
         assert!(args(&[]).view_options(&zip).zip && args(&["--zip"]).view_options(&none).zip);
         assert!(!args(&[]).view_options(&none).zip);
         assert!(MountOptions::parse(&["files_version=2.0".into()]).is_err());
+        let named = MountOptions::parse(&["ro,dimension_names".into()]).unwrap();
+        assert!(args(&[]).view_options(&named).dimension_names);
+        assert!(
+            args(&["--dimension-names"])
+                .view_options(&none)
+                .dimension_names
+        );
+        assert!(!args(&[]).view_options(&o).dimension_names);
     }
 
     #[test]

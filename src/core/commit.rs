@@ -403,16 +403,21 @@ pub(super) fn discard_staged<'a>(
 }
 
 /// The mount paths of the files of every view of data set `dataset` that are derived from every
-/// item (`Layout::derived_files`), and the data set's published files: they change whenever an
-/// item does.
+/// item (`Layout::derived_files`, and with dimension names every array document:
+/// `views::named_documents`), and the data set's published files: they change whenever an item
+/// does.
 pub(super) fn derived_mount_paths(state: &State, dataset: usize) -> Vec<String> {
+    let ds = &state.datasets[dataset].dataset;
     state
         .roots
         .iter()
         .filter(|root| root.dataset == dataset)
         .flat_map(|root| {
             let files = root.layout().derived_files();
-            files.iter().map(|f| root.mount_path(f)).collect::<Vec<_>>()
+            let derived = files.iter().map(|f| root.mount_path(f));
+            derived
+                .chain(crate::views::named_documents(ds, root))
+                .collect::<Vec<_>>()
         })
         .chain(state.published_paths(dataset))
         .collect()

@@ -193,6 +193,7 @@ fn the_view_formats_can_be_chosen() {
                 zarr: Some(zarr_format),
                 files: Some(files_version),
                 zip: false,
+                dimension_names: false,
             };
             let fs = DafFs::new(opened.datasets, options, SystemTime::UNIX_EPOCH);
             let name = crate::formats::source::display_name(Path::new(source));
@@ -374,4 +375,51 @@ fn reads_of_a_ranged_file_make_only_the_range() {
     assert!(!blob.is_materialized());
     let made = pattern.made.load(std::sync::atomic::Ordering::Relaxed);
     assert_eq!(made, 4096 + 100);
+}
+
+#[test]
+fn a_new_axis_that_renames_dimensions_makes_the_kernel_forget_every_named_document() {
+    // A named Zarr view: adding an axis called `nnz` renames every sparse component's dimension
+    // to `nnz_`, in documents of other items, which the kernel may have cached.
+    let tmp = tempfile::tempdir().unwrap();
+    let copy = tmp.path().join("files_v1_0.daf");
+    let copied = std::process::Command::new("cp")
+        .arg("-r")
+        .arg(Path::new(VECTORS).join("files_v1_0.daf"))
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let opened = open_source(copy.to_str().unwrap()).unwrap();
+    let staging = crate::staging::StagingArea::for_source(&opened.path);
+    let options = crate::views::ViewOptions {
+        selection: ViewSelection::Both,
+        zarr: Some(crate::formats::source::Format::ZarrV2),
+        files: None,
+        zip: false,
+        dimension_names: true,
+    };
+    let fs = DafFs::with_staging(
+        opened.datasets,
+        options,
+        SystemTime::UNIX_EPOCH,
+        Some(staging),
+    );
+    let nzind = "files_v1_0.daf.zarr/vectors/cell/counts/nzind/.zattrs";
+    let before = fs.content(fs.resolve(nzind).unwrap()).unwrap();
+    assert_eq!(before.as_slice(), br#"{"_ARRAY_DIMENSIONS":["nnz"]}"#);
+    let axes = fs.resolve("files_v1_0.daf/axes").unwrap();
+    fs.take_invalidations();
+    let (_, fh) = fs.create(axes, OsStr::new("nnz.txt"), false).unwrap();
+    fs.write(fh, 0, b"a\n").unwrap();
+    fs.flush(fh, None).unwrap();
+    fs.release(fh);
+    let ino = fs.resolve(nzind).unwrap();
+    let after = fs.content(ino).unwrap();
+    assert_eq!(after.as_slice(), br#"{"_ARRAY_DIMENSIONS":["nnz_"]}"#);
+    let forgotten = fs.take_invalidations();
+    assert!(
+        forgotten.contains(&Invalidation::Inode(ino)),
+        "{nzind} (inode {ino}) not invalidated: {forgotten:?}"
+    );
 }

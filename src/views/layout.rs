@@ -58,6 +58,12 @@ pub trait Layout: Sync + Send {
     /// Every file and directory of the view of `dataset`, under `prefix`.
     fn view(&self, dataset: &Dataset, prefix: &str) -> Vec<ViewEntry>;
 
+    /// The view with xarray's dimension names on every array (`--dimension-names`,
+    /// [`super::dimensions`]); a layout without named arrays shows its plain view.
+    fn view_with_dimensions(&self, dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {
+        self.view(dataset, prefix)
+    }
+
     /// The files and directories of item `id`, relative to the data set root: what the view
     /// shows of it, and what a commit writes into a source of this layout.
     fn item_entries(&self, dataset: &Dataset, id: &PropertyId) -> Vec<ViewEntry>;

@@ -4,6 +4,7 @@
 //! `Arc<Blob>` in both views for numeric payloads) or with a lazily synthesised one (descriptors,
 //! `.zarray`s, scalar chunks, converted text). The core turns these lists into an inode tree.
 
+pub mod dimensions;
 pub mod files;
 pub mod files_layout;
 pub mod layout;
@@ -147,6 +148,8 @@ pub struct ViewRoot {
     /// Its directory in a `--view both` mount (`NAME.daf` or `NAME.daf.zarr`): the stable name
     /// used for staged files.
     pub canonical: String,
+    /// Whether its arrays carry xarray's dimension names (`--dimension-names`; Zarr views only).
+    pub dimension_names: bool,
 }
 
 impl ViewRoot {
@@ -187,6 +190,9 @@ pub struct ViewOptions {
     /// Whether the mount root also shows each data set's Zarr view as one ZIP file (`--zip`,
     /// [`zip_publish`]).
     pub zip: bool,
+    /// Whether the Zarr view's arrays carry xarray's dimension names (`--dimension-names`;
+    /// see [`dimensions`]); without it the view is byte for byte what Julia writes.
+    pub dimension_names: bool,
 }
 
 impl From<ViewSelection> for ViewOptions {
@@ -196,6 +202,7 @@ impl From<ViewSelection> for ViewOptions {
             zarr: None,
             files: None,
             zip: false,
+            dimension_names: false,
         }
     }
 }
@@ -256,6 +263,7 @@ pub fn view_roots(datasets: &[NamedDataset], options: ViewOptions) -> Vec<ViewRo
                     format: view_format(ds, kind, options),
                     mount,
                     canonical,
+                    dimension_names: options.dimension_names && kind == ViewKind::Zarr,
                 });
             }
         }
@@ -269,7 +277,11 @@ pub fn view_roots(datasets: &[NamedDataset], options: ViewOptions) -> Vec<ViewRo
 /// has FilesDaf files like `NAME.colptr` of 256 or more) is left out with a warning: the kernel
 /// could list it but never look it up.
 pub fn view_entries(dataset: &Dataset, root: &ViewRoot) -> Vec<ViewEntry> {
-    let mut entries = root.layout().view(dataset, &root.mount);
+    let mut entries = if root.dimension_names {
+        root.layout().view_with_dimensions(dataset, &root.mount)
+    } else {
+        root.layout().view(dataset, &root.mount)
+    };
     entries.retain(|e| {
         let name = e.path.rsplit('/').next().unwrap_or(&e.path);
         let fits = name.len() <= NAME_MAX;
@@ -282,6 +294,22 @@ pub fn view_entries(dataset: &Dataset, root: &ViewRoot) -> Vec<ViewEntry> {
         fits
     });
     entries
+}
+
+/// The mount paths of the documents of a view whose content depends on every item: with
+/// dimension names, each array's `.zattrs` or `zarr.json`, as the names of our own avoid every
+/// axis, scalar and matrix name ([`dimensions`]). Empty for a view without names.
+pub fn named_documents(dataset: &Dataset, root: &ViewRoot) -> Vec<String> {
+    if !root.dimension_names {
+        return Vec::new();
+    }
+    let documents = [".zattrs", "zarr.json"];
+    view_entries(dataset, root)
+        .into_iter()
+        .filter(|e| matches!(e.node, ViewNode::File(_)))
+        .filter(|e| documents.contains(&e.path.rsplit('/').next().unwrap_or("")))
+        .map(|e| e.path)
+        .collect()
 }
 
 /// The longest file name the kernel accepts, in bytes.

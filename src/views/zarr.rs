@@ -1,6 +1,8 @@
 //! The ZarrDaf view on Zarr v2 (`daf-formats.md` §4.2–4.6): `.zgroup`/`.zattrs` for every group,
 //! the `daf` version array, one `.zarray` and one chunk per array (the model's blob itself for
 //! numbers), and a root `.zmetadata` with sorted keys so zarr-python 3 can open it consolidated.
+//! With `--dimension-names`, each array's `.zattrs` (and its copy in `.zmetadata`) holds xarray's
+//! `_ARRAY_DIMENSIONS` ([`super::dimensions`]) instead of `{}`.
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -12,12 +14,15 @@ use crate::formats::types::{ElementType, NumType};
 use crate::formats::zarr_v2::{single_chunk_key, zarray_json, ZATTRS, ZGROUP};
 use crate::stores::{Blob, Bytes};
 
+use super::dimensions::DimensionNames;
 use super::{dataset_mtime, ViewBuilder, ViewEntry};
 
 /// Builds the Zarr tree and remembers every metadata document for `.zmetadata`.
 struct ZarrBuilder {
     view: ViewBuilder,
     metadata: Vec<(String, Arc<Blob>)>,
+    /// The arrays' dimension names, if shown.
+    dimensions: Option<DimensionNames>,
 }
 
 impl ZarrBuilder {
@@ -56,7 +61,11 @@ impl ZarrBuilder {
             zarray_json(dtype, strings, shape),
             mtime,
         );
-        self.document(format!("{path}/.zattrs"), ZATTRS.to_string(), mtime);
+        let attributes = match self.dimensions.as_ref().and_then(|d| d.of(path)) {
+            Some(names) => serde_json::json!({ "_ARRAY_DIMENSIONS": names }).to_string(),
+            None => ZATTRS.to_string(),
+        };
+        self.document(format!("{path}/.zattrs"), attributes, mtime);
         if !shape.contains(&0) {
             self.view.file(
                 &format!("{path}/{}", single_chunk_key(shape.len())),
@@ -80,10 +89,17 @@ impl ZarrBuilder {
 
 /// The Zarr tree of `dataset`, rooted at `prefix`.
 pub fn zarr_view(dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {
+    zarr_view_with(dataset, prefix, false)
+}
+
+/// The Zarr tree of `dataset`, rooted at `prefix`, its arrays with their dimension names if
+/// `dimension_names`.
+pub fn zarr_view_with(dataset: &Dataset, prefix: &str, dimension_names: bool) -> Vec<ViewEntry> {
     let mtime = dataset_mtime(dataset);
     let mut z = ZarrBuilder {
         view: ViewBuilder::new(prefix),
         metadata: Vec::new(),
+        dimensions: dimension_names.then(|| DimensionNames::new(dataset)),
     };
     z.group("", mtime);
     z.array(
@@ -127,6 +143,7 @@ pub fn item_entries(dataset: &Dataset, id: &PropertyId) -> Vec<ViewEntry> {
     let mut z = ZarrBuilder {
         view: ViewBuilder::new(""),
         metadata: Vec::new(),
+        dimensions: None,
     };
     item_nodes(&mut z, dataset, id);
     if let PropertyId::Axis(name) = id {

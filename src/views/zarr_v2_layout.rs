@@ -177,6 +177,10 @@ impl Layout for ZarrV2 {
         zarr::zarr_view(dataset, prefix)
     }
 
+    fn view_with_dimensions(&self, dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {
+        zarr::zarr_view_with(dataset, prefix, true)
+    }
+
     fn item_entries(&self, dataset: &Dataset, id: &PropertyId) -> Vec<ViewEntry> {
         zarr::item_entries(dataset, id)
     }

@@ -13,6 +13,9 @@
 //! bytes a valid shard for every reader (Julia's own `zarr.json` declares the array shape, which
 //! zarr-python 3 and TensorStore refuse when the inner chunks do not divide it). A shard without
 //! a Zarr index (FilesDaf `"zipped"`) is shown flat, decoded.
+//!
+//! With `--dimension-names`, every array's `zarr.json` (and its entry in the consolidated
+//! metadata) also holds `dimension_names` ([`super::dimensions`]), in its sorted place.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -26,6 +29,7 @@ use crate::formats::shard::Packing;
 use crate::formats::types::{ElementType, NumType};
 use crate::stores::{Blob, Bytes, StoreError};
 
+use super::dimensions::DimensionNames;
 use super::{dataset_mtime, ViewBuilder, ViewEntry};
 
 /// The `zarr.json` of every group but the root (37 bytes).
@@ -71,7 +75,8 @@ fn list(v: &[u64]) -> String {
     format!("[{}]", items.join(","))
 }
 
-/// An array `zarr.json` with sorted keys (JSON.jl ≥ 1.6 writes `JSON.lower(MetadataV3)` so).
+/// An array `zarr.json` with sorted keys (JSON.jl ≥ 1.6 writes `JSON.lower(MetadataV3)` so), and
+/// `dimension_names` when given.
 fn array_document(
     eltype: ElementType,
     shape: &[u64],
@@ -79,10 +84,14 @@ fn array_document(
     codecs: &str,
     fill: &str,
     attributes: Option<&str>,
+    dimensions: Option<&[String]>,
 ) -> String {
     let attributes = attributes.map_or(String::new(), |a| format!("\"attributes\":{a},"));
+    let dimensions = dimensions.map_or(String::new(), |d| {
+        format!("\"dimension_names\":{},", Value::from(d.to_vec()))
+    });
     format!(
-        "{{{attributes}\"chunk_grid\":{{\"configuration\":{{\"chunk_shape\":{}}},\"name\":\"regular\"}},\"chunk_key_encoding\":{{\"configuration\":{{\"separator\":\"/\"}},\"name\":\"default\"}},\"codecs\":{codecs},\"data_type\":\"{}\",\"fill_value\":{},\"node_type\":\"array\",\"shape\":{},\"zarr_format\":3}}",
+        "{{{attributes}\"chunk_grid\":{{\"configuration\":{{\"chunk_shape\":{}}},\"name\":\"regular\"}},\"chunk_key_encoding\":{{\"configuration\":{{\"separator\":\"/\"}},\"name\":\"default\"}},\"codecs\":{codecs},\"data_type\":\"{}\",{dimensions}\"fill_value\":{},\"node_type\":\"array\",\"shape\":{},\"zarr_format\":3}}",
         list(chunk_shape),
         data_type(eltype),
         fill,
@@ -93,6 +102,15 @@ fn array_document(
 /// The `zarr.json` of a flat single-chunk array of `shape` (Zarr order): §11.5 byte for byte. A
 /// zero length gets chunk length 1 (Zarr refuses chunk lengths of 0).
 pub fn flat_array_json(eltype: ElementType, shape: &[u64]) -> String {
+    flat_array_document(eltype, shape, None)
+}
+
+/// [`flat_array_json`] with `dimension_names` when given.
+fn flat_array_document(
+    eltype: ElementType,
+    shape: &[u64],
+    dimensions: Option<&[String]>,
+) -> String {
     let chunks: Vec<u64> = shape.iter().map(|&n| n.max(1)).collect();
     array_document(
         eltype,
@@ -101,6 +119,7 @@ pub fn flat_array_json(eltype: ElementType, shape: &[u64]) -> String {
         flat_codecs(eltype),
         fill_value(eltype),
         None,
+        dimensions,
     )
 }
 
@@ -123,6 +142,11 @@ pub fn rounded_shard_shape(shape: &[u64], inner: &[u64]) -> Vec<u64> {
 /// shape, inner codecs, index codecs, index location and fill value (what absent inner chunks
 /// hold), and DataAxesFormats' `daf_packed_format` attribute.
 pub fn packed_array_json(packing: &Packing) -> String {
+    packed_array_document(packing, None)
+}
+
+/// [`packed_array_json`] with `dimension_names` when given.
+fn packed_array_document(packing: &Packing, dimensions: Option<&[String]>) -> String {
     let index_location = if packing.index_at_start {
         "start"
     } else {
@@ -152,6 +176,7 @@ pub fn packed_array_json(packing: &Packing) -> String {
         &codecs,
         &fill,
         Some(PACKED_ATTRIBUTES),
+        dimensions,
     )
 }
 
@@ -181,6 +206,8 @@ struct V3Builder {
     /// of its `zarr.json`; groups share one literal).
     metadata: BTreeMap<String, Bytes>,
     group_entry: Bytes,
+    /// The arrays' dimension names, if shown.
+    dimensions: Option<DimensionNames>,
 }
 
 impl V3Builder {
@@ -189,7 +216,13 @@ impl V3Builder {
             view: ViewBuilder::new(prefix),
             metadata: BTreeMap::new(),
             group_entry: Bytes::from_vec(GROUP_ENTRY.into()),
+            dimensions: None,
         }
+    }
+
+    /// The dimension names of the array at `path`, if shown.
+    fn dimensions_of(&self, path: &str) -> Option<Vec<String>> {
+        self.dimensions.as_ref().and_then(|d| d.of(path))
     }
 
     fn document(&mut self, node: &str, bytes: Bytes, mtime: SystemTime) {
@@ -239,20 +272,17 @@ impl V3Builder {
     ) {
         let empty = shape.contains(&0);
         // A FilesDaf "zipped" shard has no Zarr index: shown flat (its decoded content).
+        let dimensions = self.dimensions_of(path);
         match packing.filter(|p| p.has_zarr_index()) {
             Some(p) => {
                 let chunk = (!empty).then(|| p.shard.clone());
-                self.array(path, packed_array_json(p), p.shape.len(), chunk, mtime);
+                let doc = packed_array_document(p, dimensions.as_deref());
+                self.array(path, doc, p.shape.len(), chunk, mtime);
             }
             None => {
                 let chunk = (!empty).then_some(blob);
-                self.array(
-                    path,
-                    flat_array_json(eltype, shape),
-                    shape.len(),
-                    chunk,
-                    mtime,
-                );
+                let doc = flat_array_document(eltype, shape, dimensions.as_deref());
+                self.array(path, doc, shape.len(), chunk, mtime);
             }
         }
     }
@@ -261,8 +291,15 @@ impl V3Builder {
 /// The Zarr v3 tree of `dataset`, rooted at `prefix`; the root `zarr.json` carries the inline
 /// consolidated metadata.
 pub fn zarr_v3_view(dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {
+    zarr_v3_view_with(dataset, prefix, false)
+}
+
+/// The Zarr v3 tree of `dataset`, rooted at `prefix`, its arrays with their dimension names if
+/// `dimension_names`.
+pub fn zarr_v3_view_with(dataset: &Dataset, prefix: &str, dimension_names: bool) -> Vec<ViewEntry> {
     let mtime = dataset_mtime(dataset);
     let mut z = V3Builder::new(prefix);
+    z.dimensions = dimension_names.then(|| DimensionNames::new(dataset));
     z.view.dir("", mtime);
     for group in dataset.groups() {
         z.group(&group, mtime);
@@ -366,8 +403,10 @@ fn item_nodes(z: &mut V3Builder, dataset: &Dataset, id: &PropertyId) {
             };
             let chunk = (!scalar_is_fill(&prop.scalar))
                 .then(|| Blob::ready(Bytes::from_vec(prop.scalar.zarr_chunk())));
-            let doc = flat_array_json(prop.scalar.eltype, &[1]);
-            z.array(&format!("scalars/{name}"), doc, 1, chunk, prop.mtime);
+            let path = format!("scalars/{name}");
+            let doc =
+                flat_array_document(prop.scalar.eltype, &[1], z.dimensions_of(&path).as_deref());
+            z.array(&path, doc, 1, chunk, prop.mtime);
         }
         PropertyId::Axis(name) => {
             let Some(axis) = dataset.axes.get(name) else {

@@ -34,6 +34,10 @@ impl Layout for ZarrV3 {
         view::zarr_v3_view(dataset, prefix)
     }
 
+    fn view_with_dimensions(&self, dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {
+        view::zarr_v3_view_with(dataset, prefix, true)
+    }
+
     fn item_entries(&self, dataset: &Dataset, id: &PropertyId) -> Vec<ViewEntry> {
         view::item_entries(dataset, id)
     }

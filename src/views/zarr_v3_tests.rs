@@ -468,3 +468,33 @@ fn a_v3_source_is_shown_as_it_is_stored() {
     }
     assert_eq!(view.len(), fixture_files().len());
 }
+
+#[test]
+fn named_arrays_carry_dimension_names_in_their_sorted_place() {
+    let ds = fixture_dataset();
+    let named = view_files(&zarr_v3_view_with(&ds, "", true));
+    let plain = view_files(&zarr_v3_view(&ds, ""));
+    let expr = text(&named["matrices/cell/gene/expr/zarr.json"]);
+    assert!(
+        expr.contains(
+            "\"data_type\":\"float64\",\"dimension_names\":[\"gene\",\"cell\"],\"fill_value\":0.0,"
+        ),
+        "{expr}"
+    );
+    // Exactly the plain document with the names added.
+    let without = expr.replace("\"dimension_names\":[\"gene\",\"cell\"],", "");
+    assert_eq!(without, text(&plain["matrices/cell/gene/expr/zarr.json"]));
+    let root = text(&named["zarr.json"]);
+    assert!(
+        root.contains(&format!("\"matrices/cell/gene/expr\":{expr}")),
+        "{root}"
+    );
+    // Names are JSON strings: odd characters are escaped.
+    let doc = flat_array_document(
+        ElementType::Num(NumType::Int8),
+        &[2],
+        Some(&["a \"b\"\\".to_string()]),
+    );
+    let parsed: Value = serde_json::from_str(&doc).unwrap();
+    assert_eq!(parsed["dimension_names"], serde_json::json!(["a \"b\"\\"]));
+}

@@ -274,6 +274,7 @@ fn members(
         format,
         mount: String::new(),
         canonical: format!("{}.daf.zarr", ds.name),
+        dimension_names: options.dimension_names,
     };
     let layout = root.layout();
     let derived = layout.derived_files();

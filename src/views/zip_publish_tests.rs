@@ -17,6 +17,7 @@ fn options(zarr: Option<Format>) -> ViewOptions {
         zarr,
         files: None,
         zip: true,
+        dimension_names: false,
     }
 }
 
@@ -288,6 +289,7 @@ fn payload_members_are_the_views_blobs() {
             format: zarr,
             mount: String::new(),
             canonical: "zarr_v2.daf.zarr".into(),
+            dimension_names: false,
         };
         let view: HashMap<String, Arc<Blob>> = view_entries(&opened.datasets[0].dataset, &root)
             .into_iter()

@@ -363,7 +363,7 @@ impl DafFs {
 }
 
 /// How the journal of accepted items names item `id` of the view root `canonical`.
-fn item_key(canonical: &str, id: &crate::formats::model::PropertyId) -> String {
+pub(super) fn item_key(canonical: &str, id: &crate::formats::model::PropertyId) -> String {
     format!("{canonical}\t{}", id.path())
 }
 

@@ -13,6 +13,7 @@ mod commit;
 pub mod namespace;
 mod refusals;
 mod remove;
+mod status;
 mod write;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -32,6 +33,7 @@ use crate::views::{view_entries, view_roots, ViewEntry, ViewNode, ViewOptions, V
 
 pub use close::Process;
 use namespace::{Entry, EntryKind, InodeTable, Namespace, NodeKind, ROOT};
+pub use status::{ItemState, StagedItem, StagingReport};
 
 /// Errors of filesystem operations.
 #[derive(Debug, thiserror::Error)]

@@ -2,7 +2,7 @@
 //! what to lock, which staged files go, and what the kernel must forget afterwards (`touch` and
 //! finalisation too). The commit itself is the staging layer's.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::Path;
 use std::time::SystemTime;
@@ -254,20 +254,28 @@ impl DafFs {
                 .and_then(|(root, rel)| Some((root.dataset, root.layout().node_item(rel)?)))
         };
         let mut first_error = None;
+        // One try (and at most one log line) per item, not per staged file of it.
+        let mut tried = BTreeSet::new();
         for path in self.staged_item_files(mount) {
+            let item = {
+                let state = self.state.read().unwrap_or_else(|p| p.into_inner());
+                state
+                    .locate(&path)
+                    .and_then(|(root, _, id)| Some((root.dataset, id?)))
+            };
+            if !tried.insert(item.as_ref().map(|(d, id)| (*d, id.path()))) {
+                continue;
+            }
             if let Err(e) = self.try_commit(&path, None, true) {
-                let item = {
-                    let state = self.state.read().unwrap_or_else(|p| p.into_inner());
-                    state
-                        .locate(&path)
-                        .and_then(|(root, _, id)| Some((root.dataset, id?)))
-                };
                 let refused = matches!(e, FsError::Invalid(_) | FsError::NotPermitted(_));
                 if refused && item != own_item {
                     log::warn!("{path} stays staged: {e}");
                     continue;
                 }
-                log::warn!("finalizing {path}: {e}");
+                // The first error is the caller's to report (one line where it is answered).
+                if first_error.is_some() {
+                    log::warn!("finalizing {path}: {e}");
+                }
                 first_error.get_or_insert(e);
             }
         }
@@ -301,6 +309,8 @@ impl DafFs {
             return;
         };
         let accepted = staging.accepted();
+        // One try (and one log line) per item; the other files of an item set aside go too.
+        let mut set_aside: BTreeMap<Option<String>, bool> = BTreeMap::new();
         for path in self.staged_item_files("") {
             let key = {
                 let state = self.lock_state();
@@ -308,24 +318,37 @@ impl DafFs {
                     .locate(&path)
                     .and_then(|(root, _, id)| Some(item_key(&root.canonical, &id?)))
             };
-            if !key.is_some_and(|k| accepted.contains(&k)) {
+            if let Some(aside) = set_aside.get(&key) {
+                if *aside {
+                    self.set_aside(&path);
+                }
+                continue;
+            }
+            let aside = if !key.as_ref().is_some_and(|k| accepted.contains(k)) {
                 // Never accepted: its writer did not finish it (or was killed). Not ours to
                 // complete: it stays staged, visible, to be finished or removed.
                 log::warn!(
                     "staged {path} was left by a writer that never finished it: not committed; \
                      finish (rewrite) or remove it"
                 );
-                self.set_aside(&path);
-                continue;
-            }
-            match self.try_commit(&path, None, false) {
-                Ok(()) => {}
-                Err(e @ (FsError::Invalid(_) | FsError::NotPermitted(_))) => {
-                    log::warn!("staged {path} can never be committed as it is ({e}); left in place, remove or rewrite it");
-                    self.set_aside(&path);
+                true
+            } else {
+                match self.try_commit(&path, None, false) {
+                    Ok(()) => false,
+                    Err(e @ (FsError::Invalid(_) | FsError::NotPermitted(_))) => {
+                        log::warn!("staged {path} can never be committed as it is ({e}); left in place, remove or rewrite it");
+                        true
+                    }
+                    Err(e) => {
+                        log::warn!("staged {path} stays staged: {e}");
+                        false
+                    }
                 }
-                Err(e) => log::warn!("staged {path} stays staged: {e}"),
+            };
+            if aside {
+                self.set_aside(&path);
             }
+            set_aside.insert(key, aside);
         }
         // Keep the entries of items still staged (appends queued again just now among them).
         let staged: BTreeSet<String> = {

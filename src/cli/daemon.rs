@@ -162,6 +162,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
     let signal_target = (mounted_on.clone(), ours.clone());
     let serve = move || -> Result<(), CliError> {
         if !args.foreground {
+            super::logging::warn_if_unheard();
             detach()?;
             super::logging::detached();
         }

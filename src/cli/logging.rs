@@ -106,6 +106,18 @@ pub fn syslog_listening() -> bool {
     socket.is_ok_and(|s| s.connect(SYSLOG_SOCKET).is_ok())
 }
 
+/// Says on stderr, once the mount is made and before the daemon detaches, if its log is going
+/// to syslog but nothing listens there: the user learns that the log would be lost.
+pub fn warn_if_unheard() {
+    let to_syslog = LOGGER.get().is_some_and(|l| l.syslog.is_some());
+    if to_syslog && !syslog_listening() {
+        eprintln!(
+            "daf-mount: warning: nothing listens on {SYSLOG_SOCKET} (no syslog or journald): the \
+             daemon's log is lost; mount with --log-file FILE (-o log_file=FILE) to keep it"
+        );
+    }
+}
+
 /// From now on every line starts with `mount` (the mount point).
 pub fn set_mount(mount: &Path) {
     let _ = MOUNT.set(mount.display().to_string());

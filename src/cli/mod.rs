@@ -48,13 +48,6 @@ fn mount(args: Args) -> Result<(), CliError> {
     let log_file = args.log_file.as_deref().or(options.log_file.as_deref());
     let destination = logging::Destination::choose(args.foreground, log_file);
     logging::init(args.verbose, &destination)?;
-    if destination == logging::Destination::Syslog && !logging::syslog_listening() {
-        eprintln!(
-            "daf-mount: warning: nothing listens on {} (no syslog or journald): the background \
-             daemon's log will be lost; give --log-file FILE, or -f",
-            logging::SYSLOG_SOCKET
-        );
-    }
     run(args)
 }
 

@@ -7,6 +7,7 @@ use std::fs;
 use std::path::Path;
 use std::time::SystemTime;
 
+use crate::formats::model::PropertyId;
 use crate::staging::commit::{commit, touch_item, CommitError, Outcome, StagedFile};
 use crate::staging::StagingArea;
 
@@ -161,9 +162,13 @@ impl DafFs {
                 )))
             }
             Err(CommitError::Invalid(why)) => {
-                return Err(FsError::Invalid(format!("{}: {why}", id.path())))
+                self.note_refusal(&root.canonical, &id, &files);
+                return Err(FsError::Invalid(format!("{}: {why}", id.path())));
             }
-            Err(CommitError::Refused(why)) => return Err(FsError::NotPermitted(why)),
+            Err(CommitError::Refused(why)) => {
+                self.note_refusal(&root.canonical, &id, &files);
+                return Err(FsError::NotPermitted(why));
+            }
             Err(CommitError::Store(e)) => return Err(FsError::Content(e)),
         };
         log::info!("committed {} of {}", id.path(), root.canonical);
@@ -269,7 +274,12 @@ impl DafFs {
             if let Err(e) = self.try_commit(&path, None, true) {
                 let refused = matches!(e, FsError::Invalid(_) | FsError::NotPermitted(_));
                 if refused && item != own_item {
-                    log::warn!("{path} stays staged: {e}");
+                    // Refused before as it is now (at its close): said once, not again here.
+                    if self.refused_before(&path) {
+                        log::debug!("{path} stays staged: {e}");
+                    } else {
+                        log::warn!("{path} stays staged: {e}");
+                    }
                     continue;
                 }
                 // The first error is the caller's to report (one line where it is answered).
@@ -368,6 +378,32 @@ impl DafFs {
         }
     }
 
+    /// Records that item `id` of view root `canonical` was refused with its staged files as
+    /// they are now: the refusal is reported once (by whoever answers it), and a later try of
+    /// the same files (`finalize`) does not say it again.
+    fn note_refusal(&self, canonical: &str, id: &PropertyId, files: &[StagedFile]) {
+        let stamps: Vec<_> = files.iter().map(|f| stamp(&f.disk)).collect();
+        let mut refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        let key = item_key(canonical, id);
+        let seen = refused.get(&key).filter(|(before, _)| *before == stamps);
+        let count = seen.map_or(1, |(_, n)| n + 1);
+        refused.insert(key, (stamps, count));
+    }
+
+    /// Whether the item staged file `path` (a mount path) belongs to was refused more than once
+    /// with the same files, the last try included.
+    fn refused_before(&self, path: &str) -> bool {
+        let key = {
+            let state = self.state.read().unwrap_or_else(|p| p.into_inner());
+            state
+                .locate(path)
+                .and_then(|(root, _, id)| Some(item_key(&root.canonical, &id?)))
+        };
+        let refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        key.and_then(|k| refused.get(&k).map(|(_, n)| *n > 1))
+            .unwrap_or(false)
+    }
+
     /// Leaves staged file `path` out of later commits (`finalize`) until it changes.
     fn set_aside(&self, path: &str) {
         let mut state = self.lock_state();
@@ -386,7 +422,7 @@ impl DafFs {
 }
 
 /// How the journal of accepted items names item `id` of the view root `canonical`.
-pub(super) fn item_key(canonical: &str, id: &crate::formats::model::PropertyId) -> String {
+pub(super) fn item_key(canonical: &str, id: &PropertyId) -> String {
     format!("{canonical}\t{}", id.path())
 }
 

@@ -299,6 +299,9 @@ pub struct DafFs {
     /// Producers that failed for good, not run again.
     /// What commits and deletes changed, for the kernel to forget.
     invalidations: Mutex<Vec<Invalidation>>,
+    /// Items refused by a commit (journal key): the stamps of their staged files then, and how
+    /// many tries in a row refused those same files (a refusal is logged once).
+    refused: Mutex<HashMap<String, (Vec<Option<(u64, SystemTime)>>, u32)>>,
 }
 
 impl DafFs {
@@ -355,6 +358,7 @@ impl DafFs {
             handles: Mutex::new(HashMap::new()),
             next_handle: AtomicU64::new(1),
             invalidations: Mutex::new(Vec::new()),
+            refused: Mutex::new(HashMap::new()),
         }
     }
 

@@ -83,16 +83,17 @@ pub(super) fn guarded_on<T>(
 
 /// `close of pbmc.daf/vectors/cell/x.data refused (EINVAL): vectors/cell/x: why`.
 fn refusal_line(what: &str, subject: &str, error: &FsError) -> String {
-    let code = match error {
-        FsError::Invalid(_) => "EINVAL",
-        _ => "EPERM",
+    let (code, why) = match error {
+        FsError::Invalid(why) => ("EINVAL", why.clone()),
+        FsError::NotPermitted(why) => ("EPERM", why.clone()),
+        other => ("EPERM", other.to_string()),
     };
     let what = if subject.is_empty() {
         what.to_string()
     } else {
         format!("{what} of {subject}")
     };
-    format!("{what} refused ({code}): {error}")
+    format!("{what} refused ({code}): {why}")
 }
 
 /// Whether a content error with this message is seen for the first time: a bad property is one
@@ -132,12 +133,12 @@ mod tests {
         let invalid = FsError::Invalid("vectors/cell/x: 8 bytes".into());
         assert_eq!(
             refusal_line("close", "a.daf/vectors/cell/x.data", &invalid),
-            format!("close of a.daf/vectors/cell/x.data refused (EINVAL): {invalid}")
+            "close of a.daf/vectors/cell/x.data refused (EINVAL): vectors/cell/x: 8 bytes"
         );
         let refused = FsError::NotPermitted("append-only".into());
         assert_eq!(
             refusal_line("unlink", "", &refused),
-            format!("unlink refused (EPERM): {refused}")
+            "unlink refused (EPERM): append-only"
         );
     }
 

@@ -301,8 +301,12 @@ pub struct DafFs {
     invalidations: Mutex<Vec<Invalidation>>,
     /// Items refused by a commit (journal key): the stamps of their staged files then, and how
     /// many tries in a row refused those same files (a refusal is logged once).
-    refused: Mutex<HashMap<String, (Vec<Option<(u64, SystemTime)>>, u32)>>,
+    refused: Mutex<HashMap<String, Refused>>,
 }
+
+/// The stamps (size, time) of a refused item's staged files, and how many tries in a row
+/// refused those same files.
+type Refused = (Vec<Option<(u64, SystemTime)>>, u32);
 
 impl DafFs {
     /// A read-only filesystem showing `datasets` with the selected views.

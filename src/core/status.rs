@@ -69,8 +69,7 @@ impl DafFs {
         let accepted = staging.accepted();
         let mut state = self.lock_state();
         let mut report = StagingReport::default();
-        let mut items: BTreeMap<(usize, String), (PropertyId, Vec<(String, StagedFile)>)> =
-            BTreeMap::new();
+        let mut items: BTreeMap<(usize, String), ItemFiles> = BTreeMap::new();
         for (path, staged) in state.staged.iter().filter(|(_, s)| !s.is_dir) {
             let found = split_canonical(&state.roots, path)
                 .and_then(|(root, rel)| Some((root, rel, root.layout().item_of(rel)?)));
@@ -130,6 +129,9 @@ impl DafFs {
         report
     }
 }
+
+/// An item and its staged files (`--view both` path, file).
+type ItemFiles = (PropertyId, Vec<(String, StagedFile)>);
 
 fn refusal(error: CommitError) -> ItemState {
     match error {

@@ -243,3 +243,36 @@ fn without_a_log_file_a_background_daemon_logs_to_syslog() {
     );
     assert!(!line.contains('\n'), "{line}");
 }
+
+#[test]
+fn in_the_foreground_a_log_file_takes_the_log_instead_of_stderr() {
+    require_fuse!();
+    let tmp = tempfile::tempdir().unwrap();
+    let source = tmp.path().join("fg.daf.zarr.zip");
+    std::fs::copy(format!("{}/zarr_v2.daf.zarr.zip", common::VECTORS), &source).unwrap();
+    let mnt = mount_point(tmp.path());
+    let log = tmp.path().join("fg.log");
+    let mut child = common::start_foreground(
+        &[
+            source.to_str().unwrap(),
+            mnt.to_str().unwrap(),
+            "--log-file",
+            log.to_str().unwrap(),
+        ],
+        std::process::Stdio::piped(),
+    );
+    let data = mnt.join("fg.daf/vectors/cell/score.data");
+    let removed = io_timeout(&mnt, move || errno(std::fs::remove_file(data)));
+    assert_eq!(removed, Some(libc::EPERM));
+    assert!(Command::new("umount").arg(&mnt).status().unwrap().success());
+    let status = common::wait_exit(&mut child, &mnt, Duration::from_secs(20));
+    assert_eq!(status.code(), Some(0));
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(stderr, "", "the log went to the file, not stderr");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("unlink of fg.daf/vectors/cell/score.data refused (EPERM)"),
+        "{text}"
+    );
+}

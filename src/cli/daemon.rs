@@ -164,7 +164,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         if !args.foreground {
             super::logging::warn_if_unheard();
             detach()?;
-            super::logging::detached();
+            super::logging::stop_stderr();
         }
         if appends_to_zip {
             // Still single-threaded: fork the helper that finishes ZIP commits even if we are

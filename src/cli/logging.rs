@@ -4,7 +4,8 @@
 //! Levels and `RUST_LOG` work as with `env_logger` (whose filter is used). Every line is one
 //! line (newlines inside a message become spaces) and, once the mount point is known, starts
 //! with it, so a line in a shared log says which mount it is about. Until a background daemon
-//! detaches, lines also go to stderr (the terminal that started it).
+//! detaches, lines also go to stderr (the terminal that started it); in the foreground with a log
+//! file, only to the file.
 //!
 //! Syslog is spoken directly: one datagram per line (`<PRI>daf-mount[PID]: MESSAGE`, facility
 //! `daemon`) to the `/dev/log` socket, which journald and rsyslog both listen on; the socket is
@@ -123,9 +124,9 @@ pub fn set_mount(mount: &Path) {
     let _ = MOUNT.set(mount.display().to_string());
 }
 
-/// Stops copying lines to stderr (a background daemon that detached from its terminal), unless
-/// stderr is where the log goes.
-pub fn detached() {
+/// Stops copying lines to stderr (a background daemon that detached from its terminal, or a
+/// foreground one with a log file), unless stderr is where the log goes.
+pub fn stop_stderr() {
     if let Some(logger) = LOGGER.get() {
         let elsewhere = logger.file.is_some() || logger.syslog.is_some();
         logger.stderr.store(!elsewhere, Ordering::Relaxed);

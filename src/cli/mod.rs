@@ -48,6 +48,9 @@ fn mount(args: Args) -> Result<(), CliError> {
     let log_file = args.log_file.as_deref().or(options.log_file.as_deref());
     let destination = logging::Destination::choose(args.foreground, log_file);
     logging::init(args.verbose, &destination)?;
+    if args.foreground && log_file.is_some() {
+        logging::stop_stderr();
+    }
     run(args)
 }
 

@@ -38,6 +38,30 @@ fn the_man_page_documents_every_option_and_subcommand() {
     ] {
         assert!(man.contains(needle), "{needle} missing from the man page");
     }
+    // With --dir, a page for the program and one for each subcommand it names.
+    let dir = tempfile::tempdir().unwrap();
+    generate(&["man", "--dir", dir.path().to_str().unwrap()]);
+    let mut pages: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    pages.sort();
+    assert_eq!(
+        pages,
+        [
+            "daf-mount-generate-completions.1",
+            "daf-mount-generate-man.1",
+            "daf-mount-generate.1",
+            "daf-mount-status.1",
+            "daf-mount.1"
+        ]
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("daf-mount.1")).unwrap(),
+        man
+    );
+    let status = std::fs::read_to_string(dir.path().join("daf-mount-status.1")).unwrap();
+    assert!(status.contains("SOURCE_OR_MOUNTPOINT") || status.contains("TARGET"));
     // man(1) renders it without warnings, when it is installed.
     let rendered = Command::new("sh")
         .arg("-c")
@@ -86,7 +110,7 @@ fn help_has_examples() {
         "mount -t fuse.daf-mount",
         "fuse.daf-mount  ro,nofail",
         "--log-file",
-        "generate man",
+        "generate man --dir",
     ] {
         assert!(help.contains(needle), "{needle} missing from --help");
     }

@@ -26,7 +26,8 @@ Examples:
   mount -t fuse.daf-mount data.daf.zarr.zip /mnt/x -o ro,zarr_format=3
                                                  the same through mount(8); in /etc/fstab:
       /data/x.daf.zarr.zip  /mnt/x  fuse.daf-mount  ro,nofail,zarr_format=3  0  0
-  daf-mount generate man > daf-mount.1           the man page; `generate completions bash|zsh|fish`
+  daf-mount generate man --dir /usr/local/share/man/man1
+                                                 the man pages; `generate completions bash|zsh|fish`
 
 Sources: a FilesDaf directory, a ZarrDaf directory (NAME.daf.zarr), a ZarrDaf ZIP
 (NAME.daf.zarr.zip), a multi-data-set ZIP (NAME.dafs.zarr.zip[#/GROUP]), or a ZipDaf
@@ -137,10 +138,15 @@ pub struct StatusArgs {
 }
 
 /// `daf-mount generate`.
-#[derive(Clone, Copy, Debug, Subcommand)]
+#[derive(Clone, Debug, Subcommand)]
 pub enum Generate {
-    /// The man page (roff), for `man -l -` or `/usr/local/share/man/man1/daf-mount.1`.
-    Man,
+    /// The man page (roff) on stdout, for `man -l -` or `/usr/local/share/man/man1/daf-mount.1`;
+    /// with --dir, every page (daf-mount.1 and one per subcommand) written into DIR.
+    Man {
+        /// Write every page into this directory.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
     /// A completion script for SHELL.
     Completions {
         /// The shell.

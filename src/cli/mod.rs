@@ -24,10 +24,10 @@ pub use daemon::run;
 /// (`daf-mount: ...`) and exit status 1.
 pub fn main(args: Args) -> ExitCode {
     let outcome = match &args.command {
-        Some(Command::Generate { what }) => generate::generate(*what, Args::command())
+        Some(Command::Generate { what }) => generate::generate(what.clone(), Args::command())
             .map(|()| ExitCode::SUCCESS)
             .map_err(|error| CliError::System {
-                what: "writing to stdout".into(),
+                what: "generating".into(),
                 error,
             }),
         Some(Command::Status(status)) => {

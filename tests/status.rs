@@ -188,3 +188,22 @@ fn errors_are_one_line_and_exit_1() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("/nonexistent/x.daf.zarr.zip"), "{err}");
 }
+
+#[test]
+fn a_group_of_a_multi_data_set_archive_shows_only_its_own_items() {
+    let tmp = tempfile::tempdir().unwrap();
+    let source = tmp.path().join("multi_v1_1.dafs.zip");
+    std::fs::copy(format!("{VECTORS}/multi_v1_1.dafs.zip"), &source).unwrap();
+    stage(&source, "g1.daf/vectors/cell/half.json", FLOAT32);
+    // Staged for another group of the archive (one this copy does not have).
+    stage(&source, "g2.daf/vectors/cell/other.json", FLOAT32);
+    let group = PathBuf::from(format!("{}#/g1", source.display()));
+    let (code, out, err) = status(&group);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(
+        out.contains("1 staged item, 0 pending ZIP appends (")
+            && out.contains("g1.daf/vectors/cell/half: incomplete: missing vectors/cell/half.data"),
+        "{out}"
+    );
+    assert!(!out.contains("g2.daf"), "{out}");
+}

@@ -396,6 +396,41 @@ mod tests {
     }
 
     #[test]
+    fn every_command_line_option_has_an_o_form() {
+        let o = MountOptions::parse(&[
+            "view=zarr,log_file=/var/log/d.log,threads=3,dimension_names,zip".into(),
+        ])
+        .unwrap();
+        assert_eq!(o.view, Some(ViewArg::Zarr));
+        assert_eq!(o.log_file, Some(PathBuf::from("/var/log/d.log")));
+        assert_eq!(o.threads, Some(3));
+        assert!(o.dimension_names && o.zip);
+        let args = Args::try_parse_from(["daf-mount", "x.daf", "/mnt"]).unwrap();
+        assert_eq!(args.selection(&o), ViewSelection::Zarr);
+        let given = Args::try_parse_from(["daf-mount", "x.daf", "/mnt", "--view", "files"]);
+        assert_eq!(given.unwrap().selection(&o), ViewSelection::Files);
+        for bad in ["view=all", "threads=0", "threads=many"] {
+            let err = MountOptions::parse(&[bad.into()]).unwrap_err().to_string();
+            assert!(err.contains(bad), "{err}");
+        }
+    }
+
+    #[test]
+    fn subcommands_need_no_source_and_a_mount_needs_both() {
+        let status = Args::try_parse_from(["daf-mount", "status", "/mnt/x"]).unwrap();
+        assert!(matches!(status.command, Some(Command::Status(s)) if s.target == "/mnt/x"));
+        let man = Args::try_parse_from(["daf-mount", "generate", "man"]).unwrap();
+        assert!(matches!(
+            man.command,
+            Some(Command::Generate {
+                what: Generate::Man { dir: None }
+            })
+        ));
+        assert!(Args::try_parse_from(["daf-mount", "x.daf"]).is_err());
+        assert!(Args::try_parse_from(["daf-mount"]).is_err());
+    }
+
+    #[test]
     fn remote_options_parse_and_errors_hide_secrets() {
         let o = MountOptions::parse(&[
             "ro,cache=/tmp/c,cache_size=2G,timeout=2.5,retries=7".into(),

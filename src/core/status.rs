@@ -71,9 +71,12 @@ impl DafFs {
         let mut report = StagingReport::default();
         let mut items: BTreeMap<(usize, String), ItemFiles> = BTreeMap::new();
         for (path, staged) in state.staged.iter().filter(|(_, s)| !s.is_dir) {
-            let found = split_canonical(&state.roots, path)
-                .and_then(|(root, rel)| Some((root, rel, root.layout().item_of(rel)?)));
-            let Some((root, rel, id)) = found else {
+            // Not under a view root of these data sets: another data set of the archive's
+            // (a `#/GROUP` source shows only its own).
+            let Some((root, rel)) = split_canonical(&state.roots, path) else {
+                continue;
+            };
+            let Some(id) = root.layout().item_of(rel) else {
                 report.loose.push(path.clone());
                 continue;
             };

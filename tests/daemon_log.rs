@@ -276,3 +276,37 @@ fn in_the_foreground_a_log_file_takes_the_log_instead_of_stderr() {
         "{text}"
     );
 }
+
+/// With no syslog listener (a private `/dev` without `log`), a background mount says on stderr
+/// that its log would be lost, and still mounts.
+#[test]
+fn without_a_listener_the_user_is_told_before_the_daemon_detaches() {
+    require_fuse!();
+    let tmp = tempfile::tempdir().unwrap();
+    let mnt = mount_point(tmp.path());
+    let script = r#"
+        set -e
+        mount -t tmpfs tmpfs /dev
+        mknod -m 666 /dev/null c 1 3
+        mknod -m 600 /dev/fuse c 10 229
+        "$BIN" "$SRC" "$MNT" -o ro
+        test -f "$MNT/files_v1_0.daf/daf.json"
+        umount "$MNT"
+    "#;
+    let run = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", script])
+        .env("BIN", BIN)
+        .env("SRC", format!("{}/files_v1_0.daf", common::VECTORS))
+        .env("MNT", &mnt)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    wait_gone(&mnt);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("daf-mount: warning: nothing listens on /dev/log")
+            && stderr.contains("--log-file"),
+        "{stderr}"
+    );
+}

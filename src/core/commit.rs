@@ -322,12 +322,18 @@ impl DafFs {
         // One try (and one log line) per item; the other files of an item set aside go too.
         let mut set_aside: BTreeMap<Option<String>, bool> = BTreeMap::new();
         for path in self.staged_item_files("") {
-            let key = {
+            let (key, found) = {
                 let state = self.lock_state();
-                state
+                let key = state
                     .locate(&path)
-                    .and_then(|(root, _, id)| Some(item_key(&root.canonical, &id?)))
+                    .and_then(|(root, _, id)| Some(item_key(&root.canonical, &id?)));
+                let canonical = Self::canonical(&state, &path).unwrap_or_default();
+                (key, self.found_at_mount.contains(&canonical))
             };
+            if !found {
+                // Staged by a writer since the mount (recovery runs beside the first writes).
+                continue;
+            }
             if let Some(aside) = set_aside.get(&key) {
                 if *aside {
                     self.set_aside(&path);

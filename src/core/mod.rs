@@ -302,6 +302,9 @@ pub struct DafFs {
     /// Items refused by a commit (journal key): the stamps of their staged files then, and how
     /// many tries in a row refused those same files (a refusal is logged once).
     refused: Mutex<HashMap<String, Refused>>,
+    /// The staged files found when the tree was first built (`--view both` paths): what
+    /// `recover` looks at, not files a writer stages after the mount.
+    found_at_mount: BTreeSet<String>,
 }
 
 /// The stamps (size, time) of a refused item's staged files, and how many tries in a row
@@ -355,6 +358,12 @@ impl DafFs {
             )),
         };
         state.rebuild();
+        let found_at_mount = state
+            .staged
+            .iter()
+            .filter(|(_, s)| !s.is_dir)
+            .map(|(path, _)| path.clone())
+            .collect();
         DafFs {
             state: Arc::new(RwLock::new(state)),
             appender: appender::Appender::default(),
@@ -363,6 +372,7 @@ impl DafFs {
             next_handle: AtomicU64::new(1),
             invalidations: Mutex::new(Vec::new()),
             refused: Mutex::new(HashMap::new()),
+            found_at_mount,
         }
     }
 

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Parser, ValueEnum};
+use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::formats::json::FilesVersion;
 use crate::formats::source::Format;
@@ -22,7 +22,15 @@ Examples:
   daf-mount cells.daf /mnt/x --zip               also /mnt/x/cells.daf.zarr.zip: the Zarr view as
                                                  one ZarrDaf ZIP file, to copy and share
   daf-mount cells.daf /mnt/x --dimension-names   a Zarr view xarray opens (xr.open_zarr)
+  daf-mount data.daf.zarr /mnt/x --log-file /var/log/daf.log
+                                                 log there instead of syslog/journald
   fusermount3 -u /mnt/x                          unmount (or: umount /mnt/x, or SIGTERM the daemon)
+  daf-mount status /mnt/x                        what is staged and why it is not committed yet
+  mount -t fuse.daf-mount data.daf.zarr.zip /mnt/x -o ro,zarr_format=3
+                                                 the same through mount(8); in /etc/fstab:
+      /data/x.daf.zarr.zip  /mnt/x  fuse.daf-mount  ro,nofail,zarr_format=3  0  0
+  daf-mount generate man --dir /usr/local/share/man/man1
+                                                 the man pages; `generate completions bash|zsh|fish`
 
 Sources: a FilesDaf directory, a ZarrDaf directory (NAME.daf.zarr), a ZarrDaf ZIP
 (NAME.daf.zarr.zip), a multi-data-set ZIP (NAME.dafs.zarr.zip[#/GROUP]), or a ZipDaf
@@ -41,22 +49,36 @@ pub enum ViewArg {
 
 /// daf-mount: see a Daf data set as FilesDaf and as Zarr at once, over the same bytes.
 #[derive(Debug, Parser)]
-#[command(name = "daf-mount", version, about, after_help = EXAMPLES)]
+#[command(
+    name = "daf-mount",
+    version,
+    about,
+    after_help = EXAMPLES,
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
+)]
 pub struct Args {
+    /// Another task than mounting.
+    #[command(subcommand)]
+    pub command: Option<Command>,
     /// The data set: a directory, NAME.daf.zarr, NAME.daf.zarr.zip, NAME.dafs.zarr.zip[#/GROUP].
-    pub source: String,
+    #[arg(required = true)]
+    pub source: Option<String>,
     /// An existing directory to mount on.
-    pub mountpoint: PathBuf,
+    #[arg(required = true)]
+    pub mountpoint: Option<PathBuf>,
     /// Stay in the foreground (logs go to stderr) instead of detaching once mounted.
     #[arg(short, long)]
     pub foreground: bool,
     /// Mount options, comma-separated: ro (default rw), allow_other, allow_root, auto_unmount,
-    /// default_permissions, fsname=NAME (generic ones such as dev, suid, noatime are accepted).
+    /// default_permissions, fsname=NAME, and every option below in -o form: view=V,
+    /// zarr_format=N, files_version=V, log_file=FILE, threads=N (generic ones such as dev, suid,
+    /// noatime, nofail are accepted).
     #[arg(short = 'o', value_name = "OPTIONS")]
     pub options: Vec<String>,
-    /// Which layouts to show.
-    #[arg(long, value_enum, default_value_t = ViewArg::Both)]
-    pub view: ViewArg,
+    /// Which layouts to show. Also `-o view=V`.
+    #[arg(long, value_enum)]
+    pub view: Option<ViewArg>,
     /// The Zarr view's format: 2 (DataAxesFormats 0.2) or 3 (0.3). Default: 3 for a data set
     /// written by DataAxesFormats 0.3 (Zarr v3, FilesDaf 1.1, packed properties), else 2.
     /// Also `-o zarr_format=N`.
@@ -78,18 +100,77 @@ pub struct Args {
     /// More logging (-v info, -vv debug); RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub verbose: u8,
+    /// Append the log to FILE. Without it the log goes to stderr with -f, else to syslog
+    /// (journald) as `daf-mount`. Also `-o log_file=FILE`.
+    #[arg(long, value_name = "FILE")]
+    pub log_file: Option<PathBuf>,
     /// Write "READY\n" to this file descriptor once the mount is usable.
     #[arg(long, value_name = "FD")]
     pub ready_fd: Option<i32>,
-    /// FUSE worker threads (default: the number of CPUs).
+    /// FUSE worker threads (default: the number of CPUs). Also `-o threads=N`.
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
 }
 
+/// The tasks besides mounting.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// List what is staged for a data set and why it is not committed yet; exit status 0 when
+    /// nothing is waiting, 2 when something is.
+    #[command(after_help = STATUS_HELP)]
+    Status(StatusArgs),
+    /// Print the man page or shell completions, made from these very definitions.
+    Generate {
+        /// What to print.
+        #[command(subcommand)]
+        what: Generate,
+    },
+}
+
+const STATUS_HELP: &str = "\
+Examples:
+  daf-mount status /mnt/x                 a daf-mount's mount point (its source from /proc/self/mountinfo)
+  daf-mount status pbmc.daf.zarr.zip      a source, mounted or not (reads its staging area)
+
+Each staged item is listed with its files and, when it cannot be committed, why: incomplete
+(which file is missing) or invalid (what is wrong). Items accepted but not yet appended to a
+ZIP source are listed as pending appends.";
+
+/// `daf-mount status`.
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    /// A data set (as given to daf-mount) or the mount point of a daf-mount.
+    pub target: String,
+    /// The Zarr format of the view the files were staged in, if the mount chose one.
+    #[arg(long, value_name = "2|3", value_parser = parse_zarr_format)]
+    pub zarr_format: Option<Format>,
+    /// The FilesDaf version of the view the files were staged in, if the mount chose one.
+    #[arg(long, value_name = "1.0|1.1", value_parser = parse_files_version)]
+    pub files_version: Option<FilesVersion>,
+}
+
+/// `daf-mount generate`.
+#[derive(Clone, Debug, Subcommand)]
+pub enum Generate {
+    /// The man page (roff) on stdout, for `man -l -` or `/usr/local/share/man/man1/daf-mount.1`;
+    /// with --dir, every page (daf-mount.1 and one per subcommand) written into DIR.
+    Man {
+        /// Write every page into this directory.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+    /// A completion script for SHELL.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
 impl Args {
-    /// The view selection.
-    pub fn selection(&self) -> ViewSelection {
-        match self.view {
+    /// The view selection: the command line's, else `-o view=`, else both.
+    pub fn selection(&self, options: &MountOptions) -> ViewSelection {
+        match self.view.or(options.view).unwrap_or(ViewArg::Both) {
             ViewArg::Both => ViewSelection::Both,
             ViewArg::Files => ViewSelection::Files,
             ViewArg::Zarr => ViewSelection::Zarr,
@@ -119,7 +200,7 @@ impl Args {
     /// The views to show and their formats: the command line's, else the `-o` options'.
     pub fn view_options(&self, options: &MountOptions) -> ViewOptions {
         ViewOptions {
-            selection: self.selection(),
+            selection: self.selection(options),
             zarr: self.zarr_format.or(options.zarr_format),
             files: self.files_version.or(options.files_version),
             zip: self.zip || options.zip,
@@ -151,6 +232,12 @@ pub struct MountOptions {
     pub dimension_names: bool,
     /// `rw` was given (refused with a URL source).
     pub rw_given: bool,
+    /// `view=both|files|zarr`.
+    pub view: Option<ViewArg>,
+    /// `log_file=FILE`.
+    pub log_file: Option<PathBuf>,
+    /// `threads=N`.
+    pub threads: Option<usize>,
     /// `cache=`, `cache_size=`, `header=`, `token=`, `timeout=`, `retries=`: how a remote
     /// source is fetched.
     pub http: HttpOptions,
@@ -187,6 +274,25 @@ impl MountOptions {
                     parsed.fsname = Some(option["fsname=".len()..].to_string())
                 }
                 _ if option.starts_with("subtype=") => {}
+                _ if option.starts_with("view=") => {
+                    parsed.view = Some(ViewArg::from_str(&option["view=".len()..], false).map_err(
+                        |_| CliError::Option(format!("{option}: view is both, files or zarr")),
+                    )?)
+                }
+                _ if option.starts_with("log_file=") => {
+                    parsed.log_file = Some(PathBuf::from(&option["log_file=".len()..]))
+                }
+                _ if option.starts_with("threads=") => {
+                    parsed.threads = Some(
+                        option["threads=".len()..]
+                            .parse()
+                            .ok()
+                            .filter(|n| *n > 0)
+                            .ok_or_else(|| {
+                                CliError::Option(format!("{option}: threads is a count, 1 or more"))
+                            })?,
+                    )
+                }
                 _ if option.starts_with("zarr_format=") => {
                     parsed.zarr_format = Some(
                         parse_zarr_format(&option["zarr_format=".len()..])
@@ -313,6 +419,41 @@ mod tests {
     }
 
     #[test]
+    fn every_command_line_option_has_an_o_form() {
+        let o = MountOptions::parse(&[
+            "view=zarr,log_file=/var/log/d.log,threads=3,dimension_names,zip".into(),
+        ])
+        .unwrap();
+        assert_eq!(o.view, Some(ViewArg::Zarr));
+        assert_eq!(o.log_file, Some(PathBuf::from("/var/log/d.log")));
+        assert_eq!(o.threads, Some(3));
+        assert!(o.dimension_names && o.zip);
+        let args = Args::try_parse_from(["daf-mount", "x.daf", "/mnt"]).unwrap();
+        assert_eq!(args.selection(&o), ViewSelection::Zarr);
+        let given = Args::try_parse_from(["daf-mount", "x.daf", "/mnt", "--view", "files"]);
+        assert_eq!(given.unwrap().selection(&o), ViewSelection::Files);
+        for bad in ["view=all", "threads=0", "threads=many"] {
+            let err = MountOptions::parse(&[bad.into()]).unwrap_err().to_string();
+            assert!(err.contains(bad), "{err}");
+        }
+    }
+
+    #[test]
+    fn subcommands_need_no_source_and_a_mount_needs_both() {
+        let status = Args::try_parse_from(["daf-mount", "status", "/mnt/x"]).unwrap();
+        assert!(matches!(status.command, Some(Command::Status(s)) if s.target == "/mnt/x"));
+        let man = Args::try_parse_from(["daf-mount", "generate", "man"]).unwrap();
+        assert!(matches!(
+            man.command,
+            Some(Command::Generate {
+                what: Generate::Man { dir: None }
+            })
+        ));
+        assert!(Args::try_parse_from(["daf-mount", "x.daf"]).is_err());
+        assert!(Args::try_parse_from(["daf-mount"]).is_err());
+    }
+
+    #[test]
     fn remote_options_parse_and_errors_hide_secrets() {
         let o = MountOptions::parse(&[
             "ro,cache=/tmp/c,cache_size=2G,timeout=2.5,retries=7".into(),
@@ -352,7 +493,8 @@ mod tests {
         ])
         .unwrap();
         assert!(a.foreground);
-        assert_eq!((a.verbose, a.selection()), (2, ViewSelection::Zarr));
+        let none = MountOptions::default();
+        assert_eq!((a.verbose, a.selection(&none)), (2, ViewSelection::Zarr));
         assert!(Args::try_parse_from(["daf-mount", "x.daf"]).is_err());
     }
 }

@@ -45,8 +45,12 @@ fn check_mountpoint(path: &Path) -> Result<(), CliError> {
 /// Mounts as `args` say and serves until unmounted. In background mode the calling process exits
 /// (status 0) once the detached daemon has taken over; this function returns in the daemon.
 pub fn run(args: Args) -> Result<(), CliError> {
+    let (Some(source_arg), Some(mountpoint_arg)) = (args.source.clone(), args.mountpoint.clone())
+    else {
+        return Err(CliError::Option("SOURCE and MOUNTPOINT are needed".into()));
+    };
     let mut options = MountOptions::parse(&args.options)?;
-    let remote = is_url(&args.source);
+    let remote = is_url(&source_arg);
     if remote {
         if options.rw_given {
             return Err(CliError::Option(
@@ -55,17 +59,18 @@ pub fn run(args: Args) -> Result<(), CliError> {
         }
         options.read_only = true;
     }
-    check_mountpoint(&args.mountpoint)?;
-    let mountpoint = std::fs::canonicalize(&args.mountpoint).map_err(|e| CliError::MountPoint {
+    check_mountpoint(&mountpoint_arg)?;
+    let mountpoint = std::fs::canonicalize(&mountpoint_arg).map_err(|e| CliError::MountPoint {
         why: format!("mount point is not usable ({e})"),
-        path: args.mountpoint.clone(),
+        path: mountpoint_arg.clone(),
     })?;
+    super::logging::set_mount(&mountpoint);
     check_not_fuse(&mountpoint)?;
     // Before reading the source, so that what is read is what no other writer is changing.
     let lock = if options.read_only {
         None
     } else {
-        lock_source(&args.source)?
+        lock_source(&source_arg)?
     };
     let started = std::time::Instant::now();
     let source = if remote {
@@ -74,15 +79,15 @@ pub fn run(args: Args) -> Result<(), CliError> {
             .clone()
             .with_environment()
             .map_err(CliError::Option)?;
-        open_remote(&args.source, &http)?
+        open_remote(&source_arg, &http)?
     } else {
-        open_source(&args.source)?
+        open_source(&source_arg)?
     };
     // A URL is shown (log, fsname in /proc/mounts) without query string or user info.
     let shown = if remote {
-        redact(&args.source)
+        redact(&source_arg)
     } else {
-        args.source.clone()
+        source_arg.clone()
     };
     log::info!("opened {shown} in {:?}", started.elapsed());
     let source_path = source.path.clone();
@@ -107,6 +112,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
 
     let threads = args
         .threads
+        .or(options.threads)
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .max(1);
     let fsname = options.fsname.clone().unwrap_or_else(|| {
@@ -156,7 +162,9 @@ pub fn run(args: Args) -> Result<(), CliError> {
     let signal_target = (mounted_on.clone(), ours.clone());
     let serve = move || -> Result<(), CliError> {
         if !args.foreground {
+            super::logging::warn_if_unheard();
             detach()?;
+            super::logging::stop_stderr();
         }
         if appends_to_zip {
             // Still single-threaded: fork the helper that finishes ZIP commits even if we are
@@ -195,11 +203,11 @@ pub fn run(args: Args) -> Result<(), CliError> {
         if let Some(mut ready) = ready {
             ready.write_all(b"READY\n").map_err(system("--ready-fd"))?;
         }
-        log::info!("mounted {shown} on {}", args.mountpoint.display());
+        log::info!("mounted {shown} on {}", mountpoint_arg.display());
         // The session owns no mount, so it never unmounts when it ends (after an external
         // unmount, or ours on a signal).
         session.run().map_err(system("serving the mount"))?;
-        log::info!("unmounted {}", args.mountpoint.display());
+        log::info!("unmounted {}", mountpoint_arg.display());
         drop(watch);
         drop(lock);
         Ok(())

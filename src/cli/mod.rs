@@ -7,11 +7,52 @@
 mod args;
 mod daemon;
 pub mod fusermount;
+mod generate;
 pub mod lock;
+pub mod logging;
 pub mod mount;
+mod status;
 
-pub use args::{Args, MountOptions};
+use std::process::ExitCode;
+
+use clap::CommandFactory;
+
+pub use args::{Args, Command, Generate, MountOptions, StatusArgs};
 pub use daemon::run;
+
+/// Runs the program for parsed `args`: a subcommand, or a mount. Errors are one line on stderr
+/// (`daf-mount: ...`) and exit status 1.
+pub fn main(args: Args) -> ExitCode {
+    let outcome = match &args.command {
+        Some(Command::Generate { what }) => generate::generate(what.clone(), Args::command())
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(|error| CliError::System {
+                what: "generating".into(),
+                error,
+            }),
+        Some(Command::Status(status)) => {
+            let _ = logging::init(args.verbose, &logging::Destination::Stderr);
+            status::status(status)
+        }
+        None => mount(args).map(|()| ExitCode::SUCCESS),
+    };
+    outcome.unwrap_or_else(|e| {
+        eprintln!("daf-mount: {:#}", anyhow::Error::from(e));
+        ExitCode::FAILURE
+    })
+}
+
+/// Sets up the log for a mount, then mounts.
+fn mount(args: Args) -> Result<(), CliError> {
+    let options = MountOptions::parse(&args.options)?;
+    let log_file = args.log_file.as_deref().or(options.log_file.as_deref());
+    let destination = logging::Destination::choose(args.foreground, log_file);
+    logging::init(args.verbose, &destination)?;
+    if args.foreground && log_file.is_some() {
+        logging::stop_stderr();
+    }
+    run(args)
+}
 
 /// Errors of the program, each printed as one line on stderr.
 #[derive(Debug, thiserror::Error)]

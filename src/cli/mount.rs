@@ -80,7 +80,8 @@ pub fn parse_mountinfo(text: &str) -> Vec<MountInfo> {
         .collect()
 }
 
-fn mountinfo() -> Vec<MountInfo> {
+/// The mounts of this process's mount namespace.
+pub fn mountinfo() -> Vec<MountInfo> {
     std::fs::read_to_string("/proc/self/mountinfo")
         .map(|t| parse_mountinfo(&t))
         .unwrap_or_default()

@@ -2,11 +2,12 @@
 //! what to lock, which staged files go, and what the kernel must forget afterwards (`touch` and
 //! finalisation too). The commit itself is the staging layer's.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::Path;
 use std::time::SystemTime;
 
+use crate::formats::model::PropertyId;
 use crate::staging::commit::{commit, touch_item, CommitError, Outcome, StagedFile};
 use crate::staging::StagingArea;
 
@@ -161,9 +162,13 @@ impl DafFs {
                 )))
             }
             Err(CommitError::Invalid(why)) => {
-                return Err(FsError::Invalid(format!("{}: {why}", id.path())))
+                self.note_refusal(&root.canonical, &id, &files);
+                return Err(FsError::Invalid(format!("{}: {why}", id.path())));
             }
-            Err(CommitError::Refused(why)) => return Err(FsError::NotPermitted(why)),
+            Err(CommitError::Refused(why)) => {
+                self.note_refusal(&root.canonical, &id, &files);
+                return Err(FsError::NotPermitted(why));
+            }
             Err(CommitError::Store(e)) => return Err(FsError::Content(e)),
         };
         log::info!("committed {} of {}", id.path(), root.canonical);
@@ -254,20 +259,33 @@ impl DafFs {
                 .and_then(|(root, rel)| Some((root.dataset, root.layout().node_item(rel)?)))
         };
         let mut first_error = None;
+        // One try (and at most one log line) per item, not per staged file of it.
+        let mut tried = BTreeSet::new();
         for path in self.staged_item_files(mount) {
+            let item = {
+                let state = self.state.read().unwrap_or_else(|p| p.into_inner());
+                state
+                    .locate(&path)
+                    .and_then(|(root, _, id)| Some((root.dataset, id?)))
+            };
+            if !tried.insert(item.as_ref().map(|(d, id)| (*d, id.path()))) {
+                continue;
+            }
             if let Err(e) = self.try_commit(&path, None, true) {
-                let item = {
-                    let state = self.state.read().unwrap_or_else(|p| p.into_inner());
-                    state
-                        .locate(&path)
-                        .and_then(|(root, _, id)| Some((root.dataset, id?)))
-                };
                 let refused = matches!(e, FsError::Invalid(_) | FsError::NotPermitted(_));
                 if refused && item != own_item {
-                    log::warn!("{path} stays staged: {e}");
+                    // Refused before as it is now (at its close): said once, not again here.
+                    if self.refused_before(&path) {
+                        log::debug!("{path} stays staged: {e}");
+                    } else {
+                        log::warn!("{path} stays staged: {e}");
+                    }
                     continue;
                 }
-                log::warn!("finalizing {path}: {e}");
+                // The first error is the caller's to report (one line where it is answered).
+                if first_error.is_some() {
+                    log::warn!("finalizing {path}: {e}");
+                }
                 first_error.get_or_insert(e);
             }
         }
@@ -301,31 +319,52 @@ impl DafFs {
             return;
         };
         let accepted = staging.accepted();
+        // One try (and one log line) per item; the other files of an item set aside go too.
+        let mut set_aside: BTreeMap<Option<String>, bool> = BTreeMap::new();
         for path in self.staged_item_files("") {
-            let key = {
+            let (key, found) = {
                 let state = self.lock_state();
-                state
+                let key = state
                     .locate(&path)
-                    .and_then(|(root, _, id)| Some(item_key(&root.canonical, &id?)))
+                    .and_then(|(root, _, id)| Some(item_key(&root.canonical, &id?)));
+                let canonical = Self::canonical(&state, &path).unwrap_or_default();
+                (key, self.found_at_mount.contains(&canonical))
             };
-            if !key.is_some_and(|k| accepted.contains(&k)) {
+            if !found {
+                // Staged by a writer since the mount (recovery runs beside the first writes).
+                continue;
+            }
+            if let Some(aside) = set_aside.get(&key) {
+                if *aside {
+                    self.set_aside(&path);
+                }
+                continue;
+            }
+            let aside = if !key.as_ref().is_some_and(|k| accepted.contains(k)) {
                 // Never accepted: its writer did not finish it (or was killed). Not ours to
                 // complete: it stays staged, visible, to be finished or removed.
                 log::warn!(
                     "staged {path} was left by a writer that never finished it: not committed; \
                      finish (rewrite) or remove it"
                 );
-                self.set_aside(&path);
-                continue;
-            }
-            match self.try_commit(&path, None, false) {
-                Ok(()) => {}
-                Err(e @ (FsError::Invalid(_) | FsError::NotPermitted(_))) => {
-                    log::warn!("staged {path} can never be committed as it is ({e}); left in place, remove or rewrite it");
-                    self.set_aside(&path);
+                true
+            } else {
+                match self.try_commit(&path, None, false) {
+                    Ok(()) => false,
+                    Err(e @ (FsError::Invalid(_) | FsError::NotPermitted(_))) => {
+                        log::warn!("staged {path} can never be committed as it is ({e}); left in place, remove or rewrite it");
+                        true
+                    }
+                    Err(e) => {
+                        log::warn!("staged {path} stays staged: {e}");
+                        false
+                    }
                 }
-                Err(e) => log::warn!("staged {path} stays staged: {e}"),
+            };
+            if aside {
+                self.set_aside(&path);
             }
+            set_aside.insert(key, aside);
         }
         // Keep the entries of items still staged (appends queued again just now among them).
         let staged: BTreeSet<String> = {
@@ -343,6 +382,32 @@ impl DafFs {
         if let Err(e) = staging.keep_accepted(&keep) {
             log::warn!("rewriting the journal of accepted items: {e}");
         }
+    }
+
+    /// Records that item `id` of view root `canonical` was refused with its staged files as
+    /// they are now: the refusal is reported once (by whoever answers it), and a later try of
+    /// the same files (`finalize`) does not say it again.
+    fn note_refusal(&self, canonical: &str, id: &PropertyId, files: &[StagedFile]) {
+        let stamps: Vec<_> = files.iter().map(|f| stamp(&f.disk)).collect();
+        let mut refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        let key = item_key(canonical, id);
+        let seen = refused.get(&key).filter(|(before, _)| *before == stamps);
+        let count = seen.map_or(1, |(_, n)| n + 1);
+        refused.insert(key, (stamps, count));
+    }
+
+    /// Whether the item staged file `path` (a mount path) belongs to was refused more than once
+    /// with the same files, the last try included.
+    fn refused_before(&self, path: &str) -> bool {
+        let key = {
+            let state = self.state.read().unwrap_or_else(|p| p.into_inner());
+            state
+                .locate(path)
+                .and_then(|(root, _, id)| Some(item_key(&root.canonical, &id?)))
+        };
+        let refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        key.and_then(|k| refused.get(&k).map(|(_, n)| *n > 1))
+            .unwrap_or(false)
     }
 
     /// Leaves staged file `path` out of later commits (`finalize`) until it changes.
@@ -363,7 +428,7 @@ impl DafFs {
 }
 
 /// How the journal of accepted items names item `id` of the view root `canonical`.
-fn item_key(canonical: &str, id: &crate::formats::model::PropertyId) -> String {
+pub(super) fn item_key(canonical: &str, id: &PropertyId) -> String {
     format!("{canonical}\t{}", id.path())
 }
 

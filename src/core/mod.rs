@@ -14,6 +14,7 @@ pub mod namespace;
 mod presence;
 mod refusals;
 mod remove;
+mod status;
 mod write;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -34,6 +35,7 @@ use crate::views::{view_entries, view_roots, ViewEntry, ViewNode, ViewOptions, V
 
 pub use close::Process;
 use namespace::{Entry, EntryKind, InodeTable, Namespace, NodeKind, ROOT};
+pub use status::{ItemState, StagedItem, StagingReport};
 
 /// Errors of filesystem operations.
 #[derive(Debug, thiserror::Error)]
@@ -330,7 +332,17 @@ pub struct DafFs {
     /// Producers that failed for good, not run again.
     /// What commits and deletes changed, for the kernel to forget.
     invalidations: Mutex<Vec<Invalidation>>,
+    /// Items refused by a commit (journal key): the stamps of their staged files then, and how
+    /// many tries in a row refused those same files (a refusal is logged once).
+    refused: Mutex<HashMap<String, Refused>>,
+    /// The staged files found when the tree was first built (`--view both` paths): what
+    /// `recover` looks at, not files a writer stages after the mount.
+    found_at_mount: BTreeSet<String>,
 }
+
+/// The stamps (size, time) of a refused item's staged files, and how many tries in a row
+/// refused those same files.
+type Refused = (Vec<Option<(u64, SystemTime)>>, u32);
 
 impl DafFs {
     /// A read-only filesystem showing `datasets` with the selected views.
@@ -381,6 +393,12 @@ impl DafFs {
             publisher: options.zip.then(|| (Publisher::default(), options)),
         };
         state.rebuild();
+        let found_at_mount = state
+            .staged
+            .iter()
+            .filter(|(_, s)| !s.is_dir)
+            .map(|(path, _)| path.clone())
+            .collect();
         DafFs {
             state: Arc::new(RwLock::new(state)),
             appender: appender::Appender::default(),
@@ -388,6 +406,8 @@ impl DafFs {
             handles: Mutex::new(HashMap::new()),
             next_handle: AtomicU64::new(1),
             invalidations: Mutex::new(Vec::new()),
+            refused: Mutex::new(HashMap::new()),
+            found_at_mount,
         }
     }
 

@@ -423,3 +423,33 @@ fn a_new_axis_that_renames_dimensions_makes_the_kernel_forget_every_named_docume
         "{nzind} (inode {ino}) not invalidated: {forgotten:?}"
     );
 }
+
+#[test]
+fn recovery_leaves_alone_what_a_writer_stages_after_the_mount() {
+    let tmp = tempfile::tempdir().unwrap();
+    let copied = std::process::Command::new("cp")
+        .arg("-r")
+        .arg(format!("{VECTORS}/files_v1_0.daf"))
+        .arg(tmp.path())
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let opened = open_source(tmp.path().join("files_v1_0.daf").to_str().unwrap()).unwrap();
+    let staging = crate::staging::StagingArea::for_source(&opened.path);
+    let fs = DafFs::with_staging(
+        opened.datasets,
+        ViewSelection::Both,
+        SystemTime::UNIX_EPOCH,
+        Some(staging),
+    );
+    // A writer's first file, staged before the recovery thread looked.
+    let dir = fs.resolve("files_v1_0.daf/vectors/cell").unwrap();
+    let (_, fh) = fs
+        .create(dir, std::ffi::OsStr::new("extra.json"), false)
+        .unwrap();
+    fs.write(fh, 0, br#"{"format":"dense","eltype":"Float32"}"#)
+        .unwrap();
+    fs.recover();
+    let state = fs.state.read().unwrap();
+    assert!(state.stuck.is_empty(), "set aside: {:?}", state.stuck);
+}

@@ -47,6 +47,17 @@ const PASSED_ON: [i32; 9] = [
 
 /// Runs one operation; a panic becomes [`FsError::Internal`], and errors worth knowing are logged.
 pub(super) fn guarded<T>(what: &str, op: impl FnOnce() -> Result<T, FsError>) -> Result<T, Errno> {
+    guarded_on(what, String::new, op)
+}
+
+/// [`guarded`] for an operation on a path of the mount (`subject`, asked only for a refusal):
+/// a refusal is one log line naming the path, the errno and the reason (the logger puts the
+/// mount point before it).
+pub(super) fn guarded_on<T>(
+    what: &str,
+    subject: impl FnOnce() -> String,
+    op: impl FnOnce() -> Result<T, FsError>,
+) -> Result<T, Errno> {
     let result = catch_unwind(AssertUnwindSafe(op)).unwrap_or_else(|panic| {
         let message = panic
             .downcast_ref::<&str>()
@@ -61,11 +72,28 @@ pub(super) fn guarded<T>(what: &str, op: impl FnOnce() -> Result<T, FsError>) ->
             FsError::Content(_) | FsError::Internal(_) | FsError::Io(_) | FsError::NoSpace(_) => {
                 log::error!("{what}: {e}")
             }
-            FsError::NotPermitted(_) | FsError::Invalid(_) => log::warn!("{what} refused: {e}"),
+            FsError::NotPermitted(_) | FsError::Invalid(_) => {
+                log::warn!("{}", refusal_line(what, &subject(), &e))
+            }
             _ => log::debug!("{what}: {e}"),
         }
         errno(&e)
     })
+}
+
+/// `close of pbmc.daf/vectors/cell/x.data refused (EINVAL): vectors/cell/x: why`.
+fn refusal_line(what: &str, subject: &str, error: &FsError) -> String {
+    let (code, why) = match error {
+        FsError::Invalid(why) => ("EINVAL", why.clone()),
+        FsError::NotPermitted(why) => ("EPERM", why.clone()),
+        other => ("EPERM", other.to_string()),
+    };
+    let what = if subject.is_empty() {
+        what.to_string()
+    } else {
+        format!("{what} of {subject}")
+    };
+    format!("{what} refused ({code}): {why}")
 }
 
 /// Whether a content error with this message is seen for the first time: a bad property is one
@@ -98,6 +126,20 @@ mod tests {
     fn a_panicking_operation_answers_eio_instead_of_hanging() {
         let answer: Result<(), Errno> = guarded("test", || panic!("boom"));
         assert_eq!(answer.map_err(|e| e.code()), Err(libc::EIO));
+    }
+
+    #[test]
+    fn a_refusal_names_the_operation_the_path_the_errno_and_the_reason() {
+        let invalid = FsError::Invalid("vectors/cell/x: 8 bytes".into());
+        assert_eq!(
+            refusal_line("close", "a.daf/vectors/cell/x.data", &invalid),
+            "close of a.daf/vectors/cell/x.data refused (EINVAL): vectors/cell/x: 8 bytes"
+        );
+        let refused = FsError::NotPermitted("append-only".into());
+        assert_eq!(
+            refusal_line("unlink", "", &refused),
+            "unlink refused (EPERM): append-only"
+        );
     }
 
     fn io_content(errno: i32) -> FsError {

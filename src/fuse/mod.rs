@@ -28,7 +28,7 @@ mod process;
 
 pub use config::{mount_config, MountSettings};
 pub use errors::errno;
-use errors::{answer, guarded};
+use errors::{answer, guarded, guarded_on};
 pub use kernel_cache::NotifierSlot;
 use page_fill::PageFill;
 use process::process_of;
@@ -109,6 +109,23 @@ impl FuseAdapter {
 }
 
 impl FuseAdapter {
+    /// The mount path of `ino`, for log lines (`/` for the root).
+    fn at(&self, ino: u64) -> String {
+        match self.core.path_of(ino) {
+            Some(path) if path.is_empty() => "/".into(),
+            Some(path) => path,
+            None => format!("inode {ino}"),
+        }
+    }
+
+    /// The mount path of `name` in directory `parent`, for log lines.
+    fn at_child(&self, parent: u64, name: &OsStr) -> String {
+        match self.at(parent).as_str() {
+            "/" => name.to_string_lossy().into_owned(),
+            dir => format!("{dir}/{}", name.to_string_lossy()),
+        }
+    }
+
     /// Records which process opened `fh` for writing (only its closes commit).
     fn record_opener(&self, req: &Request, fh: u64) {
         if let Some(opener) = process_of(req.pid()) {
@@ -157,12 +174,16 @@ impl Filesystem for FuseAdapter {
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let write = flags.acc_mode() != OpenAccMode::O_RDONLY;
         let truncate = flags.0 & libc::O_TRUNC != 0;
-        let opened = guarded("open", || {
-            Ok((
-                self.core.open(ino.0, write, truncate)?,
-                self.core.getattr(ino.0)?,
-            ))
-        });
+        let opened = guarded_on(
+            "open",
+            || self.at(ino.0),
+            || {
+                Ok((
+                    self.core.open(ino.0, write, truncate)?,
+                    self.core.getattr(ino.0)?,
+                ))
+            },
+        );
         if let (true, Ok((fh, _))) = (write, &opened) {
             self.record_opener(req, *fh);
         }
@@ -312,7 +333,11 @@ impl Filesystem for FuseAdapter {
             TimeOrNow::SpecificTime(t) => t,
             TimeOrNow::Now => SystemTime::now(),
         });
-        let result = guarded("setattr", || self.core.setattr(ino.0, size, mtime));
+        let result = guarded_on(
+            "setattr",
+            || self.at(ino.0),
+            || self.core.setattr(ino.0, size, mtime),
+        );
         self.send_invalidations(&[ino.0]);
         match result {
             Ok(a) => reply.attr(ttl(&a), &self.attr(&a)),
@@ -331,7 +356,12 @@ impl Filesystem for FuseAdapter {
         reply: ReplyCreate,
     ) {
         let exclusive = flags & libc::O_EXCL != 0;
-        match guarded("create", || self.core.create(parent.0, name, exclusive)) {
+        let created = guarded_on(
+            "create",
+            || self.at_child(parent.0, name),
+            || self.core.create(parent.0, name, exclusive),
+        );
+        match created {
             Ok((a, fh)) => {
                 self.record_opener(req, fh);
                 let attr = self.attr(&a);
@@ -355,7 +385,7 @@ impl Filesystem for FuseAdapter {
     fn write(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
@@ -364,7 +394,11 @@ impl Filesystem for FuseAdapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match guarded("write", || self.core.write(fh.0, offset, data)) {
+        match guarded_on(
+            "write",
+            || self.at(ino.0),
+            || self.core.write(fh.0, offset, data),
+        ) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(e),
         }
@@ -373,7 +407,7 @@ impl Filesystem for FuseAdapter {
     fn flush(
         &self,
         req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
@@ -384,7 +418,7 @@ impl Filesystem for FuseAdapter {
         } else {
             None
         };
-        let result = guarded("flush", || self.core.flush(fh.0, closer));
+        let result = guarded_on("close", || self.at(ino.0), || self.core.flush(fh.0, closer));
         self.send_invalidations(&[]);
         answer(reply, result);
     }
@@ -421,7 +455,11 @@ impl Filesystem for FuseAdapter {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        answer(reply, guarded("fsync", || self.core.fsync(ino.0, fh.0)));
+        let at = || self.at(ino.0);
+        answer(
+            reply,
+            guarded_on("fsync", at, || self.core.fsync(ino.0, fh.0)),
+        );
     }
 
     fn fsyncdir(
@@ -435,11 +473,15 @@ impl Filesystem for FuseAdapter {
         // `fsync` of a directory finalizes the Zarr arrays being written under it.
         answer(
             reply,
-            guarded("fsyncdir", || {
-                self.core
-                    .path_of(ino.0)
-                    .map_or(Ok(()), |p| self.core.finalize(&p))
-            }),
+            guarded_on(
+                "fsync of directory",
+                || self.at(ino.0),
+                || {
+                    self.core
+                        .path_of(ino.0)
+                        .map_or(Ok(()), |p| self.core.finalize(&p))
+                },
+            ),
         );
     }
 
@@ -458,7 +500,8 @@ impl Filesystem for FuseAdapter {
         _umask: u32,
         reply: ReplyEntry,
     ) {
-        match guarded("mkdir", || self.core.mkdir(parent.0, name)) {
+        let at = || self.at_child(parent.0, name);
+        match guarded_on("mkdir", at, || self.core.mkdir(parent.0, name)) {
             Ok(a) => reply.entry(ttl(&a), &self.attr(&a), Generation(0)),
             Err(e) => reply.error(e),
         }
@@ -466,14 +509,16 @@ impl Filesystem for FuseAdapter {
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let victim = self.child(parent, name);
-        let result = guarded("unlink", || self.core.unlink(parent.0, name));
+        let at = || self.at_child(parent.0, name);
+        let result = guarded_on("unlink", at, || self.core.unlink(parent.0, name));
         self.send_invalidations(&[parent.0, victim]);
         answer(reply, result);
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let victim = self.child(parent, name);
-        let result = guarded("rmdir", || self.core.rmdir(parent.0, name));
+        let at = || self.at_child(parent.0, name);
+        let result = guarded_on("rmdir", at, || self.core.rmdir(parent.0, name));
         self.send_invalidations(&[parent.0, victim]);
         answer(reply, result);
     }
@@ -489,7 +534,11 @@ impl Filesystem for FuseAdapter {
         reply: ReplyEmpty,
     ) {
         let (source, target) = (self.child(parent, name), self.child(new_parent, new_name));
-        let result = guarded("rename", || {
+        let at = || {
+            let to = self.at_child(new_parent.0, new_name);
+            format!("{} to {to}", self.at_child(parent.0, name))
+        };
+        let result = guarded_on("rename", at, || {
             self.core.rename(parent.0, name, new_parent.0, new_name)
         });
         self.send_invalidations(&[parent.0, new_parent.0, source, target]);
@@ -504,7 +553,14 @@ impl Filesystem for FuseAdapter {
         new_name: &OsStr,
         reply: ReplyEntry,
     ) {
-        let result = guarded("link", || self.core.link(ino.0, new_parent.0, new_name));
+        let at = || {
+            format!(
+                "{} as {}",
+                self.at(ino.0),
+                self.at_child(new_parent.0, new_name)
+            )
+        };
+        let result = guarded_on("link", at, || self.core.link(ino.0, new_parent.0, new_name));
         self.send_invalidations(&[new_parent.0, ino.0]);
         match result {
             Ok(a) => reply.entry(ttl(&a), &self.attr(&a), Generation(0)),

@@ -93,6 +93,17 @@ fn written_data_fits(item: &Item, staged: &[StagedFile]) -> Result<(), CommitErr
     Ok(())
 }
 
+/// What the staged files of an item amount to, as a commit would judge them.
+#[derive(Debug)]
+pub enum Validated {
+    /// Some file is still missing: the one a reader looked for first, when known.
+    Incomplete(Option<String>),
+    /// The item is complete and consistent: what a commit would write.
+    Item(Item),
+    /// The staged files hold what the ZIP source already has for the item.
+    Unchanged,
+}
+
 /// Tries to commit item `id` of data set `ds` from its staged files in a view in `view`.
 /// `finalize` commits a Zarr item even if chunks (fill value) or `nzval` (all true) are missing.
 pub fn commit(
@@ -102,81 +113,11 @@ pub fn commit(
     staged: &[StagedFile],
     finalize: bool,
 ) -> Result<Outcome, CommitError> {
-    let entries = staged.iter().map(|f| {
-        let len = std::fs::metadata(&f.disk)
-            .map_err(|e| StoreError::io(&f.disk, e))?
-            .len();
-        Ok((
-            f.rel.clone(),
-            Entry {
-                blob: file_blob(f.disk.clone(), len),
-                mtime: f.mtime,
-            },
-        ))
-    });
-    let mut files: BTreeMap<String, Entry> = entries.collect::<Result<_, StoreError>>()?;
-    if ds.dataset.contains(id) {
-        // Replacing: the staged files go over the item's committed files (in the view's layout).
-        // (ZIP sources only accept staged files equal to what they have: see below.)
-        for entry in view.item_entries(&ds.dataset, id) {
-            if let (ViewNode::File(blob), false) = (entry.node, files.contains_key(&entry.path)) {
-                files.insert(
-                    entry.path,
-                    Entry {
-                        blob,
-                        mtime: entry.mtime,
-                    },
-                );
-            }
-        }
-    }
-    let index = StoreIndex::new(files, None);
-    match view.staged(&index, id, finalize) {
-        Ok(Staged::Complete) => {}
-        Ok(Staged::Incomplete) => return Ok(Outcome::Incomplete),
-        Ok(Staged::Refused(why)) => return Err(CommitError::Refused(why)),
-        Err(FormatError::Store(e)) => return Err(e.into()),
-        Err(e) => return Err(CommitError::Invalid(e.to_string())),
-    }
-    let item = match view.read_item(&ds.dataset, id, &index) {
-        Ok(item) => item,
-        Err(FormatError::MissingFile(_)) => return Ok(Outcome::Incomplete),
-        Err(FormatError::Store(e)) => return Err(e.into()),
-        Err(e) => return Err(CommitError::Invalid(e.to_string())),
+    let item = match validate(ds, view, id, staged, finalize)? {
+        Validated::Incomplete(_) => return Ok(Outcome::Incomplete),
+        Validated::Unchanged => return Ok(Outcome::Unchanged),
+        Validated::Item(item) => item,
     };
-    if matches!(view.format(), Format::Files(_)) {
-        written_data_fits(&item, staged)?;
-    }
-    let checked = match (&item, ds.dataset.shape(id)) {
-        (Item::Axis(axis), _) => check_axis(axis),
-        (Item::Property(p), Some(shape)) => check_payload(&p.payload, shape),
-        _ => Ok(()),
-    };
-    checked.map_err(|e| match e {
-        FormatError::Store(e) => CommitError::Store(e),
-        e => CommitError::Invalid(e.to_string()),
-    })?;
-    let item = match (ds.target.is_zip(), ds.dataset.contains(id)) {
-        (true, true) => {
-            return if same_item(&mut ds.dataset, id, item) {
-                Ok(Outcome::Unchanged)
-            } else {
-                Err(CommitError::Refused(format!(
-                    "{}: ZIP sources are append-only; it cannot be replaced",
-                    id.path()
-                )))
-            }
-        }
-        _ => item,
-    };
-    if let (PropertyId::Axis(name), Item::Axis(axis)) = (id, &item) {
-        let current = ds.dataset.axes.get(name).map(Axis::len);
-        if current.is_some_and(|n| n != axis.len()) && ds.dataset.axis_in_use(name) {
-            return Err(CommitError::Invalid(format!(
-                "axis {name} is used by properties: it can only be replaced by as many entries"
-            )));
-        }
-    }
     let stale = if ds.dataset.contains(id) {
         source_files(ds, id)?
     } else {
@@ -220,6 +161,93 @@ pub fn commit(
         .insert(id, stored)
         .map_err(CommitError::Invalid)?;
     Ok(Outcome::Committed)
+}
+
+/// Judges the staged files of item `id` as [`commit`] does, writing nothing: the same reader,
+/// completeness rule and checks. (`ds` is changed only for the time of a comparison.)
+pub fn validate(
+    ds: &mut NamedDataset,
+    view: &dyn Layout,
+    id: &PropertyId,
+    staged: &[StagedFile],
+    finalize: bool,
+) -> Result<Validated, CommitError> {
+    let entries = staged.iter().map(|f| {
+        let len = std::fs::metadata(&f.disk)
+            .map_err(|e| StoreError::io(&f.disk, e))?
+            .len();
+        Ok((
+            f.rel.clone(),
+            Entry {
+                blob: file_blob(f.disk.clone(), len),
+                mtime: f.mtime,
+            },
+        ))
+    });
+    let mut files: BTreeMap<String, Entry> = entries.collect::<Result<_, StoreError>>()?;
+    if ds.dataset.contains(id) {
+        // Replacing: the staged files go over the item's committed files (in the view's layout).
+        // (ZIP sources only accept staged files equal to what they have: see below.)
+        for entry in view.item_entries(&ds.dataset, id) {
+            if let (ViewNode::File(blob), false) = (entry.node, files.contains_key(&entry.path)) {
+                files.insert(
+                    entry.path,
+                    Entry {
+                        blob,
+                        mtime: entry.mtime,
+                    },
+                );
+            }
+        }
+    }
+    let index = StoreIndex::new(files, None);
+    match view.staged(&index, id, finalize) {
+        Ok(Staged::Complete) => {}
+        Ok(Staged::Incomplete) => return Ok(Validated::Incomplete(None)),
+        Ok(Staged::Refused(why)) => return Err(CommitError::Refused(why)),
+        Err(FormatError::Store(e)) => return Err(e.into()),
+        Err(e) => return Err(CommitError::Invalid(e.to_string())),
+    }
+    let item = match view.read_item(&ds.dataset, id, &index) {
+        Ok(item) => item,
+        Err(FormatError::MissingFile(file)) => return Ok(Validated::Incomplete(Some(file))),
+        Err(FormatError::Store(e)) => return Err(e.into()),
+        Err(e) => return Err(CommitError::Invalid(e.to_string())),
+    };
+    if matches!(view.format(), Format::Files(_)) {
+        written_data_fits(&item, staged)?;
+    }
+    let checked = match (&item, ds.dataset.shape(id)) {
+        (Item::Axis(axis), _) => check_axis(axis),
+        (Item::Property(p), Some(shape)) => check_payload(&p.payload, shape),
+        _ => Ok(()),
+    };
+    checked.map_err(|e| match e {
+        FormatError::Store(e) => CommitError::Store(e),
+        e => CommitError::Invalid(e.to_string()),
+    })?;
+    let item = match (ds.target.is_zip(), ds.dataset.contains(id)) {
+        (true, true) => {
+            return if same_item(&mut ds.dataset, id, item) {
+                Ok(Validated::Unchanged)
+            } else {
+                Err(CommitError::Refused(format!(
+                    "{}: ZIP sources are append-only; it cannot be replaced",
+                    id.path()
+                )))
+            }
+        }
+        _ => item,
+    };
+    if let (PropertyId::Axis(name), Item::Axis(axis)) = (id, &item) {
+        let current = ds.dataset.axes.get(name).map(Axis::len);
+        if current.is_some_and(|n| n != axis.len()) && ds.dataset.axis_in_use(name) {
+            return Err(CommitError::Invalid(format!(
+                "axis {name} is used by properties: it can only be replaced by as many entries"
+            )));
+        }
+    }
+    Ok(Validated::Item(item))
 }
 
 /// An error reading back what a commit wrote: an I/O error stays one (its errno reaches the

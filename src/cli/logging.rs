@@ -1,0 +1,279 @@
+//! Where the log goes: stderr in the foreground, syslog (journald) as `daf-mount` for a
+//! background daemon, or a file (`--log-file`, `-o log_file=`) in either mode.
+//!
+//! Levels and `RUST_LOG` work as with `env_logger` (whose filter is used). Every line is one
+//! line (newlines inside a message become spaces) and, once the mount point is known, starts
+//! with it, so a line in a shared log says which mount it is about. Until a background daemon
+//! detaches, lines also go to stderr (the terminal that started it); in the foreground with a log
+//! file, only to the file.
+//!
+//! Syslog is spoken directly: one datagram per line (`<PRI>daf-mount[PID]: MESSAGE`, facility
+//! `daemon`) to the `/dev/log` socket, which journald and rsyslog both listen on; the socket is
+//! (re)connected when a line is sent, so a listener started later is found. No crate: the format
+//! is one `format!`, and the socket is std's.
+
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use log::{Level, Log, Metadata, Record};
+
+use super::CliError;
+
+/// The socket syslog daemons and journald listen on.
+pub const SYSLOG_SOCKET: &str = "/dev/log";
+
+/// Where the log goes once the daemon runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Destination {
+    /// stderr (the foreground).
+    Stderr,
+    /// Appended to this file.
+    File(PathBuf),
+    /// Syslog, through [`SYSLOG_SOCKET`].
+    Syslog,
+}
+
+impl Destination {
+    /// The destination for a run: the log file if one is given, else stderr in the foreground
+    /// and syslog in the background.
+    pub fn choose(foreground: bool, log_file: Option<&Path>) -> Destination {
+        match (log_file, foreground) {
+            (Some(file), _) => Destination::File(file.to_path_buf()),
+            (None, true) => Destination::Stderr,
+            (None, false) => Destination::Syslog,
+        }
+    }
+}
+
+struct Logger {
+    filter: env_logger::Logger,
+    file: Option<Mutex<File>>,
+    syslog: Option<Mutex<Option<UnixDatagram>>>,
+    /// Lines also go to stderr (foreground, or a background daemon not yet detached).
+    stderr: AtomicBool,
+}
+
+static LOGGER: OnceLock<Logger> = OnceLock::new();
+static MOUNT: OnceLock<String> = OnceLock::new();
+
+/// Installs the logger: `verbose` (`-v` count) sets the default level, `RUST_LOG` overrides.
+/// A log file is opened (appending) now, so a bad path is an error before anything is mounted.
+pub fn init(verbose: u8, destination: &Destination) -> Result<(), CliError> {
+    let default_level = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter =
+        env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_level))
+            // ureq logs request headers at debug (custom ones, tokens included): never shown.
+            .filter_module("ureq", log::LevelFilter::Warn)
+            .build();
+    let file = match destination {
+        Destination::File(path) => Some(Mutex::new(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|error| CliError::System {
+                    what: format!("--log-file {}", path.display()),
+                    error,
+                })?,
+        )),
+        _ => None,
+    };
+    let max = filter.filter();
+    let logger = Logger {
+        filter,
+        file,
+        syslog: (*destination == Destination::Syslog).then(|| Mutex::new(None)),
+        stderr: AtomicBool::new(true),
+    };
+    let installed = LOGGER.get_or_init(|| logger);
+    if log::set_logger(installed).is_ok() {
+        log::set_max_level(max);
+    }
+    Ok(())
+}
+
+/// Whether a syslog listener answers on [`SYSLOG_SOCKET`].
+pub fn syslog_listening() -> bool {
+    let socket = UnixDatagram::unbound();
+    socket.is_ok_and(|s| s.connect(SYSLOG_SOCKET).is_ok())
+}
+
+/// Says on stderr, once the mount is made and before the daemon detaches, if its log is going
+/// to syslog but nothing listens there: the user learns that the log would be lost.
+pub fn warn_if_unheard() {
+    let to_syslog = LOGGER.get().is_some_and(|l| l.syslog.is_some());
+    if to_syslog && !syslog_listening() {
+        eprintln!(
+            "daf-mount: warning: nothing listens on {SYSLOG_SOCKET} (no syslog or journald): the \
+             daemon's log is lost; mount with --log-file FILE (-o log_file=FILE) to keep it"
+        );
+    }
+}
+
+/// From now on every line starts with `mount` (the mount point).
+pub fn set_mount(mount: &Path) {
+    let _ = MOUNT.set(mount.display().to_string());
+}
+
+/// Stops copying lines to stderr (a background daemon that detached from its terminal, or a
+/// foreground one with a log file), unless stderr is where the log goes.
+pub fn stop_stderr() {
+    if let Some(logger) = LOGGER.get() {
+        let elsewhere = logger.file.is_some() || logger.syslog.is_some();
+        logger.stderr.store(!elsewhere, Ordering::Relaxed);
+    }
+}
+
+/// The message of `record` on one line, after the mount point when it is known.
+fn message(record: &Record) -> String {
+    let text = record.args().to_string().replace(['\n', '\r'], " ");
+    match MOUNT.get() {
+        Some(mount) => format!("{mount}: {text}"),
+        None => text,
+    }
+}
+
+/// `2026-11-23T01:02:03.456Z`: UTC, milliseconds (env_logger's `format_timestamp_millis`).
+fn timestamp(now: SystemTime) -> String {
+    let since = now.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = since.as_secs();
+    let days = i64::try_from(secs / 86_400).unwrap_or(0);
+    let rest = secs % 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60,
+        since.subsec_millis()
+    )
+}
+
+/// A line for stderr or a file: `[TIME LEVEL TARGET] MESSAGE`.
+fn text_line(record: &Record, now: SystemTime) -> String {
+    format!(
+        "[{} {:<5} {}] {}\n",
+        timestamp(now),
+        record.level(),
+        record.target(),
+        message(record)
+    )
+}
+
+/// A syslog datagram (RFC 3164 without the optional timestamp: the listener adds its own).
+fn syslog_line(record: &Record) -> String {
+    const DAEMON: u8 = 3 << 3;
+    let severity = match record.level() {
+        Level::Error => 3,
+        Level::Warn => 4,
+        Level::Info => 6,
+        Level::Debug | Level::Trace => 7,
+    };
+    format!(
+        "<{}>daf-mount[{}]: {}",
+        DAEMON | severity,
+        std::process::id(),
+        message(record)
+    )
+}
+
+impl Logger {
+    fn send_syslog(&self, slot: &Mutex<Option<UnixDatagram>>, line: &str) {
+        let mut socket = slot.lock().unwrap_or_else(|p| p.into_inner());
+        // Two tries: the listener may have restarted since the last line.
+        for _ in 0..2 {
+            if socket.is_none() {
+                *socket = UnixDatagram::unbound()
+                    .ok()
+                    .filter(|s| s.connect(SYSLOG_SOCKET).is_ok());
+            }
+            match socket.as_ref().map(|s| s.send(line.as_bytes())) {
+                Some(Ok(_)) => return,
+                Some(Err(_)) => *socket = None,
+                None => return,
+            }
+        }
+    }
+}
+
+impl Log for Logger {
+    fn enabled(&self, metadata: &Metadata) -> bool {
+        self.filter.enabled(metadata)
+    }
+
+    fn log(&self, record: &Record) {
+        if !self.filter.matches(record) {
+            return;
+        }
+        let now = SystemTime::now();
+        if self.stderr.load(Ordering::Relaxed) {
+            let _ = std::io::stderr().write_all(text_line(record, now).as_bytes());
+        }
+        if let Some(file) = &self.file {
+            let mut file = file.lock().unwrap_or_else(|p| p.into_inner());
+            let _ = file.write_all(text_line(record, now).as_bytes());
+        }
+        if let Some(slot) = &self.syslog {
+            self.send_syslog(slot, &syslog_line(record));
+        }
+    }
+
+    fn flush(&self) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_are_utc_dates() {
+        let at = |secs: u64, millis: u64| {
+            timestamp(UNIX_EPOCH + std::time::Duration::from_millis(secs * 1000 + millis))
+        };
+        assert_eq!(at(0, 0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(at(951_782_400, 7), "2000-02-29T00:00:00.007Z");
+        assert_eq!(at(1_795_395_723, 456), "2026-11-23T01:02:03.456Z");
+    }
+
+    #[test]
+    fn destinations_follow_the_mode_and_the_log_file() {
+        let file = Path::new("/tmp/x.log");
+        assert_eq!(Destination::choose(true, None), Destination::Stderr);
+        assert_eq!(Destination::choose(false, None), Destination::Syslog);
+        for foreground in [true, false] {
+            assert_eq!(
+                Destination::choose(foreground, Some(file)),
+                Destination::File(file.into())
+            );
+        }
+    }
+
+    #[test]
+    fn syslog_lines_carry_facility_severity_identifier_and_pid() {
+        let line = syslog_line(
+            &Record::builder()
+                .level(Level::Warn)
+                .args(format_args!("a\nb"))
+                .build(),
+        );
+        assert_eq!(line, format!("<28>daf-mount[{}]: a b", std::process::id()));
+    }
+}

@@ -1,0 +1,176 @@
+//! The state a mount's tree is built from (data sets, view roots, staged and deleted paths), the
+//! rebuild of that tree, and the mapping of mount paths to view roots.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use crate::formats::source::NamedDataset;
+use crate::views::zip_publish::{published_path, Publisher};
+use crate::views::{view_entries, ViewEntry, ViewNode, ViewOptions, ViewRoot};
+
+use super::namespace::{Entry, EntryKind, InodeTable, Namespace, ROOT};
+
+/// A staged path: its disk location in the staging area.
+#[derive(Clone, Debug)]
+pub(super) struct Staged {
+    pub(super) disk: PathBuf,
+    pub(super) is_dir: bool,
+    pub(super) mtime: SystemTime,
+}
+
+/// Everything a tree is built from.
+#[derive(Debug)]
+pub(super) struct State {
+    pub(super) datasets: Vec<NamedDataset>,
+    pub(super) roots: Vec<ViewRoot>,
+    /// Staged paths by their `--view both` path.
+    pub(super) staged: BTreeMap<String, Staged>,
+    /// Committed files and directories removed through a view (`--view both` paths) whose item
+    /// is not deleted yet: hidden until it is.
+    pub(super) deleted: BTreeSet<String>,
+    /// Staged files found at recovery that can never be committed as they are (by `--view
+    /// both` path), with their size and time then: not tried again until they change.
+    pub(super) stuck: BTreeMap<String, Option<(u64, SystemTime)>>,
+    pub(super) inodes: InodeTable,
+    pub(super) root_mtime: SystemTime,
+    pub(super) namespace: Arc<Namespace>,
+    /// The files made from whole data sets at the mount root (`--zip`), and the options they
+    /// are made with.
+    pub(super) publisher: Option<(Publisher, ViewOptions)>,
+}
+
+impl State {
+    /// The view root of mount path `mount`, the path relative to it, and the item it belongs to.
+    pub(super) fn locate(
+        &self,
+        mount: &str,
+    ) -> Option<(ViewRoot, String, Option<crate::formats::model::PropertyId>)> {
+        let (root, rel) = split_mount(&self.roots, mount)?;
+        Some((root.clone(), rel.to_string(), root.layout().item_of(rel)))
+    }
+
+    /// The mount paths of the files made from the whole of data set `dataset` (they change
+    /// with any of its items).
+    pub(super) fn published_paths(&self, dataset: usize) -> Vec<String> {
+        match (&self.publisher, self.datasets.get(dataset)) {
+            (Some(_), Some(ds)) => vec![published_path(ds)],
+            _ => Vec::new(),
+        }
+    }
+
+    pub(super) fn rebuild(&mut self) {
+        let mut entries: Vec<Entry> = Vec::new();
+        if let Some((publisher, options)) = &mut self.publisher {
+            let published = publisher.entries(&self.datasets, *options);
+            entries.extend(published.into_iter().map(tree_entry));
+        }
+        for root in &self.roots {
+            let views = view_entries(&self.datasets[root.dataset].dataset, root);
+            let hidden = |path: &str| {
+                // A committed path being deleted (or inside a directory being deleted).
+                let rel = path
+                    .strip_prefix(&root.mount)
+                    .map_or(path, |r| r.trim_start_matches('/'));
+                let mut canonical = root.canonical_path(rel);
+                loop {
+                    if self.deleted.contains(&canonical) {
+                        return true;
+                    }
+                    match canonical.rsplit_once('/') {
+                        Some((parent, _)) => canonical = parent.to_string(),
+                        None => return false,
+                    }
+                }
+            };
+            entries.extend(
+                views
+                    .into_iter()
+                    .filter(|e| self.deleted.is_empty() || !hidden(&e.path))
+                    .map(tree_entry),
+            );
+        }
+        for (path, staged) in &self.staged {
+            let Some((root, rel)) = split_canonical(&self.roots, path) else {
+                continue;
+            };
+            let kind = if staged.is_dir {
+                EntryKind::Dir
+            } else {
+                EntryKind::Staged(staged.disk.clone())
+            };
+            entries.push(Entry {
+                path: root.mount_path(rel),
+                mtime: staged.mtime,
+                kind,
+                elidable: false,
+            });
+        }
+        self.namespace = Arc::new(Namespace::build(entries, self.root_mtime, &mut self.inodes));
+    }
+}
+
+/// A view's entry as an entry of the tree.
+pub(super) fn tree_entry(
+    ViewEntry {
+        path,
+        node,
+        mtime,
+        elidable,
+    }: ViewEntry,
+) -> Entry {
+    let kind = match node {
+        ViewNode::Dir => EntryKind::Dir,
+        ViewNode::File(blob) => EntryKind::Blob(blob),
+    };
+    Entry {
+        path,
+        mtime,
+        kind,
+        elidable,
+    }
+}
+
+/// The inode at mount path `path` in `ns`.
+pub(super) fn resolve_in(ns: &Namespace, path: &str) -> Option<u64> {
+    path.split('/')
+        .filter(|c| !c.is_empty())
+        .try_fold(ROOT, |dir, name| ns.child(dir, name)?.ok())
+}
+
+/// The view root holding the `--view both` path `path`, and the path relative to it.
+pub(super) fn split_canonical<'a, 'p>(
+    roots: &'a [ViewRoot],
+    path: &'p str,
+) -> Option<(&'a ViewRoot, &'p str)> {
+    roots.iter().find_map(|root| {
+        let rel = path.strip_prefix(&root.canonical)?;
+        match rel.strip_prefix('/') {
+            Some(rel) => Some((root, rel)),
+            None if rel.is_empty() => Some((root, rel)),
+            None => None,
+        }
+    })
+}
+
+/// The view root holding the mount path `path`, and the path relative to it (longest match).
+pub(super) fn split_mount<'a, 'p>(
+    roots: &'a [ViewRoot],
+    path: &'p str,
+) -> Option<(&'a ViewRoot, &'p str)> {
+    roots
+        .iter()
+        .filter_map(|root| {
+            if root.mount.is_empty() {
+                return Some((root, path));
+            }
+            let rel = path.strip_prefix(&root.mount)?;
+            match rel.strip_prefix('/') {
+                Some(rel) => Some((root, rel)),
+                None if rel.is_empty() => Some((root, rel)),
+                None => None,
+            }
+        })
+        .max_by_key(|(root, _)| root.mount.len())
+}

@@ -7,14 +7,14 @@ mod common;
 #[path = "http_sources/server.rs"]
 mod server;
 
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use common::{
-    io_timeout, is_mounted, read_tree, start_foreground, wait_exit, TestMount, Tree, BIN, VECTORS,
+    io_timeout, is_mounted, read_tree, start_foreground, wait_exit, TestMount, Tree, Unmount, BIN,
+    VECTORS,
 };
 use daf_mount::core::DafFs;
 use daf_mount::formats::remote::open_remote;
@@ -250,19 +250,6 @@ fn a_url_mount_is_read_only() {
         .success());
     let status = wait_exit(&mut guard.0, &mnt, Duration::from_secs(20));
     assert_eq!(status.code(), Some(0));
-}
-
-/// Unmounts and ends the daemon when dropped (also when the test fails).
-struct Unmount(std::process::Child, PathBuf);
-
-impl Drop for Unmount {
-    fn drop(&mut self) {
-        if is_mounted(&self.1) {
-            let _ = Command::new("fusermount3").arg("-u").arg(&self.1).status();
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 #[test]

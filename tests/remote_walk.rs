@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 use common::fault_server::FaultServer;
 use common::http::Nginx;
 use common::VECTORS;
-use common::{io_timeout, is_mounted, read_tree, start_foreground, wait_exit, TestMount, Tree};
+use common::{io_timeout, read_tree, start_foreground, wait_exit, TestMount, Tree, Unmount};
 use daf_mount::core::DafFs;
 use daf_mount::formats::remote::open_remote;
 use daf_mount::formats::source::{open_source, Format, NamedDataset};
@@ -229,19 +229,6 @@ fn an_s3_listing_is_walked_with_continuation_tokens_and_the_query_goes_everywher
     for l in &log {
         assert!(l.query.ends_with("sv=2024&sig=s3cret%2Bx"), "{l:?}");
         assert_eq!(l.authorization.as_deref(), Some("Bearer tok"), "{l:?}");
-    }
-}
-
-/// Unmounts and ends the daemon when dropped (also when the test fails).
-struct Unmount(std::process::Child, PathBuf);
-
-impl Drop for Unmount {
-    fn drop(&mut self) {
-        if is_mounted(&self.1) {
-            let _ = Command::new("fusermount3").arg("-u").arg(&self.1).status();
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 

@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::zip::{open_archive, ZipArchive};
-use super::zip_write::{central_record, local_header, padding, trailer};
+use super::zip_write::{central_record, dos_time, local_header, padding, trailer};
 use super::{Blob, Bytes, Entry, StoreError};
 use crate::sys::{fork, Forked};
 
@@ -144,27 +144,6 @@ fn tail_write(path: &Path, offset: u64, data: &[u8]) -> std::io::Result<()> {
             }
         }
     }
-}
-
-fn dos_time(t: SystemTime) -> (u16, u16) {
-    let secs = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()) as i64;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil date from days since 1970 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    if year < 1980 {
-        return (0, 0x0021);
-    }
-    let time = ((rem / 3600) << 11) | (((rem % 3600) / 60) << 5) | ((rem % 60) / 2);
-    let date = ((year - 1980) << 9) | (month << 5) | day;
-    (time as u16, date as u16)
 }
 
 struct Planned {

@@ -13,6 +13,35 @@ pub const TRAILER: u64 = 98;
 /// The DOS time and date upstream writes: 00:00 on 1980-01-01.
 pub const FIXED_DOS: (u16, u16) = (0, 0x0021);
 
+/// The civil date `(year, month, day)` of a day counted from 1970-01-01 (Howard Hinnant's
+/// algorithm).
+pub fn civil_date(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(month <= 2), month, day)
+}
+
+/// The DOS time and date of `t` (UTC; before 1980: 1980-01-01).
+pub fn dos_time(t: std::time::SystemTime) -> (u16, u16) {
+    let secs = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs()) as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let (year, month, day) = civil_date(days);
+    if year < 1980 {
+        return FIXED_DOS;
+    }
+    let time = ((rem / 3600) << 11) | (((rem % 3600) / 60) << 5) | ((rem % 60) / 2);
+    let date = ((year - 1980) << 9) | (month << 5) | day;
+    (time as u16, date as u16)
+}
+
 /// Length of the local header of an entry named with `name_len` bytes and padded by `pad`.
 pub fn local_header_len(name_len: usize, pad: u64) -> u64 {
     50 + name_len as u64 + pad

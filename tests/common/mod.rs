@@ -371,3 +371,20 @@ pub fn zip_names(archive: &Path) -> Vec<String> {
         .map(str::to_string)
         .collect()
 }
+
+/// A daemon started by a test and its mount point: unmounted and ended when dropped (also when
+/// the test fails).
+pub struct Unmount(pub std::process::Child, pub std::path::PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        if is_mounted(&self.1) {
+            let _ = std::process::Command::new("fusermount3")
+                .arg("-u")
+                .arg(&self.1)
+                .status();
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

@@ -344,11 +344,6 @@ impl DafFs {
         let NodeKind::Dir { children } = &node.kind else {
             return Err(FsError::NotDir);
         };
-        let from = usize::try_from(offset).unwrap_or(usize::MAX);
-        presence::settle(
-            &ns,
-            children.iter().skip(from.saturating_sub(2)).map(|c| c.1),
-        )?;
         let kind_of = |ino: u64| {
             if ns.node(ino).is_some_and(namespace::Node::is_dir) {
                 Kind::Dir
@@ -357,20 +352,32 @@ impl DafFs {
             }
         };
         let dots = [(".".to_string(), ino), ("..".to_string(), node.parent)];
-        let all = dots.into_iter().chain(children.iter().cloned());
+        let len = children.len() + 2;
+        let at = |i: usize| if i < 2 { &dots[i] } else { &children[i - 2] };
         // Offsets count hidden children too, so they stay valid whatever is learnt meanwhile.
-        Ok(all
-            .enumerate()
-            .skip(from)
-            .filter(|(i, (_, child))| *i < 2 || ns.present(*child) != Some(false))
-            .take(limit)
-            .map(|(i, (name, child))| DirEntry {
-                ino: child,
-                kind: kind_of(child),
-                name,
-                next_offset: i as u64 + 1,
-            })
-            .collect())
+        // Presence is settled a batch at a time (a listing of a large directory asks for many
+        // batches), and a batch is filled past hidden children: an empty one ends the listing.
+        let mut out = Vec::new();
+        let mut next = usize::try_from(offset).unwrap_or(usize::MAX);
+        while out.len() < limit && next < len {
+            let batch = next..len.min(next.saturating_add(limit));
+            presence::settle(&ns, batch.clone().map(|i| at(i).1))?;
+            for (name, child) in batch.map(at) {
+                next += 1;
+                if next <= 2 || ns.present(*child) != Some(false) {
+                    out.push(DirEntry {
+                        ino: *child,
+                        kind: kind_of(*child),
+                        name: name.clone(),
+                        next_offset: next as u64,
+                    });
+                    if out.len() == limit {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// The content of committed file `ino` (produced on first access, then shared), or a copy

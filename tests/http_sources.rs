@@ -497,3 +497,40 @@ fn a_chunk_left_out_is_asked_for_once_when_listed_and_a_failure_is_eio() {
         vec![0; 24]
     );
 }
+
+#[test]
+fn a_listing_batch_goes_past_hidden_entries() {
+    // One entry at a time (the kernel asks for more, the core API allows any batch): a batch
+    // whose only candidate is hidden must go on to the next entry, since an empty batch ends
+    // the listing.
+    let tmp = tempfile::tempdir().unwrap();
+    let packed = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/packed/zarr_packed.daf.zarr"
+    );
+    let status = Command::new("cp")
+        .arg("-r")
+        .arg(packed)
+        .arg(tmp.path().join("p.daf.zarr"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let server = Server::start(tmp.path());
+    let remote = open_remote(&server.url("p.daf.zarr"), &quick()).unwrap();
+    let core = DafFs::with_staging(
+        remote.datasets,
+        ViewSelection::Both,
+        SystemTime::UNIX_EPOCH,
+        None,
+    );
+    let array = core.resolve("p.daf.zarr/vectors/batch/zero").unwrap();
+    let mut names = Vec::new();
+    let mut offset = 2; // past "." and ".."
+    loop {
+        let batch = core.readdir(array, offset, 1).unwrap();
+        let Some(entry) = batch.first() else { break };
+        names.push(entry.name.clone());
+        offset = entry.next_offset;
+    }
+    assert_eq!(names, ["zarr.json"]);
+}

@@ -5,8 +5,8 @@
 //! window (4 MiB, doubling up to 32 MiB while the reads stay sequential) is already on its way, so
 //! the network and the kernel's copying overlap instead of taking turns. A block being fetched is
 //! claimed (`inflight`), so a reader that needs it waits for that fetch instead of asking again.
-//! A block is served as a slice of the response body (no copy between the socket's buffer and the
-//! kernel).
+//! A block is a slice of the response body, and a read inside one block is a slice of it: no copy
+//! between the body and the kernel.
 //!
 //! The object's size is known when it is made (predicted from metadata, or from a HEAD) and its
 //! version (ETag or Last-Modified) is recorded at first contact: every later response must agree

@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{is_mounted, processes_mentioning, start_foreground, wait_exit, BIN, VECTORS};
+use common::{
+    is_mounted, processes_mentioning, start_foreground, wait_exit, Unmount, BIN, VECTORS,
+};
 
 /// Runs daf-mount to completion and returns (exit code, stderr).
 fn run(args: &[&str]) -> (i32, String) {
@@ -186,10 +188,11 @@ fn signals_and_external_unmounts_end_the_daemon_with_status_0() {
     ];
     for (how, stop) in ways {
         let mnt = mountpoint(&tmp, &how.replace(' ', "_"));
-        let mut child = start_foreground_on(&source, &mnt);
+        // Unmounted and ended if an assertion fails on the way.
+        let mut guard = Unmount(start_foreground_on(&source, &mnt), mnt.clone());
         assert!(mnt.join("files_v1_0.daf/daf.json").exists());
-        stop(&mut child, &mnt);
-        let status = wait_exit(&mut child, &mnt, Duration::from_secs(20));
+        stop(&mut guard.0, &mnt);
+        let status = wait_exit(&mut guard.0, &mnt, Duration::from_secs(20));
         assert_eq!(status.code(), Some(0), "{how}");
         assert!(!is_mounted(&mnt), "{how} left the mount");
     }

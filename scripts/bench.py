@@ -374,6 +374,9 @@ def main():
     native = statistics.median(natives)
     row("seq read 1 GiB, ZIP source, first read (throughput ratio)", statistics.median(firsts), native, "s", ">= 0.4")
     row("seq read 1 GiB, ZIP source, second read (throughput ratio)", statistics.median(seconds), native, "s", ">= 0.75")
+    # 13. The ZIP rows against the FUSE ceiling (issue 12: examples/fuse_ceiling.rs, scripts/bench_ceiling.py).
+    import bench_ceiling
+    bench_ceiling.ceiling_rows(sys.modules[__name__], args.rounds, zip_path, row)
     # 12. cp of the published ZIP (--zip, issue 13) vs cp of the native ZIP, warm (scripts/bench_publish.py).
     import bench_publish
     bench_publish.publish_row(sys.modules[__name__], WORK, args.rounds, zip_path, f"{gib:.0f} GiB", row)

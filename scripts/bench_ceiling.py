@@ -1,0 +1,113 @@
+"""The FUSE-ceiling rows of scripts/bench (issue 12, point 1): daf-mount's ZIP-source rows against the smallest
+FUSE filesystem serving the same member from one map with the same settings (`examples/fuse_ceiling.rs`: same fuser,
+same session config and worker threads, FOPEN_KEEP_CACHE, 1 MiB readahead), side by side, interleaved, medians:
+  first read (fresh mounts), re-read, four concurrent readers (warm), 4 KiB random re-reads (second pass).
+
+    python scripts/bench_ceiling.py [--rounds R]     (alone: the bench's 1 GiB ZIP data set)
+"""
+import os
+import statistics
+import subprocess
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CEILING = os.path.join(ROOT, "target", "release", "examples", "fuse_ceiling")
+MEMBER = "matrices/cell/gene/fraction/0.0"
+
+
+class Ceiling:
+    """The ceiling filesystem mounted on a fresh temp dir, serving one byte range as `data`."""
+
+    def __init__(self, archive, start, length):
+        import tempfile
+        self.path = tempfile.mkdtemp(prefix="daf-ceiling-")
+        self.proc = subprocess.Popen([CEILING, archive, str(start), str(length), self.path],
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        if self.proc.stdout.readline().strip() != "READY":
+            self.proc.kill()
+            raise RuntimeError("fuse_ceiling did not start")
+        self.data = os.path.join(self.path, "data")
+
+    def close(self):
+        subprocess.run(["fusermount3", "-u", self.path], capture_output=True)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        os.rmdir(self.path)
+
+
+def four(read):
+    threads = [threading.Thread(target=read) for _ in range(4)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - start
+
+
+def ceiling_rows(bench, rounds, zip_path, row):
+    """Measures the rows with scripts/bench.py's helpers (`bench`: Mount, dd, random_reads, entry_range)."""
+    subprocess.run(["cargo", "build", "--release", "--quiet", "--example", "fuse_ceiling"], cwd=ROOT, check=True)
+    start, length = bench.entry_range(zip_path, MEMBER)
+    bench.recache(zip_path)
+    firsts = {"daf": [], "ceiling": []}
+    seconds = {"daf": [], "ceiling": []}
+    for _ in range(rounds):  # fresh mounts each round: the first read fills the FUSE page cache
+        m = bench.Mount(zip_path, "-o", "ro", "--view", "files")
+        c = Ceiling(zip_path, start, length)
+        try:
+            view = os.path.join(m.path, "matrices/cell/gene/fraction.data")
+            if os.path.getsize(view) != os.path.getsize(c.data):
+                raise RuntimeError("the two files differ in size")
+            firsts["daf"].append(bench.dd(view))
+            firsts["ceiling"].append(bench.dd(c.data))
+            seconds["daf"].append(bench.dd(view))
+            seconds["ceiling"].append(bench.dd(c.data))
+        finally:
+            m.close()
+            c.close()
+    med = statistics.median
+    row("ZIP source vs FUSE ceiling: first read of the 1 GiB member (throughput ratio)",
+        med(firsts["daf"]), med(firsts["ceiling"]), "s", ">= 0.9")
+    row("ZIP source vs FUSE ceiling: re-read (throughput ratio)",
+        med(seconds["daf"]), med(seconds["ceiling"]), "s", ">= 0.95")
+    m = bench.Mount(zip_path, "-o", "ro", "--view", "files")
+    c = Ceiling(zip_path, start, length)
+    try:
+        view = os.path.join(m.path, "matrices/cell/gene/fraction.data")
+        bench.dd(view)
+        bench.dd(c.data)
+        t_m, t_c = bench.interleave(rounds, lambda: four(lambda: bench.dd(view)), lambda: four(lambda: bench.dd(c.data)))
+        row("ZIP source vs FUSE ceiling: four concurrent readers, warm (aggregate throughput ratio)",
+            t_m, t_c, "s", ">= 0.9")
+        bench.random_reads(view, 0, length)
+        bench.random_reads(c.data, 0, length)
+        t_m, t_c = bench.interleave(rounds, lambda: bench.random_reads(view, 0, length),
+                                    lambda: bench.random_reads(c.data, 0, length))
+        row("ZIP source vs FUSE ceiling: 4 KiB random re-reads (throughput ratio)", t_m, t_c, "s", ">= 0.9")
+    finally:
+        m.close()
+        c.close()
+
+
+def main():
+    import sys
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import bench
+
+    def measure(args, row, rows):
+        files_dir = os.path.join(bench.WORK, "big.daf")
+        bench.make_filesdaf(files_dir)
+        zip_path = os.path.join(bench.WORK, "big.daf.zarr.zip")
+        bench.make_zarr_zip(files_dir, zip_path)
+        ceiling_rows(bench, args.rounds, zip_path, row)
+
+    bench.run_alone(lambda parser: None, measure)
+
+
+if __name__ == "__main__":
+    main()

@@ -11,6 +11,7 @@
 pub mod blob;
 pub mod bytes;
 pub mod check;
+pub mod decode_cache;
 #[cfg(test)]
 pub(crate) mod conformance;
 pub mod dir;

@@ -187,8 +187,9 @@ impl ForeignDecoder {
         if let Some(e) = lock(&self.failed).get(&n) {
             return Err(StoreError::Produce(e.clone()));
         }
-        // Reading the stored bytes may fail for a passing reason (I/O): not remembered.
-        let raw = stored.bytes()?;
+        // Reading the stored bytes may fail for a passing reason (I/O): not remembered. By
+        // range: a compressed ZIP member is decompressed without being kept whole.
+        let raw = stored.read_range(0, stored.len()?)?;
         self.decoded.fetch_add(1, Ordering::Relaxed);
         log::trace!("{}: decoding chunk {n}", self.what);
         match decode_numeric_chunk(&self.layout, raw.as_slice()) {

@@ -26,6 +26,7 @@ pub mod store;
 pub mod zip;
 pub mod zip_append;
 pub mod zip_entry;
+pub mod zip_stream;
 pub mod zip_write;
 
 use std::collections::BTreeMap;

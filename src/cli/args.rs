@@ -296,13 +296,12 @@ impl MountOptions {
                     )
                 }
                 _ if option.starts_with("decode_cache=") => {
-                    parsed.decode_cache = Some(
-                        parse_size(&option["decode_cache=".len()..]).ok_or_else(|| {
+                    parsed.decode_cache =
+                        Some(parse_size(&option["decode_cache=".len()..]).ok_or_else(|| {
                             CliError::Option(format!(
                                 "{option}: decode_cache is a size such as 64M or 1G"
                             ))
-                        })?,
-                    )
+                        })?)
                 }
                 _ if option.starts_with("zarr_format=") => {
                     parsed.zarr_format = Some(

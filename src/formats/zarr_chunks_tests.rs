@@ -52,9 +52,15 @@ fn evicted_chunks_read_back_correctly() {
     assert!(blob.is_ranged());
     let mut seed = 12345u64;
     for round in 0..400 {
-        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         let offset = (seed >> 33) % expected.len() as u64;
-        let len = if round % 50 == 0 { 4096 } else { (seed >> 20) % 700 + 1 };
+        let len = if round % 50 == 0 {
+            4096
+        } else {
+            (seed >> 20) % 700 + 1
+        };
         let got = blob.read_range(offset, len).unwrap();
         let end = (offset + len).min(expected.len() as u64);
         assert_eq!(
@@ -64,7 +70,11 @@ fn evicted_chunks_read_back_correctly() {
         );
     }
     assert!(cache.evicted() > 0, "the bound forced evictions");
-    assert!(cache.peak() <= 2 * 160, "peak {} over the bound", cache.peak());
+    assert!(
+        cache.peak() <= 2 * 160,
+        "peak {} over the bound",
+        cache.peak()
+    );
     let stored_chunks = 8 * 6 - 8 * 6 / 3;
     assert!(decoder.decoded.load(Ordering::Relaxed) > stored_chunks);
     assert!(!blob.is_materialized(), "never decoded whole");

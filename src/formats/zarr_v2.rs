@@ -23,8 +23,7 @@ use super::shard::Packing;
 use super::types::{Endian, NumType};
 use super::zarr_chunks::foreign_decoder;
 use super::zarr_decode::{
-    assemble_strings, check_grid, checked_product, ArrayKind, ChunkLayout,
-    Compressor, StoredChunks,
+    assemble_strings, check_grid, checked_product, ArrayKind, ChunkLayout, Compressor, StoredChunks,
 };
 use super::FormatError;
 

@@ -332,7 +332,10 @@ fn hostile_array_documents_are_refused() {
     assert_eq!(huge.blob.known_len(), Some(4 << 40));
     let err = huge.blob.bytes().unwrap_err().to_string();
     assert!(err.contains("limit"), "{err}");
-    assert_eq!(huge.blob.read_range(4 << 39, 8).unwrap().as_slice(), &[0; 8]);
+    assert_eq!(
+        huge.blob.read_range(4 << 39, 8).unwrap().as_slice(),
+        &[0; 8]
+    );
     assert_eq!(huge.blob.read_range(0, 12).unwrap().len(), 12);
     // A chunk bigger than the shape declares.
     let (_tmp, root) = copy_fixture(&format!("{VECTORS}/zarr_v3.daf.zarr"));

@@ -179,12 +179,18 @@ mod tests {
         assert_eq!(cache.get(owner, 0).unwrap()[0], 0); // 0 is now the most recent
         cache.insert(owner, 2, piece(40, 2));
         assert!(cache.bytes() <= 100);
-        assert!(cache.get(owner, 1).is_none(), "the least recently used goes first");
+        assert!(
+            cache.get(owner, 1).is_none(),
+            "the least recently used goes first"
+        );
         assert_eq!(cache.get(owner, 0).unwrap()[0], 0);
         assert_eq!(cache.get(owner, 2).unwrap()[0], 2);
         assert_eq!(cache.evicted(), 1);
         cache.insert(owner, 3, piece(101, 3));
-        assert!(cache.get(owner, 3).is_none(), "larger than the bound: not kept");
+        assert!(
+            cache.get(owner, 3).is_none(),
+            "larger than the bound: not kept"
+        );
         assert!(cache.peak() <= 100);
         cache.set_limit(40);
         assert!(cache.bytes() <= 40);

@@ -11,9 +11,9 @@
 pub mod blob;
 pub mod bytes;
 pub mod check;
-pub mod decode_cache;
 #[cfg(test)]
 pub(crate) mod conformance;
+pub mod decode_cache;
 pub mod dir;
 pub mod http;
 pub mod http_cache;

@@ -18,8 +18,8 @@ use std::io::Read;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::zip_stream::MemberStream;
 use super::zip::{CentralRecord, METHOD_BZIP2, METHOD_DEFLATE, METHOD_STORED, METHOD_ZSTD};
+use super::zip_stream::MemberStream;
 use super::{Blob, Bytes, StoreError};
 
 /// The largest `st_size` shown for an entry (sizes declared beyond it are absurd anyway).

@@ -124,7 +124,13 @@ impl MemberStream {
         (packed, size, crc): (u64, u64, u32),
         fetch: RawFetch,
     ) -> MemberStream {
-        MemberStream::in_cache(decode_cache::cache(), what, method, (packed, size, crc), fetch)
+        MemberStream::in_cache(
+            decode_cache::cache(),
+            what,
+            method,
+            (packed, size, crc),
+            fetch,
+        )
     }
 
     /// [`MemberStream::new`] keeping its windows in `cache` (tests use a small one).
@@ -308,9 +314,12 @@ impl RangeSource for MemberStream {
             let window = self.window(w)?;
             let from = (at - w * WINDOW) as usize;
             let to = ((end - w * WINDOW) as usize).min(window.len());
-            let piece = window.get(from..to).filter(|p| !p.is_empty()).ok_or_else(|| {
-                StoreError::Produce(format!("{}: window {w} is short", self.what))
-            })?;
+            let piece = window
+                .get(from..to)
+                .filter(|p| !p.is_empty())
+                .ok_or_else(|| {
+                    StoreError::Produce(format!("{}: window {w} is short", self.what))
+                })?;
             out.extend_from_slice(piece);
             at += piece.len() as u64;
         }

@@ -46,7 +46,11 @@ fn evicted_windows_read_back_correctly() {
     assert_eq!(s.check_state(), Some(CheckState::Unverified));
     let got = s.read_range(100, 5000).unwrap();
     assert_eq!(got.as_slice(), &data[100..5100]);
-    assert_eq!(s.check_state(), Some(CheckState::Running), "large: served first");
+    assert_eq!(
+        s.check_state(),
+        Some(CheckState::Running),
+        "large: served first"
+    );
     let mut seed = 99u64;
     for _ in 0..60 {
         seed = seed
@@ -56,12 +60,19 @@ fn evicted_windows_read_back_correctly() {
         let len = (seed >> 13) % (3 * WINDOW / 2) + 1;
         let got = s.read_range(offset, len).unwrap();
         let end = (offset + len).min(data.len() as u64) as usize;
-        assert_eq!(got.as_slice(), &data[offset as usize..end], "{offset}+{len}");
+        assert_eq!(
+            got.as_slice(),
+            &data[offset as usize..end],
+            "{offset}+{len}"
+        );
     }
     assert!(s.cache.evicted() > 0);
     assert!(s.cache.peak() <= 2 * WINDOW);
     let tail = data.len() as u64 - 10;
-    assert_eq!(s.read_range(tail, 10).unwrap().as_slice(), &data[tail as usize..]);
+    assert_eq!(
+        s.read_range(tail, 10).unwrap().as_slice(),
+        &data[tail as usize..]
+    );
     assert_eq!(s.check_state(), Some(CheckState::Verified));
 }
 
@@ -72,7 +83,10 @@ fn every_method_streams() {
     for method in [METHOD_DEFLATE, METHOD_BZIP2, METHOD_ZSTD] {
         let s = stream(WINDOW, method, &data, data.len() as u64, crc);
         let got = s.read_range(WINDOW - 3, 2 * WINDOW).unwrap();
-        assert_eq!(got.as_slice(), &data[WINDOW as usize - 3..3 * WINDOW as usize - 3]);
+        assert_eq!(
+            got.as_slice(),
+            &data[WINDOW as usize - 3..3 * WINDOW as usize - 3]
+        );
         // Small (under VERIFY_FIRST): checked whole before the first byte was served.
         assert_eq!(s.check_state(), Some(CheckState::Verified), "{method}");
     }
@@ -81,7 +95,13 @@ fn every_method_streams() {
 #[test]
 fn a_small_corrupt_member_fails_before_its_first_byte() {
     let data = plain(10_000);
-    let s = stream(WINDOW, METHOD_DEFLATE, &data, 10_000, crc32fast::hash(&data) ^ 1);
+    let s = stream(
+        WINDOW,
+        METHOD_DEFLATE,
+        &data,
+        10_000,
+        crc32fast::hash(&data) ^ 1,
+    );
     let err = s.read_range(0, 10).unwrap_err().to_string();
     assert!(err.contains("CRC"), "{err}");
     assert_eq!(s.check_state(), Some(CheckState::Bad));
@@ -102,7 +122,10 @@ fn a_large_corrupt_member_fails_once_a_pass_reaches_its_end() {
     let end = data.len() as u64;
     assert!(s.read_range(end - 10, 10).is_err());
     assert_eq!(s.check_state(), Some(CheckState::Bad));
-    assert!(s.read_range(0, 10).is_err(), "cached windows are not served any more");
+    assert!(
+        s.read_range(0, 10).is_err(),
+        "cached windows are not served any more"
+    );
 }
 
 #[test]
@@ -116,6 +139,9 @@ fn a_wrong_declared_size_is_found() {
     let err = long.read_range(0, 10).unwrap_err().to_string();
     assert!(err.contains("more than the 9999"), "{err}");
     let forged = stream(WINDOW, METHOD_BZIP2, &data, 1 << 40, crc);
-    assert!(forged.read_range(0, 1 << 40).is_err(), "refused, not allocated");
+    assert!(
+        forged.read_range(0, 1 << 40).is_err(),
+        "refused, not allocated"
+    );
     assert!(forged.read_range(0, 10).is_err());
 }

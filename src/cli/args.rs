@@ -72,8 +72,9 @@ pub struct Args {
     pub foreground: bool,
     /// Mount options, comma-separated: ro (default rw), allow_other, allow_root, auto_unmount,
     /// default_permissions, fsname=NAME, and every option below in -o form: view=V,
-    /// zarr_format=N, files_version=V, log_file=FILE, threads=N (generic ones such as dev, suid,
-    /// noatime, nofail are accepted).
+    /// zarr_format=N, files_version=V, log_file=FILE, threads=N, and decode_cache=SIZE (bound of
+    /// the decoded chunks of compressed arrays and ZIP members kept, default 256M; generic ones
+    /// such as dev, suid, noatime, nofail are accepted).
     #[arg(short = 'o', value_name = "OPTIONS")]
     pub options: Vec<String>,
     /// Which layouts to show. Also `-o view=V`.

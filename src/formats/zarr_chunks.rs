@@ -212,8 +212,8 @@ impl RangeSource for ForeignDecoder {
     fn read_range(&self, offset: u64, len: u64) -> Result<Bytes, StoreError> {
         if len > MAX_DECODED_BYTES {
             return Err(StoreError::Produce(format!(
-                "{}: {len} bytes are more than the limit of {} MiB a foreign array may decode \
-                 at once",
+                "decoding {}: {len} bytes are more than the limit of {} MiB a foreign array may \
+                 decode at once",
                 self.what,
                 MAX_DECODED_BYTES >> 20
             )));

@@ -72,8 +72,9 @@ pub struct Args {
     pub foreground: bool,
     /// Mount options, comma-separated: ro (default rw), allow_other, allow_root, auto_unmount,
     /// default_permissions, fsname=NAME, and every option below in -o form: view=V,
-    /// zarr_format=N, files_version=V, log_file=FILE, threads=N (generic ones such as dev, suid,
-    /// noatime, nofail are accepted).
+    /// zarr_format=N, files_version=V, log_file=FILE, threads=N, and decode_cache=SIZE (bound of
+    /// the decoded chunks of compressed arrays and ZIP members kept, default 256M; generic ones
+    /// such as dev, suid, noatime, nofail are accepted).
     #[arg(short = 'o', value_name = "OPTIONS")]
     pub options: Vec<String>,
     /// Which layouts to show. Also `-o view=V`.
@@ -238,6 +239,8 @@ pub struct MountOptions {
     pub log_file: Option<PathBuf>,
     /// `threads=N`.
     pub threads: Option<usize>,
+    /// `decode_cache=SIZE`: bound of the mount-wide cache of decoded chunks (default 256M).
+    pub decode_cache: Option<u64>,
     /// `cache=`, `cache_size=`, `header=`, `token=`, `timeout=`, `retries=`: how a remote
     /// source is fetched.
     pub http: HttpOptions,
@@ -292,6 +295,14 @@ impl MountOptions {
                                 CliError::Option(format!("{option}: threads is a count, 1 or more"))
                             })?,
                     )
+                }
+                _ if option.starts_with("decode_cache=") => {
+                    parsed.decode_cache =
+                        Some(parse_size(&option["decode_cache=".len()..]).ok_or_else(|| {
+                            CliError::Option(format!(
+                                "{option}: decode_cache is a size such as 64M or 1G"
+                            ))
+                        })?)
                 }
                 _ if option.starts_with("zarr_format=") => {
                     parsed.zarr_format = Some(
@@ -462,6 +473,10 @@ mod tests {
         .unwrap();
         assert_eq!(o.http.cache_dir, Some("/tmp/c".into()));
         assert_eq!(o.http.cache_size, 2 << 30);
+        assert_eq!(o.decode_cache, None);
+        let d = MountOptions::parse(&["decode_cache=64M".into()]).unwrap();
+        assert_eq!(d.decode_cache, Some(64 << 20));
+        assert!(MountOptions::parse(&["decode_cache=lots".into()]).is_err());
         assert_eq!(o.http.timeout, std::time::Duration::from_millis(2500));
         assert_eq!(o.http.retries, 7);
         assert_eq!(o.http.headers, [("X-Key".into(), "s3cret".into())]);

@@ -72,6 +72,11 @@ pub fn run(args: Args) -> Result<(), CliError> {
     } else {
         lock_source(&source_arg)?
     };
+    let decode_cache = crate::stores::decode_cache::cache();
+    if let Some(limit) = options.decode_cache {
+        decode_cache.set_limit(limit);
+    }
+    log::info!("decode cache: at most {} MiB", decode_cache.limit() >> 20);
     let started = std::time::Instant::now();
     let source = if remote {
         let http = options

@@ -27,6 +27,7 @@ pub mod source;
 pub mod strings;
 pub mod types;
 pub mod validate;
+pub mod zarr_chunks;
 pub mod zarr_daf;
 pub mod zarr_decode;
 pub mod zarr_v2;

@@ -356,17 +356,42 @@ fn decode_chunk(layout: &ChunkLayout, raw: &[u8], limit: u64) -> Result<Vec<u8>,
     Ok(data)
 }
 
+/// One stored chunk of a numeric array, decoded into exactly Daf's bytes for the whole chunk
+/// shape: little-endian elements in C order (edge chunks keep their padding).
+pub fn decode_numeric_chunk(layout: &ChunkLayout, raw: &[u8]) -> Result<Vec<u8>, String> {
+    let ArrayKind::Numeric(t, endian) = layout.kind else {
+        return Err("not a numeric array".into());
+    };
+    let size = t.size();
+    let chunk_bytes = within_limit(layout.chunk_len(), size, "one chunk")?;
+    let size = size as usize;
+    let mut data = decode_chunk(layout, raw, chunk_bytes)?;
+    if data.len() as u64 != chunk_bytes {
+        return Err(format!(
+            "it decodes to {} bytes, {chunk_bytes} expected",
+            data.len(),
+        ));
+    }
+    if layout.fortran_order && layout.chunks.len() > 1 {
+        data = fortran_to_c(&data, &layout.chunks, size);
+    }
+    if endian == Endian::Big {
+        data.chunks_exact_mut(size).for_each(<[u8]>::reverse);
+    }
+    Ok(data)
+}
+
 /// Assembles a numeric array from the chunks the store holds (missing chunks are fill).
 pub fn assemble_numeric(
     layout: &ChunkLayout,
     chunks: &[(Vec<u64>, Arc<Blob>)],
 ) -> Result<Vec<u8>, String> {
-    let ArrayKind::Numeric(t, endian) = layout.kind else {
+    let ArrayKind::Numeric(t, _) = layout.kind else {
         return Err("not a numeric array".into());
     };
     let size = t.size();
     within_limit(layout.len(), size, "the array")?;
-    let chunk_bytes = within_limit(layout.chunk_len(), size, "one chunk")?;
+    within_limit(layout.chunk_len(), size, "one chunk")?;
     if layout.fill.len() as u64 != size {
         return Err("fill value does not match the dtype".into());
     }
@@ -374,19 +399,8 @@ pub fn assemble_numeric(
     let mut out = layout.fill.repeat(layout.len() as usize);
     for (coord, stored) in chunks {
         let raw = stored.bytes().map_err(|e| e.to_string())?;
-        let mut data = decode_chunk(layout, raw.as_slice(), chunk_bytes)?;
-        if data.len() as u64 != chunk_bytes {
-            return Err(format!(
-                "chunk {coord:?} decodes to {} bytes, {chunk_bytes} expected",
-                data.len(),
-            ));
-        }
-        if layout.fortran_order && layout.chunks.len() > 1 {
-            data = fortran_to_c(&data, &layout.chunks, size);
-        }
-        if endian == Endian::Big {
-            data.chunks_exact_mut(size).for_each(<[u8]>::reverse);
-        }
+        let data = decode_numeric_chunk(layout, raw.as_slice())
+            .map_err(|e| format!("chunk {coord:?}: {e}"))?;
         for_each_run(layout, coord, |from, to, run| {
             out[to * size..(to + run) * size]
                 .copy_from_slice(&data[from * size..(from + run) * size]);

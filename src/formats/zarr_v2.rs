@@ -21,9 +21,9 @@ use crate::stores::{Blob, Bytes, StoreIndex};
 use super::scalar::Scalar;
 use super::shard::Packing;
 use super::types::{Endian, NumType};
+use super::zarr_chunks::foreign_decoder;
 use super::zarr_decode::{
-    assemble_numeric, assemble_strings, check_grid, checked_product, ArrayKind, ChunkLayout,
-    Compressor, StoredChunks,
+    assemble_strings, check_grid, checked_product, ArrayKind, ChunkLayout, Compressor, StoredChunks,
 };
 use super::FormatError;
 
@@ -332,7 +332,7 @@ pub(super) fn open_chunked(
             )));
         }
     }
-    // Anything else is decoded once, on first access, from the chunks the store holds.
+    // Anything else is decoded from the chunks the store holds: numbers on demand, by range.
     let stored = stored_chunks(index, key, &layout, prefix);
     if stored.is_empty() {
         return Ok(ZarrArray {
@@ -345,11 +345,12 @@ pub(super) fn open_chunked(
     }
     let what = key.to_string();
     let blob = match kind {
-        ArrayKind::Numeric(t, _) => Blob::lazy(len.checked_mul(t.size()), move || {
-            assemble_numeric(&layout, &stored)
-                .map(Bytes::from_vec)
-                .map_err(|e| crate::stores::StoreError::Produce(format!("decoding {what}: {e}")))
-        }),
+        // Decoded by range, chunk by chunk, through the mount-wide decode cache.
+        ArrayKind::Numeric(..) => {
+            foreign_decoder(layout, stored, what.clone())
+                .map_err(|e| FormatError::bad(format!("decoding {what}: {e}")))?
+                .0
+        }
         // The length of decoded strings is only known once decoded, and every `stat` needs
         // it: decoded now, so an array that cannot be decoded is skipped, not an EIO on `ls`.
         ArrayKind::Strings => Blob::ready(

@@ -325,12 +325,18 @@ fn hostile_array_documents_are_refused() {
             .to_string();
         assert!(err.contains(message), "{to}: {err}");
     }
-    // A huge declared shape is never allocated: its read fails at the decode limit.
+    // A huge declared shape is never allocated: a whole read fails at the decode limit, a
+    // range is decoded chunk by chunk (only the first chunk is stored: the rest is fill).
     let (_tmp, idx) = idx_with(&score.replacen("\"shape\":[3]", "\"shape\":[1099511627776]", 1));
     let huge = open_array(&idx, "vectors/cell/score").unwrap();
     assert_eq!(huge.blob.known_len(), Some(4 << 40));
     let err = huge.blob.bytes().unwrap_err().to_string();
     assert!(err.contains("limit"), "{err}");
+    assert_eq!(
+        huge.blob.read_range(4 << 39, 8).unwrap().as_slice(),
+        &[0; 8]
+    );
+    assert_eq!(huge.blob.read_range(0, 12).unwrap().len(), 12);
     // A chunk bigger than the shape declares.
     let (_tmp, root) = copy_fixture(&format!("{VECTORS}/zarr_v3.daf.zarr"));
     std::fs::write(root.join("vectors/cell/score/c/0"), [0u8; 16]).unwrap();

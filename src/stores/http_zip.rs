@@ -3,8 +3,9 @@
 //! local parser, given the directory rebased to offset 0); members are fetched on demand: a
 //! stored member is a ranged blob (its local header is read on first access to find its data)
 //! whose CRC-32 is checked from the ranges read (`range_check`: a member up to 4 MiB whole before
-//! its first byte, a larger one once every byte of it was read), a compressed one is fetched
-//! whole and decompressed by `zip_entry::decode` (CRC checked).
+//! its first byte, a larger one once every byte of it was read), a compressed one is
+//! decompressed on demand by `zip_stream` (its compressed bytes fetched by ranges, CRC checked
+//! when a pass reaches its end).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -16,7 +17,8 @@ use super::http::{redact, Fetch, HttpClient};
 use super::http_object::RemoteObject;
 use super::range_check::RangeCheck;
 use super::zip::{find_eocd, parse_archive, CentralRecord, LOCAL_SIG, METHOD_STORED};
-use super::zip_entry::{decode, entry_problem};
+use super::zip_entry::entry_problem;
+use super::zip_stream::MemberStream;
 use super::{Bytes, Entry, StoreError, StoreIndex};
 
 /// How much of the end of the file is read first (EOCD with the longest comment, ZIP64 records).
@@ -195,14 +197,8 @@ fn member_blob(archive: Arc<RemoteObject>, url: &str, record: CentralRecord) -> 
     if method == METHOD_STORED {
         return Blob::ranged(size, member);
     }
-    Blob::lazy(Some(size), move || {
-        let raw = if packed == 0 {
-            Bytes::empty()
-        } else {
-            member.read_range(0, packed)?
-        };
-        decode(method, raw.as_slice(), size, crc)
-            .map(Bytes::from_vec)
-            .map_err(|why| StoreError::Produce(format!("{what}: {why}")))
-    })
+    // Decompressed on demand, window by window (the compressed bytes fetched by ranges).
+    let fetch = move |offset: u64, len: u64| member.read_range(offset, len);
+    let stream = MemberStream::new(what, method, (packed, size, crc), Arc::new(fetch));
+    Blob::ranged(size, Arc::new(stream))
 }

@@ -13,6 +13,7 @@ pub mod bytes;
 pub mod check;
 #[cfg(test)]
 pub(crate) mod conformance;
+pub mod decode_cache;
 pub mod dir;
 pub mod http;
 pub mod http_cache;
@@ -25,6 +26,7 @@ pub mod store;
 pub mod zip;
 pub mod zip_append;
 pub mod zip_entry;
+pub mod zip_stream;
 pub mod zip_write;
 
 use std::collections::BTreeMap;

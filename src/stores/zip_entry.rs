@@ -3,30 +3,25 @@
 //! - A stored entry is a range of the archive's map (zero-copy) guarded by a lazy CRC-32
 //!   [`Check`](super::check::Check): small members are verified before their first byte is served,
 //!   large ones by a background pass (see `check.rs`).
-//! - A deflate, bzip2 or zstd entry is decompressed on first access, into a buffer that grows with
-//!   the output (never allocated at the declared size up front) and never beyond the declared
-//!   size: a bomb stops one byte past it. The result must have exactly the declared size and CRC.
-//!   Decompressed members stay in memory while mounted, so together they may hold at most
-//!   [`DECODED`] bytes; past that, the next one gives an error instead.
+//! - A deflate, bzip2 or zstd entry is a ranged blob decompressed on demand, window by window,
+//!   into the mount-wide decode cache (`zip_stream`): never held whole, never decompressed beyond
+//!   the declared size (a bomb stops one byte past it), and its length and CRC are checked when a
+//!   pass reaches its end. [`decode`] decompresses a member whole (tests).
 //! - An entry that can never be served (damaged local header, data outside its place, encrypted,
 //!   unknown method, a stored entry whose two sizes differ, a declared size that its compressed
-//!   data cannot reach or that is too large to hold in memory) is refused once, at mount, with one
+//!   data cannot reach) is refused once, at mount, with one
 //!   log line naming archive and entry; its reads give `EIO` and the rest of the archive works.
 //!
 //! `st_size` of an entry is its declared size, capped at [`MAX_SHOWN`].
 
 use std::io::Read;
 use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
-use super::bytes::Budget;
 use super::zip::{CentralRecord, METHOD_BZIP2, METHOD_DEFLATE, METHOD_STORED, METHOD_ZSTD};
+use super::zip_stream::MemberStream;
 use super::{Blob, Bytes, StoreError};
 
-/// The largest size a compressed member may declare: it is decompressed whole into memory.
-pub const MAX_DECODED: u64 = 256 << 20;
-/// The most that decompressed members may hold together (they stay in memory while mounted).
-pub static DECODED: Budget = Budget::new(384 << 20);
 /// The largest `st_size` shown for an entry (sizes declared beyond it are absurd anyway).
 pub const MAX_SHOWN: u64 = 1 << 40;
 /// First allocation for a decompression, at most (the buffer then grows with the output).
@@ -52,11 +47,6 @@ pub fn entry_problem(record: &CentralRecord) -> Option<String> {
                 Some(format!(
                     "it declares {size} bytes, more than {packed} compressed bytes can expand to"
                 ))
-            } else if size > MAX_DECODED {
-                Some(format!(
-                    "it declares {size} bytes once decompressed; daf-mount decompresses ZIP \
-                     members of at most {MAX_DECODED} bytes (store large members uncompressed)"
-                ))
             } else {
                 None
             }
@@ -75,7 +65,8 @@ fn max_expansion(method: u16, packed: u64) -> u64 {
         METHOD_DEFLATE => 1032,
         // A zstd RLE block: 3 header bytes and one byte give up to 128 KiB.
         METHOD_ZSTD => 65_536,
-        // bzip2's run-length stages reach far higher ratios: only MAX_DECODED bounds it.
+        // bzip2's run-length stages reach far higher ratios: only the declared size bounds
+        // it (the member is streamed, never held whole).
         _ => u64::MAX,
     };
     packed.saturating_mul(ratio).saturating_add(1 << 16)
@@ -94,28 +85,18 @@ pub fn entry_blob(path: &Path, archive: &Bytes, record: &CentralRecord) -> Arc<B
     if record.method == METHOD_STORED {
         return Blob::checked(raw, record.crc32, what);
     }
-    let (method, size, crc) = (record.method, record.size, record.crc32);
-    let failure: OnceLock<String> = OnceLock::new();
-    Blob::lazy(Some(size), move || {
-        if let Some(message) = failure.get() {
-            return Err(StoreError::Produce(message.clone()));
-        }
-        // Not remembered as a failure: the budget may have room again later.
-        let reservation = DECODED.reserve(size).ok_or_else(|| {
-            StoreError::Produce(format!(
-                "{what}: decompressing its {size} bytes would exceed the {} MiB that \
-                 decompressed ZIP members may hold together",
-                DECODED.limit() >> 20
-            ))
-        })?;
-        decode(method, raw.as_slice(), size, crc)
-            .map(|out| Bytes::from_reserved(out, reservation))
-            .map_err(|why| {
-                let message = format!("{what}: {why}");
-                let _ = failure.set(message.clone());
-                StoreError::Produce(message)
-            })
-    })
+    // Decompressed on demand, window by window, through the mount-wide decode cache.
+    let fetch = move |offset: u64, len: u64| {
+        raw.slice(offset, len)
+            .ok_or_else(|| StoreError::Produce("compressed data outside its member".into()))
+    };
+    let stream = MemberStream::new(
+        what,
+        record.method,
+        (record.compressed_size, record.size, record.crc32),
+        Arc::new(fetch),
+    );
+    Blob::ranged(record.size, Arc::new(stream))
 }
 
 /// A blob of `len` bytes (as shown by `stat`) whose every read fails with `message`.
@@ -220,7 +201,7 @@ mod tests {
         let packed = deflate(b"tiny");
         let crc = crc32fast::hash(b"tiny");
         // 2^64-1 and 1 TiB: no allocation of that size (this would abort), a clear error.
-        for size in [u64::MAX, 1 << 40, MAX_DECODED] {
+        for size in [u64::MAX, 1 << 40, 256 << 20] {
             let err = decode(METHOD_DEFLATE, &packed, size, crc).unwrap_err();
             assert!(err.contains("decompresses to 4 bytes"), "{err}");
         }
@@ -244,8 +225,8 @@ mod tests {
         assert!(entry_problem(&record(METHOD_DEFLATE, 1000, 1_000_000, 0)).is_none());
         let p = entry_problem(&record(METHOD_DEFLATE, 1000, 1 << 40, 0)).unwrap();
         assert!(p.contains("more than 1000 compressed bytes"), "{p}");
-        let p = entry_problem(&record(METHOD_BZIP2, 1000, MAX_DECODED + 1, 0)).unwrap();
-        assert!(p.contains("at most"), "{p}");
+        // Streamed: a large member is served whatever its size.
+        assert!(entry_problem(&record(METHOD_BZIP2, 1000, 1 << 30, 0)).is_none());
         assert!(entry_problem(&record(METHOD_STORED, 10, 11, 0)).is_some());
         assert!(entry_problem(&record(METHOD_STORED, 10, 10, 1)).is_some());
         assert!(entry_problem(&record(9, 10, 10, 0))

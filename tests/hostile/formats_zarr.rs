@@ -243,13 +243,14 @@ fn shape_cases() -> Vec<Case> {
         ),
         zcase(
             "chunk of 2^40 elements for 3",
+            // Found when the array is opened (its reads are by chunk): skipped at mount.
             mounted(
+                &[],
+                &["skipping vectors/cell/score", "limit"],
                 &[
                     "zarr_v2.daf/vectors/cell/score.data",
                     "zarr_v2.daf.zarr/vectors/cell/score/0",
                 ],
-                &["decoding vectors/cell/score", "limit"],
-                &[],
                 &[],
             ),
             |r| {

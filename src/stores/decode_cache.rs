@@ -1,0 +1,200 @@
+//! The mount-wide bounded cache of decoded pieces (`-o decode_cache=SIZE`, default
+//! [`DEFAULT_LIMIT`]).
+//!
+//! Content that is stored compressed (the chunks of a foreign chunked Zarr array, the windows of
+//! a compressed ZIP member) is decoded on demand, piece by piece, and the decoded pieces are kept
+//! here, least recently used out first, so that together they never hold more than the limit.
+//! A piece is keyed by its owner (a number from [`DecodeCache::owner`], one per decoded blob)
+//! and its index within the owner. A piece larger than the whole limit is handed to its reader
+//! but not kept. Pieces are shared (`Arc`): a reader still copying out of an evicted piece keeps
+//! it alive until it is done, so the daemon's memory is the limit plus what reads in flight hold.
+//!
+//! There is one cache per process (one mount per daemon): [`cache`] returns it, and the CLI sets
+//! its limit once at mount with [`DecodeCache::set_limit`].
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+/// The default bound of decoded bytes kept: 256 MiB.
+pub const DEFAULT_LIMIT: u64 = 256 << 20;
+
+type Key = (u64, u64);
+
+#[derive(Default)]
+struct Lru {
+    pieces: HashMap<Key, (Arc<Vec<u8>>, u64)>,
+    /// Use stamp → key, oldest first.
+    order: BTreeMap<u64, Key>,
+    next_stamp: u64,
+    bytes: u64,
+}
+
+/// A bounded LRU cache of decoded pieces.
+pub struct DecodeCache {
+    lru: Mutex<Lru>,
+    limit: AtomicU64,
+    next_owner: AtomicU64,
+    /// Most decoded bytes held at once (tests and the log).
+    peak: AtomicU64,
+    /// Pieces dropped to make room (tests and the log).
+    evicted: AtomicU64,
+}
+
+/// The process's decode cache.
+pub fn cache() -> &'static DecodeCache {
+    static CACHE: OnceLock<DecodeCache> = OnceLock::new();
+    CACHE.get_or_init(|| DecodeCache::new(DEFAULT_LIMIT))
+}
+
+impl DecodeCache {
+    /// An empty cache holding at most `limit` decoded bytes.
+    pub fn new(limit: u64) -> DecodeCache {
+        DecodeCache {
+            lru: Mutex::new(Lru::default()),
+            limit: AtomicU64::new(limit),
+            next_owner: AtomicU64::new(1),
+            peak: AtomicU64::new(0),
+            evicted: AtomicU64::new(0),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Lru> {
+        self.lru.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sets the bound (evicting at once down to it).
+    pub fn set_limit(&self, limit: u64) {
+        self.limit.store(limit, Ordering::Relaxed);
+        let mut lru = self.lock();
+        self.shrink(&mut lru, limit);
+    }
+
+    /// The bound in bytes.
+    pub fn limit(&self) -> u64 {
+        self.limit.load(Ordering::Relaxed)
+    }
+
+    /// A new owner number, for one decoded blob.
+    pub fn owner(&self) -> u64 {
+        self.next_owner.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Piece `index` of `owner`, if kept (it becomes the most recently used).
+    pub fn get(&self, owner: u64, index: u64) -> Option<Arc<Vec<u8>>> {
+        let mut lru = self.lock();
+        let stamp = lru.next_stamp;
+        let (data, old) = {
+            let entry = lru.pieces.get_mut(&(owner, index))?;
+            let old = entry.1;
+            entry.1 = stamp;
+            (entry.0.clone(), old)
+        };
+        lru.next_stamp += 1;
+        lru.order.remove(&old);
+        lru.order.insert(stamp, (owner, index));
+        Some(data)
+    }
+
+    /// Keeps piece `index` of `owner`, evicting the least recently used pieces to stay within
+    /// the bound (a piece larger than the bound is not kept).
+    pub fn insert(&self, owner: u64, index: u64, data: Arc<Vec<u8>>) {
+        let limit = self.limit();
+        let size = data.len() as u64;
+        if size > limit {
+            return;
+        }
+        let mut lru = self.lock();
+        let stamp = lru.next_stamp;
+        lru.next_stamp += 1;
+        if let Some((old, old_stamp)) = lru.pieces.insert((owner, index), (data, stamp)) {
+            lru.bytes -= old.len() as u64;
+            lru.order.remove(&old_stamp);
+        }
+        lru.order.insert(stamp, (owner, index));
+        lru.bytes += size;
+        self.shrink(&mut lru, limit);
+        self.peak.fetch_max(lru.bytes, Ordering::Relaxed);
+    }
+
+    fn shrink(&self, lru: &mut Lru, limit: u64) {
+        while lru.bytes > limit {
+            let Some((_, key)) = lru.order.pop_first() else {
+                break;
+            };
+            if let Some((old, _)) = lru.pieces.remove(&key) {
+                lru.bytes -= old.len() as u64;
+                self.evicted.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Drops every piece of `owner` (its blob is gone).
+    pub fn forget(&self, owner: u64) {
+        let mut lru = self.lock();
+        let keys: Vec<(u64, Key)> = lru
+            .order
+            .iter()
+            .filter(|(_, k)| k.0 == owner)
+            .map(|(s, k)| (*s, *k))
+            .collect();
+        for (stamp, key) in keys {
+            lru.order.remove(&stamp);
+            if let Some((old, _)) = lru.pieces.remove(&key) {
+                lru.bytes -= old.len() as u64;
+            }
+        }
+    }
+
+    /// Decoded bytes kept now.
+    pub fn bytes(&self) -> u64 {
+        self.lock().bytes
+    }
+
+    /// Most decoded bytes kept at once so far.
+    pub fn peak(&self) -> u64 {
+        self.peak.load(Ordering::Relaxed)
+    }
+
+    /// Pieces evicted so far.
+    pub fn evicted(&self) -> u64 {
+        self.evicted.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn piece(n: usize, byte: u8) -> Arc<Vec<u8>> {
+        Arc::new(vec![byte; n])
+    }
+
+    #[test]
+    fn keeps_within_its_bound_least_recently_used_out_first() {
+        let cache = DecodeCache::new(100);
+        let owner = cache.owner();
+        cache.insert(owner, 0, piece(40, 0));
+        cache.insert(owner, 1, piece(40, 1));
+        assert_eq!(cache.get(owner, 0).unwrap()[0], 0); // 0 is now the most recent
+        cache.insert(owner, 2, piece(40, 2));
+        assert!(cache.bytes() <= 100);
+        assert!(
+            cache.get(owner, 1).is_none(),
+            "the least recently used goes first"
+        );
+        assert_eq!(cache.get(owner, 0).unwrap()[0], 0);
+        assert_eq!(cache.get(owner, 2).unwrap()[0], 2);
+        assert_eq!(cache.evicted(), 1);
+        cache.insert(owner, 3, piece(101, 3));
+        assert!(
+            cache.get(owner, 3).is_none(),
+            "larger than the bound: not kept"
+        );
+        assert!(cache.peak() <= 100);
+        cache.set_limit(40);
+        assert!(cache.bytes() <= 40);
+        cache.forget(owner);
+        assert_eq!(cache.bytes(), 0);
+    }
+}

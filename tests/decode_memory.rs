@@ -1,0 +1,219 @@
+//! Reading a large compressed array through a mount keeps the daemon's anonymous memory under
+//! the decode cache's bound (`-o decode_cache=`) plus 64 MiB: a foreign chunked Zarr array is
+//! decoded chunk by chunk, a deflated ZIP member window by window, never whole.
+
+mod common;
+
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::{io_deadline, start_foreground, wait_exit, Unmount};
+
+/// Rows and columns of the generated matrix (Zarr shape `[COLS, ROWS]`), `<u4`: 120 MiB.
+const ROWS: u64 = 4096;
+const COLS: u64 = 7680;
+/// Zarr chunk: 256 columns of every row (4 MiB decoded).
+const CHUNK_COLS: u64 = 256;
+const CACHE: u64 = 16 << 20;
+const SLACK: u64 = 64 << 20;
+
+/// The value at C-order flat position `k` of the matrix.
+fn value(k: u64) -> u32 {
+    (k as u32).wrapping_mul(2_654_435_761) >> 20
+}
+
+fn write_json(path: &Path, json: serde_json::Value) {
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    fs::write(path, json.to_string()).unwrap();
+}
+
+fn group(dir: &Path) {
+    write_json(&dir.join(".zgroup"), serde_json::json!({"zarr_format": 2}));
+    write_json(&dir.join(".zattrs"), serde_json::json!({}));
+}
+
+/// One vlen-utf8 array of `n` names `PREFIXi`.
+fn axis(dir: &Path, prefix: &str, n: u64) {
+    write_json(
+        &dir.join(".zarray"),
+        serde_json::json!({"zarr_format": 2, "shape": [n], "chunks": [n], "dtype": "|O",
+            "order": "C", "fill_value": null, "compressor": null,
+            "filters": [{"id": "vlen-utf8"}]}),
+    );
+    write_json(&dir.join(".zattrs"), serde_json::json!({}));
+    let mut chunk = (n as u32).to_le_bytes().to_vec();
+    for i in 0..n {
+        let name = format!("{prefix}{i}");
+        chunk.extend_from_slice(&(name.len() as u32).to_le_bytes());
+        chunk.extend_from_slice(name.as_bytes());
+    }
+    fs::write(dir.join("0"), chunk).unwrap();
+}
+
+/// A ZarrDaf v2 directory whose matrix `matrices/r/c/m` is zstd-compressed in chunks, or
+/// (`chunked` false) one uncompressed chunk.
+fn generate(root: &Path, chunked: bool) {
+    group(root);
+    write_json(
+        &root.join("daf/.zarray"),
+        serde_json::json!({"zarr_format": 2, "shape": [2], "chunks": [2], "dtype": "|u1",
+            "order": "C", "fill_value": null, "compressor": null, "filters": null}),
+    );
+    write_json(&root.join("daf/.zattrs"), serde_json::json!({}));
+    fs::write(root.join("daf/0"), [1u8, 0]).unwrap();
+    for g in ["axes", "matrices", "matrices/r", "matrices/r/c"] {
+        group(&root.join(g));
+    }
+    axis(&root.join("axes/r"), "r", ROWS);
+    axis(&root.join("axes/c"), "c", COLS);
+    let m = root.join("matrices/r/c/m");
+    let (chunk_cols, compressor) = if chunked {
+        (CHUNK_COLS, serde_json::json!({"id": "zstd", "level": 1}))
+    } else {
+        (COLS, serde_json::Value::Null)
+    };
+    write_json(
+        &m.join(".zarray"),
+        serde_json::json!({"zarr_format": 2, "shape": [COLS, ROWS], "chunks": [chunk_cols, ROWS],
+            "dtype": "<u4", "order": "C", "fill_value": 0,
+            "compressor": compressor, "filters": null}),
+    );
+    write_json(&m.join(".zattrs"), serde_json::json!({}));
+    for c in 0..COLS / chunk_cols {
+        let first = c * chunk_cols * ROWS;
+        let raw: Vec<u8> = (first..first + chunk_cols * ROWS)
+            .flat_map(|k| value(k).to_le_bytes())
+            .collect();
+        let bytes = if chunked {
+            zstd::encode_all(&raw[..], 1).unwrap()
+        } else {
+            raw
+        };
+        fs::write(m.join(format!("{c}.0")), bytes).unwrap();
+    }
+}
+
+/// `dir` as a ZIP archive at `archive`, every member deflated (Python's `zipfile`).
+fn zip_deflated(dir: &Path, archive: &Path) {
+    let script = "import os, sys, zipfile\n\
+        src, out = sys.argv[1], sys.argv[2]\n\
+        with zipfile.ZipFile(out, 'w', zipfile.ZIP_DEFLATED, compresslevel=1) as z:\n\
+        \x20   for d, _, fs in sorted(os.walk(src)):\n\
+        \x20       for f in sorted(fs):\n\
+        \x20           p = os.path.join(d, f)\n\
+        \x20           z.write(p, os.path.relpath(p, src))\n";
+    let status = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(dir)
+        .arg(archive)
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+fn rss_anon(pid: u32) -> u64 {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("RssAnon:")).unwrap();
+    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib << 10
+}
+
+/// Reads `path` whole, checking every value and the daemon's RssAnon as it goes; its most.
+fn read_and_watch(path: PathBuf, pid: u32) -> u64 {
+    let expected_len = ROWS * COLS * 4;
+    assert_eq!(fs::metadata(&path).unwrap().len(), expected_len, "st_size");
+    let mut file = fs::File::open(&path).unwrap();
+    let mut buf = vec![0u8; 4 << 20];
+    let (mut at, mut peak) = (0u64, 0u64);
+    loop {
+        let n = file.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        assert_eq!(at % 4, 0);
+        let mut n = n;
+        // Whole elements only (a short read may end inside one).
+        while n % 4 != 0 {
+            let more = file.read(&mut buf[n..n + 4 - n % 4]).unwrap();
+            assert!(more > 0, "{} ends inside an element", path.display());
+            n += more;
+        }
+        for (i, word) in buf[..n].chunks_exact(4).enumerate() {
+            let k = at / 4 + i as u64;
+            let got = u32::from_le_bytes(word.try_into().unwrap());
+            assert_eq!(got, value(k), "{} element {k}", path.display());
+        }
+        at += n as u64;
+        peak = peak.max(rss_anon(pid));
+    }
+    assert_eq!(at, expected_len);
+    peak
+}
+
+/// Mounts `source` with `-o decode_cache=`, reads the matrix whole through both views (values
+/// checked) and checks the daemon's RssAnon all along.
+fn mount_and_read(source: &Path, name: &str) {
+    let mnt = source.parent().unwrap().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let option = format!("decode_cache={}M", CACHE >> 20);
+    let child = start_foreground(
+        &[
+            source.to_str().unwrap(),
+            mnt.to_str().unwrap(),
+            "-o",
+            &option,
+        ],
+        Stdio::inherit(),
+    );
+    let pid = child.id();
+    let mut guard = Unmount(child, mnt.clone());
+    let baseline = rss_anon(pid);
+    let (files, zarr) = (
+        mnt.join(format!("{name}.daf/matrices/r/c/m.data")),
+        mnt.join(format!("{name}.daf.zarr/matrices/r/c/m/0.0")),
+    );
+    let peaks = io_deadline(&mnt, Duration::from_secs(120), move || {
+        (read_and_watch(files, pid), read_and_watch(zarr, pid))
+    });
+    let bound = CACHE + SLACK;
+    eprintln!(
+        "{name}: RssAnon {} MiB at mount, peaks {} and {} MiB (bound {} MiB)",
+        baseline >> 20,
+        peaks.0 >> 20,
+        peaks.1 >> 20,
+        bound >> 20
+    );
+    assert!(peaks.0 < bound && peaks.1 < bound, "{peaks:?} over {bound}");
+    assert!(std::process::Command::new("fusermount3")
+        .arg("-u")
+        .arg(&mnt)
+        .status()
+        .unwrap()
+        .success());
+    let status = wait_exit(&mut guard.0, &mnt, Duration::from_secs(20));
+    assert_eq!(status.code(), Some(0));
+}
+
+#[test]
+fn reading_a_large_compressed_array_keeps_memory_bounded() {
+    require_fuse!();
+    let tmp = tempfile::tempdir().unwrap();
+    let source = tmp.path().join("big.daf.zarr");
+    generate(&source, true);
+    mount_and_read(&source, "big");
+}
+
+#[test]
+fn reading_a_large_deflated_member_keeps_memory_bounded() {
+    require_fuse!();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("plain");
+    generate(&dir, false);
+    let archive = tmp.path().join("big.daf.zarr.zip");
+    zip_deflated(&dir, &archive);
+    fs::remove_dir_all(&dir).unwrap();
+    mount_and_read(&archive, "big");
+}

@@ -453,3 +453,89 @@ fn recovery_leaves_alone_what_a_writer_stages_after_the_mount() {
     let state = fs.state.read().unwrap();
     assert!(state.stuck.is_empty(), "set aside: {:?}", state.stuck);
 }
+
+#[test]
+fn reads_go_on_while_a_commit_writes_its_payloads() {
+    use std::sync::mpsc::channel;
+    use std::time::Duration;
+    let tmp = tempfile::tempdir().unwrap();
+    let copied = std::process::Command::new("cp")
+        .arg("-r")
+        .arg(format!("{VECTORS}/files_v1_0.daf"))
+        .arg(tmp.path())
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let source = tmp.path().join("files_v1_0.daf");
+    let opened = open_source(source.to_str().unwrap()).unwrap();
+    let staging = crate::staging::StagingArea::for_source(&opened.path);
+    let fs = Arc::new(DafFs::with_staging(
+        opened.datasets,
+        ViewSelection::Both,
+        SystemTime::UNIX_EPOCH,
+        Some(staging),
+    ));
+    let (paused, in_commit) = channel();
+    let (resume, resumed) = channel();
+    *fs.commit_pause.lock().unwrap() = Some((paused, resumed));
+    // A new dense property of the 3 cells: its close commits it, and the commit pauses.
+    let dir = fs.resolve("files_v1_0.daf/vectors/cell").unwrap();
+    let committer = {
+        let fs = fs.clone();
+        std::thread::spawn(move || {
+            let (_, json) = fs.create(dir, OsStr::new("big.json"), false).unwrap();
+            fs.write(json, 0, br#"{"format":"dense","eltype":"Float32"}"#)
+                .unwrap();
+            let (_, data) = fs.create(dir, OsStr::new("big.data"), false).unwrap();
+            fs.write(data, 0, &[0u8; 12]).unwrap();
+            fs.flush(json, None).unwrap();
+            fs.release(json);
+            let closed = fs.flush(data, None);
+            fs.release(data);
+            closed
+        })
+    };
+    in_commit
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the commit never started");
+    // Meanwhile, another thread looks up, opens and reads other files.
+    let (done, finished) = channel();
+    let reader = {
+        let fs = fs.clone();
+        std::thread::spawn(move || {
+            let dir = fs.resolve("files_v1_0.daf/vectors/cell").unwrap();
+            let attr = fs.lookup(dir, OsStr::new("score.data")).unwrap();
+            let fh = fs.open(attr.ino, false, false).unwrap();
+            let bytes = fs.read(attr.ino, fh, 0, 4096).unwrap();
+            fs.release(fh);
+            let zarr = fs
+                .resolve("files_v1_0.daf.zarr/vectors/cell/score/.zarray")
+                .unwrap();
+            let document = fs.content(zarr).unwrap().as_slice().to_vec();
+            let _ = done.send((bytes.as_slice().to_vec(), document));
+        })
+    };
+    let read = finished.recv_timeout(Duration::from_secs(10));
+    // Not yet swapped in: the source has no such property while the commit writes.
+    let swapped_early = source.join("vectors/cell/big.data").exists();
+    resume.send(()).unwrap();
+    let committed = committer.join().unwrap();
+    reader.join().unwrap();
+    let (bytes, document) = read.expect("a read waited for the commit to end");
+    assert!(
+        !swapped_early,
+        "the payload was in the source before the swap"
+    );
+    assert_eq!(
+        bytes,
+        std::fs::read(source.join("vectors/cell/score.data")).unwrap()
+    );
+    assert!(document.starts_with(b"{"));
+    committed.unwrap();
+    assert_eq!(
+        std::fs::read(source.join("vectors/cell/big.data")).unwrap(),
+        [0u8; 12]
+    );
+    let big = fs.resolve("files_v1_0.daf.zarr/vectors/cell/big/.zarray");
+    assert!(big.is_ok(), "the committed property is not shown");
+}

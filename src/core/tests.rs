@@ -518,6 +518,10 @@ fn reads_go_on_while_a_commit_writes_its_payloads() {
     let read = finished.recv_timeout(Duration::from_secs(10));
     // Not yet swapped in: the source has no such property while the commit writes.
     let swapped_early = source.join("vectors/cell/big.data").exists();
+    let staged = tmp
+        .path()
+        .join(".files_v1_0.daf.daf-mount/files_v1_0.daf/vectors/cell/big.data");
+    let staged_ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(staged).unwrap());
     resume.send(()).unwrap();
     let committed = committer.join().unwrap();
     reader.join().unwrap();
@@ -532,10 +536,11 @@ fn reads_go_on_while_a_commit_writes_its_payloads() {
     );
     assert!(document.starts_with(b"{"));
     committed.unwrap();
-    assert_eq!(
-        std::fs::read(source.join("vectors/cell/big.data")).unwrap(),
-        [0u8; 12]
-    );
+    let committed = source.join("vectors/cell/big.data");
+    assert_eq!(std::fs::read(&committed).unwrap(), [0u8; 12]);
+    // Staging and source share a file system: the payload was linked, not copied.
+    let ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&committed).unwrap());
+    assert_eq!(ino, staged_ino, "the payload was copied");
     let big = fs.resolve("files_v1_0.daf.zarr/vectors/cell/big/.zarray");
     assert!(big.is_ok(), "the committed property is not shown");
 }

@@ -145,7 +145,8 @@ pub fn commit(
     } else {
         Vec::new()
     };
-    PendingWrite::new(ds, root, id, item, stale).map(Outcome::Writing)
+    let disks: Vec<PathBuf> = staged.iter().map(|f| f.disk.clone()).collect();
+    PendingWrite::new(ds, root, id, item, stale, &disks).map(Outcome::Writing)
 }
 
 /// Judges the staged files of item `id` as [`commit`] does, writing nothing: the same reader,

@@ -37,6 +37,9 @@ pub struct PendingWrite {
     stale: Vec<String>,
     /// The item's directories (`None`) and files, in write order (payloads first).
     files: Vec<(String, Option<Bytes>)>,
+    /// The staged files that are, whole, files of the item in the source (same layout): those
+    /// are linked into the source, not copied. Keyed by their place in the source.
+    whole: BTreeMap<String, PathBuf>,
 }
 
 /// Files written by [`PendingWrite::write`] under temporary names; deleted when dropped
@@ -63,6 +66,7 @@ impl PendingWrite {
         id: &PropertyId,
         item: Item,
         stale: Vec<String>,
+        staged: &[PathBuf],
     ) -> Result<PendingWrite, CommitError> {
         let source = layout(ds.target.format);
         let previous = ds.dataset.take(id);
@@ -80,12 +84,24 @@ impl PendingWrite {
         // Payloads first, then the metadata that makes readers see them.
         entries.sort_by_key(|e: &ViewEntry| source.write_rank(&e.path));
         let mut files = Vec::new();
+        let mut whole = BTreeMap::new();
         for entry in entries {
             match entry.node {
                 ViewNode::Dir => files.push((entry.path, None)),
                 ViewNode::File(blob) => match blob.bytes() {
                     Ok(bytes) if source.elides(&entry.path, bytes.as_slice()) => {}
-                    Ok(bytes) => files.push((entry.path, Some(bytes))),
+                    Ok(bytes) => {
+                        let backing = blob
+                            .backing_file()
+                            .filter(|f| staged.iter().any(|s| s == f));
+                        let same_len = backing
+                            .and_then(|f| fs::metadata(f).ok())
+                            .is_some_and(|m| m.len() == bytes.len());
+                        if let (Some(file), true) = (backing, same_len) {
+                            whole.insert(entry.path.clone(), file.to_path_buf());
+                        }
+                        files.push((entry.path, Some(bytes)));
+                    }
                     Err(e) => {
                         put_back(ds, previous);
                         return Err(e.into());
@@ -103,6 +119,7 @@ impl PendingWrite {
             item,
             stale,
             files,
+            whole,
         })
     }
 
@@ -117,10 +134,28 @@ impl PendingWrite {
             };
             let path = self.root.join(rel);
             let temp = temp_beside(&self.root, &path);
-            let copied = (|| {
-                if let Some(parent) = temp.parent() {
-                    fs::create_dir_all(parent)?;
+            if let Some(parent) = temp.parent() {
+                fs::create_dir_all(parent).map_err(|e| StoreError::io(parent, e))?;
+            }
+            // A staged file that is the whole source file gets a second name in the source (the
+            // staging area is beside it: the same file system), no copy; it is fsynced there.
+            if let Some(staged) = self.whole.get(rel) {
+                let linked = fs::hard_link(staged, &temp).and_then(|()| {
+                    written.temps.push((rel.clone(), temp.clone()));
+                    File::open(&temp)?.sync_all()
+                });
+                match linked {
+                    Ok(()) => continue,
+                    Err(e) => {
+                        log::debug!("linking {} into the source: {e}; copied", staged.display());
+                        if written.temps.last().is_some_and(|(_, t)| *t == temp) {
+                            written.temps.pop();
+                            let _ = fs::remove_file(&temp);
+                        }
+                    }
                 }
+            }
+            let copied = (|| {
                 let mut file = File::create(&temp)?;
                 written.temps.push((rel.clone(), temp.clone()));
                 std::io::Write::write_all(&mut file, bytes.as_slice())?;

@@ -544,3 +544,67 @@ fn reads_go_on_while_a_commit_writes_its_payloads() {
     let big = fs.resolve("files_v1_0.daf.zarr/vectors/cell/big/.zarray");
     assert!(big.is_ok(), "the committed property is not shown");
 }
+
+#[test]
+fn a_commit_whose_files_changed_while_it_wrote_leaves_them_to_the_newer_commit() {
+    use std::sync::mpsc::channel;
+    use std::time::Duration;
+    let tmp = tempfile::tempdir().unwrap();
+    let copied = std::process::Command::new("cp")
+        .arg("-r")
+        .arg(format!("{VECTORS}/files_v1_0.daf"))
+        .arg(tmp.path())
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let source = tmp.path().join("files_v1_0.daf");
+    let opened = open_source(source.to_str().unwrap()).unwrap();
+    let staging = crate::staging::StagingArea::for_source(&opened.path);
+    let fs = Arc::new(DafFs::with_staging(
+        opened.datasets,
+        ViewSelection::Both,
+        SystemTime::UNIX_EPOCH,
+        Some(staging),
+    ));
+    let (paused, in_commit) = channel();
+    let (resume, resumed) = channel();
+    *fs.commit_pause.lock().unwrap() = Some((paused, resumed));
+    let dir = fs.resolve("files_v1_0.daf/vectors/cell").unwrap();
+    let committer = {
+        let fs = fs.clone();
+        std::thread::spawn(move || {
+            let (_, json) = fs.create(dir, OsStr::new("big.json"), false).unwrap();
+            fs.write(json, 0, br#"{"format":"dense","eltype":"Float32"}"#)
+                .unwrap();
+            fs.flush(json, None).unwrap();
+            fs.release(json);
+            let (_, data) = fs.create(dir, OsStr::new("big.data"), false).unwrap();
+            fs.write(data, 0, &[1u8; 12]).unwrap();
+            let closed = fs.flush(data, None);
+            fs.release(data);
+            closed
+        })
+    };
+    in_commit
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the commit never started");
+    // While the first commit has written its copy, another writer replaces the payload (a new
+    // file): its close commits (without pausing), first.
+    fs.unlink(dir, OsStr::new("big.data")).unwrap();
+    let (_, fh) = fs.create(dir, OsStr::new("big.data"), false).unwrap();
+    fs.write(fh, 0, &[2u8; 12]).unwrap();
+    fs.flush(fh, None).unwrap();
+    fs.release(fh);
+    resume.send(()).unwrap();
+    committer.join().unwrap().unwrap();
+    let committed = source.join("vectors/cell/big.data");
+    assert_eq!(std::fs::read(&committed).unwrap(), [2u8; 12]);
+    let ino = fs.resolve("files_v1_0.daf/vectors/cell/big.data").unwrap();
+    assert_eq!(fs.content(ino).unwrap().as_slice(), [2u8; 12]);
+    let left: Vec<_> = std::fs::read_dir(source.join("vectors/cell"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|name| name.starts_with(".daf-mount-tmp"))
+        .collect();
+    assert!(left.is_empty(), "temporary files left: {left:?}");
+}

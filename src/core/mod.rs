@@ -494,4 +494,6 @@ impl DafFs {
 }
 
 #[cfg(test)]
+mod commit_tests;
+#[cfg(test)]
 mod tests;

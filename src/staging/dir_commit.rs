@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 
-use crate::formats::model::{Item, PropertyId};
+use crate::formats::model::{Axis, Item, PropertyId, Shape};
 use crate::formats::source::{Format, NamedDataset};
 use crate::stores::dir::{ensure_dir, file_blob, write_atomic};
 use crate::stores::{Bytes, Entry, StoreError, StoreIndex};
@@ -33,6 +33,8 @@ pub struct PendingWrite {
     root: PathBuf,
     format: Format,
     item: Item,
+    /// The shape the item was validated against (a property's axes' lengths then).
+    shape: Option<Shape>,
     /// Files of the item as it is in the source now (relative to the root).
     stale: Vec<String>,
     /// The item's directories (`None`) and files, in write order (payloads first).
@@ -113,6 +115,7 @@ impl PendingWrite {
         put_back(ds, previous);
         let item = item.ok_or_else(|| CommitError::Invalid(format!("{}: lost", id.path())))?;
         Ok(PendingWrite {
+            shape: ds.dataset.shape(id),
             id: id.clone(),
             root,
             format: ds.target.format,
@@ -170,6 +173,23 @@ impl PendingWrite {
     /// to run under the state lock. The data set gets its old item back if this fails.
     pub fn swap(self, ds: &mut NamedDataset, mut written: Written) -> Result<(), CommitError> {
         let id = &self.id;
+        // Other items committed while this one was written must not have made it inconsistent:
+        // an axis of the property replaced by one of another length, or this axis, now used by
+        // properties, by one of another length.
+        if ds.dataset.shape(id) != self.shape {
+            return Err(CommitError::Invalid(format!(
+                "{}: an axis it uses changed length while it was committed",
+                id.path()
+            )));
+        }
+        if let (PropertyId::Axis(name), Item::Axis(axis)) = (id, &self.item) {
+            let current = ds.dataset.axes.get(name).map(Axis::len);
+            if current.is_some_and(|n| n != axis.len()) && ds.dataset.axis_in_use(name) {
+                return Err(CommitError::Invalid(format!(
+                    "axis {name} is used by properties: it can only be replaced by as many entries"
+                )));
+            }
+        }
         let previous = ds.dataset.take(id);
         let restore = |ds: &mut NamedDataset, previous: Option<Item>| {
             ds.dataset.take(id);

@@ -196,3 +196,61 @@ fn a_property_whose_axis_is_deleted_while_it_is_committed_is_refused() {
     assert!(!source.join("vectors/fresh/big.data").exists());
     assert!(fs.resolve("files_v1_0.daf/axes/fresh.txt").is_err());
 }
+
+#[test]
+fn reads_go_on_while_an_append_to_a_zip_source_writes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let archive = tmp.path().join("zarr_v2.daf.zarr.zip");
+    std::fs::copy(format!("{VECTORS}/zarr_v2.daf.zarr.zip"), &archive).unwrap();
+    let opened = open_source(archive.to_str().unwrap()).unwrap();
+    let staging = crate::staging::StagingArea::for_source(&opened.path);
+    let fs = Arc::new(DafFs::with_staging(
+        opened.datasets,
+        ViewSelection::Both,
+        SystemTime::UNIX_EPOCH,
+        Some(staging),
+    ));
+    let (paused, in_append) = channel();
+    let (resume, resumed) = channel();
+    *fs.appender.pause.lock().unwrap() = Some((paused, resumed));
+    let before = std::fs::metadata(&archive).unwrap().len();
+    let dir = fs.resolve("zarr_v2.daf/vectors/cell").unwrap();
+    let (_, json) = fs.create(dir, OsStr::new("big.json"), false).unwrap();
+    fs.write(json, 0, br#"{"format":"dense","eltype":"Float32"}"#)
+        .unwrap();
+    fs.flush(json, None).unwrap();
+    fs.release(json);
+    let (_, data) = fs.create(dir, OsStr::new("big.data"), false).unwrap();
+    fs.write(data, 0, &[1u8; 12]).unwrap();
+    fs.flush(data, None).unwrap();
+    fs.release(data);
+    in_append
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the append never started");
+    // The entries are in the archive, not swapped in yet: other files and the item itself read.
+    let appended = std::fs::metadata(&archive).unwrap().len() > before;
+    let (done, finished) = channel();
+    let reader = {
+        let fs = fs.clone();
+        std::thread::spawn(move || {
+            let dir = fs.resolve("zarr_v2.daf/vectors/cell").unwrap();
+            let attr = fs.lookup(dir, OsStr::new("score.data")).unwrap();
+            let fh = fs.open(attr.ino, false, false).unwrap();
+            let score = fs.read(attr.ino, fh, 0, 4096).unwrap();
+            fs.release(fh);
+            let big = fs.resolve("zarr_v2.daf/vectors/cell/big.data").unwrap();
+            let big = fs.content(big).unwrap().as_slice().to_vec();
+            let _ = done.send((score.len(), big));
+        })
+    };
+    let read = finished.recv_timeout(Duration::from_secs(10));
+    resume.send(()).unwrap();
+    reader.join().unwrap();
+    let (score, big) = read.expect("a read waited for the append to end");
+    assert!(appended, "the append had not written its entries");
+    assert_eq!(score, 12);
+    assert_eq!(big, [1u8; 12]);
+    fs.finalize("").unwrap();
+    let big = fs.resolve("zarr_v2.daf/vectors/cell/big.data").unwrap();
+    assert_eq!(fs.content(big).unwrap().as_slice(), [1u8; 12]);
+}

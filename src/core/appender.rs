@@ -22,6 +22,11 @@ use crate::stores::StoreError;
 
 use super::{FsError, State};
 
+/// Tests only: where a commit or an append pauses (it says so on the sender, then waits for
+/// the receiver).
+#[cfg(test)]
+pub(super) type Pause = Mutex<Option<(std::sync::mpsc::Sender<()>, std::sync::mpsc::Receiver<()>)>>;
+
 /// One queued append.
 #[derive(Debug)]
 pub(super) struct Job {
@@ -57,8 +62,7 @@ pub(super) struct Appender {
     /// Tests only: where the next append pauses, written but not swapped in (it says so on the
     /// sender, then waits for the receiver).
     #[cfg(test)]
-    pub(super) pause:
-        Arc<Mutex<Option<(std::sync::mpsc::Sender<()>, std::sync::mpsc::Receiver<()>)>>>,
+    pub(super) pause: Arc<Pause>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

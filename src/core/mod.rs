@@ -183,7 +183,7 @@ pub struct DafFs {
     /// Tests only: where a commit into a directory source pauses while it writes payloads
     /// (it says so on the sender, then waits for the receiver).
     #[cfg(test)]
-    commit_pause: Mutex<Option<(std::sync::mpsc::Sender<()>, std::sync::mpsc::Receiver<()>)>>,
+    commit_pause: appender::Pause,
 }
 
 /// The stamps (size, time) of a refused item's staged files, and how many tries in a row

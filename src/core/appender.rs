@@ -179,7 +179,7 @@ impl Appender {
 
 /// Tests only: pauses an append where [`Appender::pause`] says.
 #[cfg(test)]
-fn pause_once(pause: &Mutex<Option<(std::sync::mpsc::Sender<()>, std::sync::mpsc::Receiver<()>)>>) {
+fn pause_once(pause: &Pause) {
     if let Some((paused, resume)) = lock(pause).take() {
         let _ = paused.send(());
         let _ = resume.recv_timeout(std::time::Duration::from_secs(60));

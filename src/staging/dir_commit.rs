@@ -3,9 +3,10 @@
 //!
 //! [`super::commit::commit`] validates the item under the filesystem's state lock and returns a
 //! [`PendingWrite`] (the item and its files in the source's layout; the data set is left as it
-//! was). [`PendingWrite::write`] then copies every file into a temporary file beside its final
-//! place and `fsync`s it, **without** the lock: nothing a reader can see changes (the model still
-//! serves the old item, the temporary names are not part of it). Last, under the lock again,
+//! was). [`PendingWrite::write`] then makes each file's bytes and copies them into a temporary
+//! file beside its final place (or links there the staged file that is that whole file: staging
+//! and source share a file system) and `fsync`s it, **without** the lock: nothing a reader can
+//! see changes (the model still serves the old item, the temporary names are not part of it). Last, under the lock again,
 //! [`PendingWrite::swap`] renames the temporary files into place (payloads first, each rename
 //! made durable before the next, as before), writes the small documents that must change with
 //! the item, and puts the item, read back from the source, into the data set. The caller checks
@@ -15,11 +16,12 @@
 use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::formats::model::{Axis, Item, PropertyId, Shape};
 use crate::formats::source::{Format, NamedDataset};
 use crate::stores::dir::{ensure_dir, file_blob, write_atomic};
-use crate::stores::{Bytes, Entry, StoreError, StoreIndex};
+use crate::stores::{Blob, Entry, StoreError, StoreIndex};
 use crate::views::layout::layout;
 use crate::views::{ViewEntry, ViewNode};
 
@@ -37,11 +39,12 @@ pub struct PendingWrite {
     shape: Option<Shape>,
     /// Files of the item as it is in the source now (relative to the root).
     stale: Vec<String>,
-    /// The item's directories (`None`) and files, in write order (payloads first).
-    files: Vec<(String, Option<Bytes>)>,
-    /// The staged files that are, whole, files of the item in the source (same layout): those
-    /// are linked into the source, not copied. Keyed by their place in the source.
-    whole: BTreeMap<String, PathBuf>,
+    /// The item's directories (`None`) and files, in write order (payloads first); their bytes
+    /// are made (a multi-chunk array assembled, say) by [`PendingWrite::write`], without the lock.
+    files: Vec<(String, Option<Arc<Blob>>)>,
+    /// The item's staged files: one that is, whole, a file of the item in the source (same
+    /// layout) is linked into the source, not copied.
+    staged: Vec<PathBuf>,
 }
 
 /// Files written by [`PendingWrite::write`] under temporary names; deleted when dropped
@@ -85,32 +88,13 @@ impl PendingWrite {
         let mut entries = source.item_entries(&ds.dataset, id);
         // Payloads first, then the metadata that makes readers see them.
         entries.sort_by_key(|e: &ViewEntry| source.write_rank(&e.path));
-        let mut files = Vec::new();
-        let mut whole = BTreeMap::new();
-        for entry in entries {
-            match entry.node {
-                ViewNode::Dir => files.push((entry.path, None)),
-                ViewNode::File(blob) => match blob.bytes() {
-                    Ok(bytes) if source.elides(&entry.path, bytes.as_slice()) => {}
-                    Ok(bytes) => {
-                        let backing = blob
-                            .backing_file()
-                            .filter(|f| staged.iter().any(|s| s == f));
-                        let same_len = backing
-                            .and_then(|f| fs::metadata(f).ok())
-                            .is_some_and(|m| m.len() == bytes.len());
-                        if let (Some(file), true) = (backing, same_len) {
-                            whole.insert(entry.path.clone(), file.to_path_buf());
-                        }
-                        files.push((entry.path, Some(bytes)));
-                    }
-                    Err(e) => {
-                        put_back(ds, previous);
-                        return Err(e.into());
-                    }
-                },
-            }
-        }
+        let files = entries
+            .into_iter()
+            .map(|entry| match entry.node {
+                ViewNode::Dir => (entry.path, None),
+                ViewNode::File(blob) => (entry.path, Some(blob)),
+            })
+            .collect();
         let item = ds.dataset.take(id);
         put_back(ds, previous);
         let item = item.ok_or_else(|| CommitError::Invalid(format!("{}: lost", id.path())))?;
@@ -122,7 +106,7 @@ impl PendingWrite {
             item,
             stale,
             files,
-            whole,
+            staged: staged.to_vec(),
         })
     }
 
@@ -130,11 +114,20 @@ impl PendingWrite {
     /// made durable (`fsync`). The slow part of a commit: run it without the state lock.
     pub fn write(&self) -> Result<Written, CommitError> {
         let mut written = Written { temps: Vec::new() };
-        for (rel, bytes) in &self.files {
-            let Some(bytes) = bytes else {
+        let source = layout(self.format);
+        for (rel, blob) in &self.files {
+            let Some(blob) = blob else {
                 ensure_dir(&self.root, rel)?;
                 continue;
             };
+            let bytes = blob.bytes()?;
+            if source.elides(rel, bytes.as_slice()) {
+                continue;
+            }
+            let whole = blob
+                .backing_file()
+                .filter(|f| self.staged.iter().any(|s| s == f))
+                .filter(|f| fs::metadata(f).is_ok_and(|m| m.len() == bytes.len()));
             let path = self.root.join(rel);
             let temp = temp_beside(&self.root, &path);
             if let Some(parent) = temp.parent() {
@@ -142,7 +135,7 @@ impl PendingWrite {
             }
             // A staged file that is the whole source file gets a second name in the source (the
             // staging area is beside it: the same file system), no copy; it is fsynced there.
-            if let Some(staged) = self.whole.get(rel) {
+            if let Some(staged) = whole {
                 let linked = fs::hard_link(staged, &temp).and_then(|()| {
                     written.temps.push((rel.clone(), temp.clone()));
                     File::open(&temp)?.sync_all()

@@ -22,6 +22,11 @@ use crate::stores::StoreError;
 
 use super::{FsError, State};
 
+/// Tests only: where a commit or an append pauses (it says so on the sender, then waits for
+/// the receiver).
+#[cfg(test)]
+pub(super) type Pause = Mutex<Option<(std::sync::mpsc::Sender<()>, std::sync::mpsc::Receiver<()>)>>;
+
 /// One queued append.
 #[derive(Debug)]
 pub(super) struct Job {
@@ -54,6 +59,10 @@ struct Progress {
 pub(super) struct Appender {
     queue: OnceLock<Option<Mutex<Sender<Job>>>>,
     progress: Arc<(Mutex<Progress>, Condvar)>,
+    /// Tests only: where the next append pauses, written but not swapped in (it says so on the
+    /// sender, then waits for the receiver).
+    #[cfg(test)]
+    pub(super) pause: Arc<Pause>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -72,11 +81,17 @@ impl Appender {
             let (queue, jobs) = channel::<Job>();
             let (state, staging, progress) =
                 (state.clone(), staging.clone(), self.progress.clone());
+            #[cfg(test)]
+            let pause = self.pause.clone();
             let spawned = std::thread::Builder::new()
                 .name("zip-append".into())
                 .spawn(move || {
                     for job in jobs {
-                        let result = run(&job, &state, &staging);
+                        #[cfg(test)]
+                        let before_swap = || pause_once(&pause);
+                        #[cfg(not(test))]
+                        let before_swap = || {};
+                        let result = run(&job, &state, &staging, &before_swap);
                         let (progress, done) = &*progress;
                         let mut progress = lock(progress);
                         if let Err(e) = result {
@@ -162,8 +177,25 @@ impl Appender {
     }
 }
 
-fn run(job: &Job, state: &RwLock<State>, staging: &StagingArea) -> Result<(), CommitError> {
+/// Tests only: pauses an append where [`Appender::pause`] says.
+#[cfg(test)]
+fn pause_once(pause: &Pause) {
+    if let Some((paused, resume)) = lock(pause).take() {
+        let _ = paused.send(());
+        let _ = resume.recv_timeout(std::time::Duration::from_secs(60));
+    }
+}
+
+/// Appends `job`'s entries (without the state lock: the copy and its `fsync`s), then, under it,
+/// swaps the item over to them and deletes its staged files.
+fn run(
+    job: &Job,
+    state: &RwLock<State>,
+    staging: &StagingArea,
+    before_swap: &dyn Fn(),
+) -> Result<(), CommitError> {
     let written = job.append.write()?;
+    before_swap();
     let mut state = state.write().unwrap_or_else(|p| p.into_inner());
     let ds = state
         .datasets

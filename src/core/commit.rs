@@ -10,6 +10,7 @@ use std::time::SystemTime;
 use crate::formats::model::PropertyId;
 use crate::staging::commit::{commit, touch_item, CommitError, Outcome, StagedFile};
 use crate::staging::StagingArea;
+use crate::views::ViewRoot;
 
 use super::appender::Job;
 use super::namespace::NodeKind;
@@ -86,39 +87,12 @@ impl DafFs {
         let Some((root, _, Some(id))) = state.locate(mount) else {
             return Ok(());
         };
-        let prefix = format!("{}/", root.canonical);
-        let members: Vec<(String, StagedFile)> = state
-            .staged
-            .iter()
-            .filter(|(_, s)| !s.is_dir)
-            .filter_map(|(path, s)| {
-                let rel = path.strip_prefix(&prefix)?;
-                (root.layout().item_of(rel).as_ref() == Some(&id)).then(|| {
-                    (
-                        path.clone(),
-                        StagedFile {
-                            rel: rel.to_string(),
-                            disk: s.disk.clone(),
-                            mtime: s.mtime,
-                        },
-                    )
-                })
-            })
-            .collect();
+        let members = item_members(&state, &root, &id);
         if members.is_empty() {
             // Already committed (finalize walks every staged file of an item).
             return Ok(());
         }
-        let writing: Vec<u64> = self
-            .handles()
-            .iter()
-            .filter(|(fh, h)| h.writable && (h.dirty || h.passthrough) && Some(**fh) != closing)
-            .map(|(_, h)| h.ino)
-            .collect();
-        let busy = members
-            .iter()
-            .any(|(_, f)| writing.contains(&state.inodes.ino(&root.mount_path(&f.rel))));
-        if busy {
+        if self.busy(&mut state, &root, &members, closing) {
             return Ok(());
         }
         let files: Vec<StagedFile> = members.iter().map(|(_, f)| f.clone()).collect();
@@ -131,7 +105,35 @@ impl DafFs {
         );
         let appending = match outcome {
             Ok(Outcome::Incomplete) => return Ok(()),
-            Ok(Outcome::Committed) => None,
+            Ok(Outcome::Writing(pending)) => {
+                // The copy and its fsyncs run without the lock: readers go on meanwhile, and
+                // see the item as it was until the swap.
+                let stamps: Vec<_> = members.iter().map(|(_, f)| stamp(&f.disk)).collect();
+                drop(state);
+                let written = pending
+                    .write()
+                    .map_err(|e| self.commit_error(staging, &root.canonical, &id, &files, e))?;
+                #[cfg(test)]
+                self.pause_commit();
+                state = self.lock_state();
+                // Rewritten, removed or committed by another close meanwhile: not these files
+                // (the written copies go); whoever changed them commits them.
+                let now = item_members(&state, &root, &id);
+                let same = now.len() == members.len()
+                    && now
+                        .iter()
+                        .zip(&members)
+                        .all(|((p, f), (q, g))| p == q && f.disk == g.disk)
+                    && now.iter().map(|(_, f)| stamp(&f.disk)).eq(stamps);
+                if !same || self.busy(&mut state, &root, &now, closing) {
+                    log::debug!("{} changed while it was committed: left staged", id.path());
+                    return Ok(());
+                }
+                pending
+                    .swap(&mut state.datasets[root.dataset], written)
+                    .map_err(|e| self.commit_error(staging, &root.canonical, &id, &files, e))?;
+                None
+            }
             Ok(Outcome::Unchanged) => {
                 log::info!(
                     "staged copies of {} equal what {} has: dropped",
@@ -155,21 +157,7 @@ impl DafFs {
                 }
                 Some(append)
             }
-            Err(CommitError::Invalid(why)) if staging_full(staging) => {
-                return Err(FsError::NoSpace(format!(
-                    "{}: {why} (the staging file system is full: a write was cut short)",
-                    id.path()
-                )))
-            }
-            Err(CommitError::Invalid(why)) => {
-                self.note_refusal(&root.canonical, &id, &files);
-                return Err(FsError::Invalid(format!("{}: {why}", id.path())));
-            }
-            Err(CommitError::Refused(why)) => {
-                self.note_refusal(&root.canonical, &id, &files);
-                return Err(FsError::NotPermitted(why));
-            }
-            Err(CommitError::Store(e)) => return Err(FsError::Content(e)),
+            Err(e) => return Err(self.commit_error(staging, &root.canonical, &id, &files, e)),
         };
         log::info!("committed {} of {}", id.path(), root.canonical);
         let changed = item_mount_paths(&state, root.dataset, &id);
@@ -221,6 +209,52 @@ impl DafFs {
             self.appender.push(job, &self.state, staging)?;
         }
         Ok(())
+    }
+
+    /// Whether a writer other than the handle `closing` still has one of `members` open with
+    /// unflushed writes.
+    fn busy(
+        &self,
+        state: &mut State,
+        root: &ViewRoot,
+        members: &[(String, StagedFile)],
+        closing: Option<u64>,
+    ) -> bool {
+        let writing: Vec<u64> = self
+            .handles()
+            .iter()
+            .filter(|(fh, h)| h.writable && (h.dirty || h.passthrough) && Some(**fh) != closing)
+            .map(|(_, h)| h.ino)
+            .collect();
+        members
+            .iter()
+            .any(|(_, f)| writing.contains(&state.inodes.ino(&root.mount_path(&f.rel))))
+    }
+
+    /// What a failed commit of item `id` of view root `canonical` answers (a refusal is noted).
+    fn commit_error(
+        &self,
+        staging: &StagingArea,
+        canonical: &str,
+        id: &PropertyId,
+        files: &[StagedFile],
+        e: CommitError,
+    ) -> FsError {
+        match e {
+            CommitError::Invalid(why) if staging_full(staging) => FsError::NoSpace(format!(
+                "{}: {why} (the staging file system is full: a write was cut short)",
+                id.path()
+            )),
+            CommitError::Invalid(why) => {
+                self.note_refusal(canonical, id, files);
+                FsError::Invalid(format!("{}: {why}", id.path()))
+            }
+            CommitError::Refused(why) => {
+                self.note_refusal(canonical, id, files);
+                FsError::NotPermitted(why)
+            }
+            CommitError::Store(e) => FsError::Content(e),
+        }
     }
 
     /// The mount paths of the staged files under `mount` (the whole mount for "") that belong
@@ -421,10 +455,47 @@ impl DafFs {
         }
     }
 
+    /// Tests only: pauses a commit where [`DafFs::commit_pause`] says.
+    #[cfg(test)]
+    fn pause_commit(&self) {
+        let pause = self
+            .commit_pause
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some((paused, resume)) = pause {
+            let _ = paused.send(());
+            let _ = resume.recv_timeout(std::time::Duration::from_secs(60));
+        }
+    }
+
     /// The mount path of inode `ino`.
     pub fn path_of(&self, ino: u64) -> Option<String> {
         self.namespace().node(ino).map(|n| n.path.clone())
     }
+}
+
+/// The staged files of item `id` of view root `root`: (`--view both` path, file), in order.
+fn item_members(state: &State, root: &ViewRoot, id: &PropertyId) -> Vec<(String, StagedFile)> {
+    let prefix = format!("{}/", root.canonical);
+    state
+        .staged
+        .iter()
+        .filter(|(_, s)| !s.is_dir)
+        .filter_map(|(path, s)| {
+            let rel = path.strip_prefix(&prefix)?;
+            (root.layout().item_of(rel).as_ref() == Some(id)).then(|| {
+                (
+                    path.clone(),
+                    StagedFile {
+                        rel: rel.to_string(),
+                        disk: s.disk.clone(),
+                        mtime: s.mtime,
+                    },
+                )
+            })
+        })
+        .collect()
 }
 
 /// How the journal of accepted items names item `id` of the view root `canonical`.

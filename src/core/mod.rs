@@ -180,6 +180,10 @@ pub struct DafFs {
     /// The staged files found when the tree was first built (`--view both` paths): what
     /// `recover` looks at, not files a writer stages after the mount.
     found_at_mount: BTreeSet<String>,
+    /// Tests only: where a commit into a directory source pauses while it writes payloads
+    /// (it says so on the sender, then waits for the receiver).
+    #[cfg(test)]
+    commit_pause: appender::Pause,
 }
 
 /// The stamps (size, time) of a refused item's staged files, and how many tries in a row
@@ -250,6 +254,8 @@ impl DafFs {
             invalidations: Mutex::new(Vec::new()),
             refused: Mutex::new(HashMap::new()),
             found_at_mount,
+            #[cfg(test)]
+            commit_pause: Mutex::new(None),
         }
     }
 
@@ -487,5 +493,7 @@ impl DafFs {
     }
 }
 
+#[cfg(test)]
+mod commit_tests;
 #[cfg(test)]
 mod tests;

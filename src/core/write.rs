@@ -221,13 +221,22 @@ impl DafFs {
             }
             NodeKind::File(_) => None,
             NodeKind::Staged(_) if write && !self.writable() => return Err(FsError::ReadOnly),
-            NodeKind::Staged(disk) => Some(
-                OpenOptions::new()
-                    .read(true)
-                    .write(write)
-                    .truncate(write && truncate)
-                    .open(disk)?,
-            ),
+            NodeKind::Staged(disk) => {
+                // Under the state lock: a commit may link the file into the source (a truncation
+                // must not reach it there); once committed, the file opens as committed.
+                let state = self.state.read().unwrap_or_else(|p| p.into_inner());
+                if !still_staged(&state, ino, disk) {
+                    drop(state);
+                    return self.open(ino, write, truncate);
+                }
+                Some(
+                    OpenOptions::new()
+                        .read(true)
+                        .write(write)
+                        .truncate(write && truncate)
+                        .open(disk)?,
+                )
+            }
         };
         Ok(self.new_handle(ino, file, write))
     }
@@ -245,8 +254,11 @@ impl DafFs {
         if !writable {
             return Err(FsError::NotPermitted("file not opened for writing".into()));
         }
+        // Under the state lock: a commit that linked the file into the source swaps it in only
+        // between writes, and a write it did not see leaves the handle dirty (the commit waits).
+        let state = self.state.read().unwrap_or_else(|p| p.into_inner());
         if !matches!(
-            self.namespace().node(ino).map(|n| &n.kind),
+            state.namespace.node(ino).map(|n| &n.kind),
             Some(NodeKind::Staged(_))
         ) {
             return Err(FsError::NotPermitted(
@@ -257,6 +269,7 @@ impl DafFs {
         if let Some(handle) = self.handles().get_mut(&fh) {
             handle.dirty = true;
         }
+        drop(state);
         Ok(data.len() as u32)
     }
 
@@ -290,6 +303,12 @@ impl DafFs {
         match &node.kind {
             NodeKind::Staged(disk) => {
                 self.staging_area()?;
+                // Under the state lock, as `open`: never a change to a file a commit linked.
+                let state = self.state.read().unwrap_or_else(|p| p.into_inner());
+                if !still_staged(&state, ino, disk) {
+                    drop(state);
+                    return self.setattr(ino, size, mtime);
+                }
                 let file = OpenOptions::new().write(true).open(disk)?;
                 if let Some(size) = size {
                     file.set_len(size)?;
@@ -549,4 +568,9 @@ fn same_document(new: &[u8], old: &[u8]) -> bool {
             (serde_json::from_slice::<serde_json::Value>(new), serde_json::from_slice::<serde_json::Value>(old)),
             (Ok(a), Ok(b)) if a == b
         )
+}
+
+/// Whether inode `ino` is still the staged file `disk`.
+fn still_staged(state: &State, ino: u64, disk: &std::path::Path) -> bool {
+    matches!(state.namespace.node(ino).map(|n| &n.kind), Some(NodeKind::Staged(d)) if d == disk)
 }

@@ -6,7 +6,9 @@
 //!    ([`Outcome::Incomplete`]); anything inconsistent is [`CommitError::Invalid`].
 //! 3. The item is written into the source in the source's own layout (the views' per-item
 //!    entries are the serialiser), then read back from there, so the views show the source's
-//!    bytes and the staged files can go. For ZIP sources the write is a copy of every payload
+//!    bytes and the staged files can go. For directory sources the copy runs after `commit`
+//!    returns, without the state lock, and only the swap holds it ([`super::dir_commit`]). For
+//!    ZIP sources the write is a copy of every payload
 //!    into the archive: it happens after the commit returns ([`super::zip_commit`]), and the
 //!    item is served from its staged files until then.
 
@@ -19,12 +21,13 @@ use crate::formats::model::{Axis, Dataset, Item, Payload, PropertyId};
 use crate::formats::source::{Format, NamedDataset};
 use crate::formats::validate::{check_axis, check_payload};
 use crate::formats::FormatError;
-use crate::stores::dir::{ensure_dir, file_blob, open_directory, write_atomic};
+use crate::stores::dir::{file_blob, open_directory, write_atomic};
 use crate::stores::{Entry, StoreError, StoreIndex};
 use crate::views::files_layout::FILES_1_0;
 use crate::views::layout::{layout, Layout, Removal, Staged};
-use crate::views::{ViewEntry, ViewNode};
+use crate::views::ViewNode;
 
+pub use super::dir_commit::{PendingWrite, Written};
 pub use super::zip_commit::PendingAppend;
 
 /// What a commit attempt did.
@@ -32,8 +35,9 @@ pub use super::zip_commit::PendingAppend;
 pub enum Outcome {
     /// Some file is still missing: nothing was done.
     Incomplete,
-    /// The item is now part of the source.
-    Committed,
+    /// The item of a directory source is valid; its files are still to be written (a copy:
+    /// done without the state lock) and swapped in ([`super::dir_commit`]).
+    Writing(PendingWrite),
     /// The staged files hold what the source already has for the item (a ZIP source whose
     /// append finished just before a daemon was killed): nothing to do, they can go.
     Unchanged,
@@ -118,49 +122,31 @@ pub fn commit(
         Validated::Unchanged => return Ok(Outcome::Unchanged),
         Validated::Item(item) => item,
     };
+    if ds.target.is_zip() {
+        // A ZIP source gets the item's entries after the commit returns (see `zip_commit`).
+        let previous = ds.dataset.take(id);
+        let inserted = ds.dataset.insert(id, item).map_err(CommitError::Invalid);
+        let pending = inserted.and_then(|()| PendingAppend::new(ds, id));
+        return match pending {
+            Ok(pending) => Ok(Outcome::Appending(pending)),
+            Err(e) => {
+                // Put back what the item was before.
+                ds.dataset.take(id);
+                if let Some(previous) = previous {
+                    let _ = ds.dataset.insert(id, previous);
+                }
+                Err(e)
+            }
+        };
+    }
+    let root = directory_root(ds, id)?;
     let stale = if ds.dataset.contains(id) {
         source_files(ds, id)?
     } else {
         Vec::new()
     };
-    let previous = ds.dataset.take(id);
-    ds.dataset.insert(id, item).map_err(CommitError::Invalid)?;
-    // A ZIP source gets the item's entries after the commit returns (see `zip_commit`).
-    let written = if ds.target.is_zip() {
-        PendingAppend::new(ds, id).map(Err)
-    } else {
-        persist(ds, id).map(Ok)
-    };
-    let written = match written {
-        Ok(Ok(written)) => written,
-        Ok(Err(pending)) => return Ok(Outcome::Appending(pending)),
-        Err(e) => {
-            // Put back what the item was before.
-            ds.dataset.take(id);
-            if let Some(previous) = previous {
-                let _ = ds.dataset.insert(id, previous);
-            }
-            return Err(e);
-        }
-    };
-    // Files of the replaced item that the new one does not have (a sparse property made dense).
-    if let Some(root) = ds.target.dir() {
-        let removed: Vec<&String> = stale.iter().filter(|rel| !written.contains(rel)).collect();
-        for rel in &removed {
-            let _ = std::fs::remove_file(root.join(rel));
-        }
-        if !removed.is_empty() {
-            refresh_index_documents(ds)?;
-        }
-    }
-    // Serve the source's bytes from now on, not the staged files'.
-    let stored = layout(ds.target.format)
-        .read_item(&ds.dataset, id, &written)
-        .map_err(|e| read_back_error(id, e))?;
-    ds.dataset
-        .insert(id, stored)
-        .map_err(CommitError::Invalid)?;
-    Ok(Outcome::Committed)
+    let disks: Vec<PathBuf> = staged.iter().map(|f| f.disk.clone()).collect();
+    PendingWrite::new(ds, root, id, item, stale, &disks).map(Outcome::Writing)
 }
 
 /// Judges the staged files of item `id` as [`commit`] does, writing nothing: the same reader,
@@ -383,47 +369,9 @@ pub fn touch_item(
     Ok(())
 }
 
-/// Writes item `id` (already in the model) into the source; returns what was written, keyed
-/// relative to the data set root.
-fn persist(ds: &NamedDataset, id: &PropertyId) -> Result<StoreIndex, CommitError> {
-    // ZIP sources are appended to instead (`zip_commit`): this refuses them.
-    let root = directory_root(ds, id)?;
-    let source = layout(ds.target.format);
-    let mut entries = source.item_entries(&ds.dataset, id);
-    // Payloads first, then the metadata that makes readers see them.
-    entries.sort_by_key(|e: &ViewEntry| source.write_rank(&e.path));
-    let mut written = BTreeMap::new();
-    for entry in &entries {
-        match &entry.node {
-            ViewNode::Dir => ensure_dir(&root, &entry.path)?,
-            ViewNode::File(blob) => {
-                let bytes = blob.bytes()?;
-                if source.elides(&entry.path, bytes.as_slice()) {
-                    continue;
-                }
-                written.insert(
-                    entry.path.clone(),
-                    write_atomic(&root, &entry.path, bytes.as_slice())?,
-                );
-            }
-        }
-    }
-    let (documents, dirs) = source.implied(&ds.dataset, id);
-    for dir in dirs {
-        ensure_dir(&root, &dir)?;
-    }
-    for (key, bytes) in documents {
-        if !root.join(&key).exists() {
-            write_atomic(&root, &key, &bytes)?;
-        }
-    }
-    refresh_index_documents(ds)?;
-    Ok(StoreIndex::new(written, None))
-}
-
 /// Rewrites the index documents a directory source keeps in step with its content
 /// (`.zmetadata`, the root `zarr.json`, `metadata.json`: see [`Layout::index_documents`]).
-fn refresh_index_documents(ds: &NamedDataset) -> Result<(), CommitError> {
+pub(super) fn refresh_index_documents(ds: &NamedDataset) -> Result<(), CommitError> {
     let Some(root) = ds.target.dir() else {
         return Ok(());
     };

@@ -13,6 +13,7 @@
 //! user to finish or remove, instead of becoming a (partial) property.
 
 pub mod commit;
+pub mod dir_commit;
 pub mod zip_commit;
 
 use std::collections::BTreeSet;

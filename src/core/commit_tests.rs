@@ -1,0 +1,256 @@
+//! Core tests of commits into a directory source while other requests run: reads never wait
+//! for a commit's copy, and what changed meanwhile is not committed over.
+
+use std::ffi::OsStr;
+use std::path::PathBuf;
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use super::{DafFs, FsError};
+use crate::formats::source::open_source;
+use crate::views::ViewSelection;
+
+const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/vectors");
+
+/// A writable mount (both views) of a copy of the FilesDaf 1.0 fixture: the temporary directory,
+/// the copy, the filesystem.
+fn writable_copy() -> (tempfile::TempDir, PathBuf, Arc<DafFs>) {
+    let tmp = tempfile::tempdir().unwrap();
+    let copied = std::process::Command::new("cp")
+        .arg("-r")
+        .arg(format!("{VECTORS}/files_v1_0.daf"))
+        .arg(tmp.path())
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let source = tmp.path().join("files_v1_0.daf");
+    let opened = open_source(source.to_str().unwrap()).unwrap();
+    let staging = crate::staging::StagingArea::for_source(&opened.path);
+    let fs = Arc::new(DafFs::with_staging(
+        opened.datasets,
+        ViewSelection::Both,
+        SystemTime::UNIX_EPOCH,
+        Some(staging),
+    ));
+    (tmp, source, fs)
+}
+
+/// Makes the next commit into the directory source pause once its files are written (before the
+/// swap): it says so on the receiver, and goes on when the sender says.
+fn pause_commits(fs: &DafFs) -> (Receiver<()>, Sender<()>) {
+    let (paused, in_commit) = channel();
+    let (resume, resumed) = channel();
+    *fs.commit_pause.lock().unwrap() = Some((paused, resumed));
+    (in_commit, resume)
+}
+
+#[test]
+fn reads_go_on_while_a_commit_writes_its_payloads() {
+    let (tmp, source, fs) = writable_copy();
+    let (in_commit, resume) = pause_commits(&fs);
+    // A new dense property of the 3 cells: its close commits it, and the commit pauses.
+    let dir = fs.resolve("files_v1_0.daf/vectors/cell").unwrap();
+    let committer = {
+        let fs = fs.clone();
+        std::thread::spawn(move || {
+            let (_, json) = fs.create(dir, OsStr::new("big.json"), false).unwrap();
+            fs.write(json, 0, br#"{"format":"dense","eltype":"Float32"}"#)
+                .unwrap();
+            let (_, data) = fs.create(dir, OsStr::new("big.data"), false).unwrap();
+            fs.write(data, 0, &[0u8; 12]).unwrap();
+            fs.flush(json, None).unwrap();
+            fs.release(json);
+            let closed = fs.flush(data, None);
+            fs.release(data);
+            closed
+        })
+    };
+    in_commit
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the commit never started");
+    // Meanwhile, another thread looks up, opens and reads other files.
+    let (done, finished) = channel();
+    let reader = {
+        let fs = fs.clone();
+        std::thread::spawn(move || {
+            let dir = fs.resolve("files_v1_0.daf/vectors/cell").unwrap();
+            let attr = fs.lookup(dir, OsStr::new("score.data")).unwrap();
+            let fh = fs.open(attr.ino, false, false).unwrap();
+            let bytes = fs.read(attr.ino, fh, 0, 4096).unwrap();
+            fs.release(fh);
+            let zarr = fs
+                .resolve("files_v1_0.daf.zarr/vectors/cell/score/.zarray")
+                .unwrap();
+            let document = fs.content(zarr).unwrap().as_slice().to_vec();
+            let _ = done.send((bytes.as_slice().to_vec(), document));
+        })
+    };
+    let read = finished.recv_timeout(Duration::from_secs(10));
+    // Not yet swapped in: the source has no such property while the commit writes.
+    let swapped_early = source.join("vectors/cell/big.data").exists();
+    let staged = tmp
+        .path()
+        .join(".files_v1_0.daf.daf-mount/files_v1_0.daf/vectors/cell/big.data");
+    let staged_ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(staged).unwrap());
+    resume.send(()).unwrap();
+    let committed = committer.join().unwrap();
+    reader.join().unwrap();
+    let (bytes, document) = read.expect("a read waited for the commit to end");
+    assert!(
+        !swapped_early,
+        "the payload was in the source before the swap"
+    );
+    assert_eq!(
+        bytes,
+        std::fs::read(source.join("vectors/cell/score.data")).unwrap()
+    );
+    assert!(document.starts_with(b"{"));
+    committed.unwrap();
+    let committed = source.join("vectors/cell/big.data");
+    assert_eq!(std::fs::read(&committed).unwrap(), [0u8; 12]);
+    // Staging and source share a file system: the payload was linked, not copied.
+    let ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&committed).unwrap());
+    assert_eq!(ino, staged_ino, "the payload was copied");
+    let big = fs.resolve("files_v1_0.daf.zarr/vectors/cell/big/.zarray");
+    assert!(big.is_ok(), "the committed property is not shown");
+}
+
+#[test]
+fn a_commit_whose_files_changed_while_it_wrote_leaves_them_to_the_newer_commit() {
+    let (_tmp, source, fs) = writable_copy();
+    let (in_commit, resume) = pause_commits(&fs);
+    let dir = fs.resolve("files_v1_0.daf/vectors/cell").unwrap();
+    let committer = {
+        let fs = fs.clone();
+        std::thread::spawn(move || {
+            let (_, json) = fs.create(dir, OsStr::new("big.json"), false).unwrap();
+            fs.write(json, 0, br#"{"format":"dense","eltype":"Float32"}"#)
+                .unwrap();
+            fs.flush(json, None).unwrap();
+            fs.release(json);
+            let (_, data) = fs.create(dir, OsStr::new("big.data"), false).unwrap();
+            fs.write(data, 0, &[1u8; 12]).unwrap();
+            let closed = fs.flush(data, None);
+            fs.release(data);
+            closed
+        })
+    };
+    in_commit
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the commit never started");
+    // While the first commit has written its copy, another writer replaces the payload (a new
+    // file): its close commits (without pausing), first.
+    fs.unlink(dir, OsStr::new("big.data")).unwrap();
+    let (_, fh) = fs.create(dir, OsStr::new("big.data"), false).unwrap();
+    fs.write(fh, 0, &[2u8; 12]).unwrap();
+    fs.flush(fh, None).unwrap();
+    fs.release(fh);
+    resume.send(()).unwrap();
+    committer.join().unwrap().unwrap();
+    let committed = source.join("vectors/cell/big.data");
+    assert_eq!(std::fs::read(&committed).unwrap(), [2u8; 12]);
+    let ino = fs.resolve("files_v1_0.daf/vectors/cell/big.data").unwrap();
+    assert_eq!(fs.content(ino).unwrap().as_slice(), [2u8; 12]);
+    let left: Vec<_> = std::fs::read_dir(source.join("vectors/cell"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|name| name.starts_with(".daf-mount-tmp"))
+        .collect();
+    assert!(left.is_empty(), "temporary files left: {left:?}");
+}
+
+#[test]
+fn a_property_whose_axis_is_deleted_while_it_is_committed_is_refused() {
+    let (_tmp, source, fs) = writable_copy();
+    let axes = fs.resolve("files_v1_0.daf/axes").unwrap();
+    let (_, fh) = fs.create(axes, OsStr::new("fresh.txt"), false).unwrap();
+    fs.write(fh, 0, b"a\nb\n").unwrap();
+    fs.flush(fh, None).unwrap();
+    fs.release(fh);
+    let (in_commit, resume) = pause_commits(&fs);
+    let dir = fs.resolve("files_v1_0.daf/vectors/fresh").unwrap();
+    let committer = {
+        let fs = fs.clone();
+        std::thread::spawn(move || {
+            let (_, json) = fs.create(dir, OsStr::new("big.json"), false).unwrap();
+            fs.write(json, 0, br#"{"format":"dense","eltype":"Float32"}"#)
+                .unwrap();
+            fs.flush(json, None).unwrap();
+            fs.release(json);
+            let (_, data) = fs.create(dir, OsStr::new("big.data"), false).unwrap();
+            fs.write(data, 0, &[1u8; 8]).unwrap();
+            let closed = fs.flush(data, None);
+            fs.release(data);
+            closed
+        })
+    };
+    in_commit
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the commit never started");
+    // Not in use yet (its property is not swapped in): the axis can go.
+    fs.unlink(axes, OsStr::new("fresh.txt")).unwrap();
+    resume.send(()).unwrap();
+    let closed = committer.join().unwrap();
+    assert!(matches!(closed, Err(FsError::Invalid(_))), "{closed:?}");
+    assert!(!source.join("vectors/fresh/big.data").exists());
+    assert!(fs.resolve("files_v1_0.daf/axes/fresh.txt").is_err());
+}
+
+#[test]
+fn reads_go_on_while_an_append_to_a_zip_source_writes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let archive = tmp.path().join("zarr_v2.daf.zarr.zip");
+    std::fs::copy(format!("{VECTORS}/zarr_v2.daf.zarr.zip"), &archive).unwrap();
+    let opened = open_source(archive.to_str().unwrap()).unwrap();
+    let staging = crate::staging::StagingArea::for_source(&opened.path);
+    let fs = Arc::new(DafFs::with_staging(
+        opened.datasets,
+        ViewSelection::Both,
+        SystemTime::UNIX_EPOCH,
+        Some(staging),
+    ));
+    let (paused, in_append) = channel();
+    let (resume, resumed) = channel();
+    *fs.appender.pause.lock().unwrap() = Some((paused, resumed));
+    let before = std::fs::metadata(&archive).unwrap().len();
+    let dir = fs.resolve("zarr_v2.daf/vectors/cell").unwrap();
+    let (_, json) = fs.create(dir, OsStr::new("big.json"), false).unwrap();
+    fs.write(json, 0, br#"{"format":"dense","eltype":"Float32"}"#)
+        .unwrap();
+    fs.flush(json, None).unwrap();
+    fs.release(json);
+    let (_, data) = fs.create(dir, OsStr::new("big.data"), false).unwrap();
+    fs.write(data, 0, &[1u8; 12]).unwrap();
+    fs.flush(data, None).unwrap();
+    fs.release(data);
+    in_append
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the append never started");
+    // The entries are in the archive, not swapped in yet: other files and the item itself read.
+    let appended = std::fs::metadata(&archive).unwrap().len() > before;
+    let (done, finished) = channel();
+    let reader = {
+        let fs = fs.clone();
+        std::thread::spawn(move || {
+            let dir = fs.resolve("zarr_v2.daf/vectors/cell").unwrap();
+            let attr = fs.lookup(dir, OsStr::new("score.data")).unwrap();
+            let fh = fs.open(attr.ino, false, false).unwrap();
+            let score = fs.read(attr.ino, fh, 0, 4096).unwrap();
+            fs.release(fh);
+            let big = fs.resolve("zarr_v2.daf/vectors/cell/big.data").unwrap();
+            let big = fs.content(big).unwrap().as_slice().to_vec();
+            let _ = done.send((score.len(), big));
+        })
+    };
+    let read = finished.recv_timeout(Duration::from_secs(10));
+    resume.send(()).unwrap();
+    reader.join().unwrap();
+    let (score, big) = read.expect("a read waited for the append to end");
+    assert!(appended, "the append had not written its entries");
+    assert_eq!(score, 12);
+    assert_eq!(big, [1u8; 12]);
+    fs.finalize("").unwrap();
+    let big = fs.resolve("zarr_v2.daf/vectors/cell/big.data").unwrap();
+    assert_eq!(fs.content(big).unwrap().as_slice(), [1u8; 12]);
+}

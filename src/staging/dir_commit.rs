@@ -1,0 +1,267 @@
+//! The second half of a commit into a directory source: writing the item's files, in two steps
+//! so that the slow one runs while readers go on.
+//!
+//! [`super::commit::commit`] validates the item under the filesystem's state lock and returns a
+//! [`PendingWrite`] (the item and its files in the source's layout; the data set is left as it
+//! was). [`PendingWrite::write`] then makes each file's bytes and copies them into a temporary
+//! file beside its final place (or links there the staged file that is that whole file: staging
+//! and source share a file system) and `fsync`s it, **without** the lock: nothing a reader can
+//! see changes (the model still serves the old item, the temporary names are not part of it). Last, under the lock again,
+//! [`PendingWrite::swap`] renames the temporary files into place (payloads first, each rename
+//! made durable before the next, as before), writes the small documents that must change with
+//! the item, and puts the item, read back from the source, into the data set. The caller checks
+//! before the swap that the staged files are still the ones validated (nothing rewrote, removed
+//! or committed them meanwhile); if not, it drops the [`Written`] files, which deletes them.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::formats::model::{Axis, Item, PropertyId, Shape};
+use crate::formats::source::{Format, NamedDataset};
+use crate::stores::dir::{ensure_dir, file_blob, write_atomic};
+use crate::stores::{Blob, Entry, StoreError, StoreIndex};
+use crate::views::layout::layout;
+use crate::views::{ViewEntry, ViewNode};
+
+use super::commit::{read_back_error, refresh_index_documents, CommitError};
+
+/// A validated item of a directory source whose files are still to be written.
+#[derive(Debug)]
+pub struct PendingWrite {
+    /// The item.
+    pub id: PropertyId,
+    root: PathBuf,
+    format: Format,
+    item: Item,
+    /// The shape the item was validated against (a property's axes' lengths then).
+    shape: Option<Shape>,
+    /// Files of the item as it is in the source now (relative to the root).
+    stale: Vec<String>,
+    /// The item's directories (`None`) and files, in write order (payloads first); their bytes
+    /// are made (a multi-chunk array assembled, say) by [`PendingWrite::write`], without the lock.
+    files: Vec<(String, Option<Arc<Blob>>)>,
+    /// The item's staged files: one that is, whole, a file of the item in the source (same
+    /// layout) is linked into the source, not copied.
+    staged: Vec<PathBuf>,
+}
+
+/// Files written by [`PendingWrite::write`] under temporary names; deleted when dropped
+/// unless [`PendingWrite::swap`] renamed them into place.
+#[derive(Debug)]
+pub struct Written {
+    temps: Vec<(String, PathBuf)>,
+}
+
+impl Drop for Written {
+    fn drop(&mut self) {
+        for (_, temp) in &self.temps {
+            let _ = fs::remove_file(temp);
+        }
+    }
+}
+
+impl PendingWrite {
+    /// The files item `item` (validated, not in `ds`'s model) would have in its directory source
+    /// `root`, with the files the item has there now. `ds` is left as it was.
+    pub(super) fn new(
+        ds: &mut NamedDataset,
+        root: PathBuf,
+        id: &PropertyId,
+        item: Item,
+        stale: Vec<String>,
+        staged: &[PathBuf],
+    ) -> Result<PendingWrite, CommitError> {
+        let source = layout(ds.target.format);
+        let previous = ds.dataset.take(id);
+        let put_back = |ds: &mut NamedDataset, previous: Option<Item>| {
+            ds.dataset.take(id);
+            if let Some(previous) = previous {
+                let _ = ds.dataset.insert(id, previous);
+            }
+        };
+        if let Err(why) = ds.dataset.insert(id, item) {
+            put_back(ds, previous);
+            return Err(CommitError::Invalid(why));
+        }
+        let mut entries = source.item_entries(&ds.dataset, id);
+        // Payloads first, then the metadata that makes readers see them.
+        entries.sort_by_key(|e: &ViewEntry| source.write_rank(&e.path));
+        let files = entries
+            .into_iter()
+            .map(|entry| match entry.node {
+                ViewNode::Dir => (entry.path, None),
+                ViewNode::File(blob) => (entry.path, Some(blob)),
+            })
+            .collect();
+        let item = ds.dataset.take(id);
+        put_back(ds, previous);
+        let item = item.ok_or_else(|| CommitError::Invalid(format!("{}: lost", id.path())))?;
+        Ok(PendingWrite {
+            shape: ds.dataset.shape(id),
+            id: id.clone(),
+            root,
+            format: ds.target.format,
+            item,
+            stale,
+            files,
+            staged: staged.to_vec(),
+        })
+    }
+
+    /// Copies the item's files beside their places in the source under temporary names, each
+    /// made durable (`fsync`). The slow part of a commit: run it without the state lock.
+    pub fn write(&self) -> Result<Written, CommitError> {
+        let mut written = Written { temps: Vec::new() };
+        let source = layout(self.format);
+        for (rel, blob) in &self.files {
+            let Some(blob) = blob else {
+                ensure_dir(&self.root, rel)?;
+                continue;
+            };
+            let bytes = blob.bytes()?;
+            if source.elides(rel, bytes.as_slice()) {
+                continue;
+            }
+            let whole = blob
+                .backing_file()
+                .filter(|f| self.staged.iter().any(|s| s == f))
+                .filter(|f| fs::metadata(f).is_ok_and(|m| m.len() == bytes.len()));
+            let path = self.root.join(rel);
+            let temp = temp_beside(&self.root, &path);
+            if let Some(parent) = temp.parent() {
+                fs::create_dir_all(parent).map_err(|e| StoreError::io(parent, e))?;
+            }
+            // A staged file that is the whole source file gets a second name in the source (the
+            // staging area is beside it: the same file system), no copy; it is fsynced there.
+            if let Some(staged) = whole {
+                let linked = fs::hard_link(staged, &temp).and_then(|()| {
+                    written.temps.push((rel.clone(), temp.clone()));
+                    File::open(&temp)?.sync_all()
+                });
+                match linked {
+                    Ok(()) => continue,
+                    Err(e) => {
+                        log::debug!("linking {} into the source: {e}; copied", staged.display());
+                        if written.temps.last().is_some_and(|(_, t)| *t == temp) {
+                            written.temps.pop();
+                            let _ = fs::remove_file(&temp);
+                        }
+                    }
+                }
+            }
+            let copied = (|| {
+                let mut file = File::create(&temp)?;
+                written.temps.push((rel.clone(), temp.clone()));
+                std::io::Write::write_all(&mut file, bytes.as_slice())?;
+                file.sync_all()
+            })();
+            copied.map_err(|e| StoreError::io(&path, e))?;
+        }
+        Ok(written)
+    }
+
+    /// Puts the written files in place and the item, read back from them, into `ds`: the swap,
+    /// to run under the state lock. The data set gets its old item back if this fails.
+    pub fn swap(self, ds: &mut NamedDataset, mut written: Written) -> Result<(), CommitError> {
+        let id = &self.id;
+        // Other items committed while this one was written must not have made it inconsistent:
+        // an axis of the property replaced by one of another length, or this axis, now used by
+        // properties, by one of another length.
+        if ds.dataset.shape(id) != self.shape {
+            return Err(CommitError::Invalid(format!(
+                "{}: an axis it uses changed length while it was committed",
+                id.path()
+            )));
+        }
+        if let (PropertyId::Axis(name), Item::Axis(axis)) = (id, &self.item) {
+            let current = ds.dataset.axes.get(name).map(Axis::len);
+            if current.is_some_and(|n| n != axis.len()) && ds.dataset.axis_in_use(name) {
+                return Err(CommitError::Invalid(format!(
+                    "axis {name} is used by properties: it can only be replaced by as many entries"
+                )));
+            }
+        }
+        let previous = ds.dataset.take(id);
+        let restore = |ds: &mut NamedDataset, previous: Option<Item>| {
+            ds.dataset.take(id);
+            if let Some(previous) = previous {
+                let _ = ds.dataset.insert(id, previous);
+            }
+        };
+        if let Err(why) = ds.dataset.insert(id, self.item) {
+            restore(ds, previous);
+            return Err(CommitError::Invalid(why));
+        }
+        let placed = place(&self.root, &mut written).and_then(|index| {
+            let source = layout(ds.target.format);
+            let (documents, dirs) = source.implied(&ds.dataset, id);
+            for dir in dirs {
+                ensure_dir(&self.root, &dir)?;
+            }
+            for (key, bytes) in documents {
+                if !self.root.join(&key).exists() {
+                    write_atomic(&self.root, &key, &bytes)?;
+                }
+            }
+            refresh_index_documents(ds)?;
+            Ok(index)
+        });
+        let written = match placed {
+            Ok(index) => index,
+            Err(e) => {
+                restore(ds, previous);
+                return Err(e);
+            }
+        };
+        // Files of the replaced item that the new one does not have (a sparse property made dense).
+        let removed: Vec<&String> = self
+            .stale
+            .iter()
+            .filter(|rel| !written.contains(rel))
+            .collect();
+        for rel in &removed {
+            let _ = fs::remove_file(self.root.join(rel));
+        }
+        if !removed.is_empty() {
+            refresh_index_documents(ds)?;
+        }
+        // Serve the source's bytes from now on, not the staged files'.
+        let stored = layout(self.format)
+            .read_item(&ds.dataset, id, &written)
+            .map_err(|e| read_back_error(id, e))?;
+        ds.dataset.insert(id, stored).map_err(CommitError::Invalid)
+    }
+}
+
+/// Renames the written files into place, in order, each rename made durable (`fsync` of its
+/// directory) before the next; returns what is in place, keyed relative to `root`.
+fn place(root: &Path, written: &mut Written) -> Result<StoreIndex, CommitError> {
+    let mut index = BTreeMap::new();
+    for (rel, temp) in std::mem::take(&mut written.temps) {
+        let path = root.join(&rel);
+        let parent = path.parent().unwrap_or(root).to_path_buf();
+        let renamed = fs::rename(&temp, &path).and_then(|()| File::open(&parent)?.sync_all());
+        if let Err(e) = renamed {
+            let _ = fs::remove_file(&temp);
+            return Err(StoreError::io(&path, e).into());
+        }
+        let meta = fs::metadata(&path).map_err(|e| StoreError::io(&path, e))?;
+        let mtime = meta.modified().map_err(|e| StoreError::io(&path, e))?;
+        let entry = Entry {
+            blob: file_blob(path, meta.len()),
+            mtime,
+        };
+        index.insert(rel, entry);
+    }
+    Ok(StoreIndex::new(index, None))
+}
+
+/// A temporary name beside `path` (short, of fixed form: any name that fits `NAME_MAX` works).
+fn temp_beside(root: &Path, path: &Path) -> PathBuf {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let parent = path.parent().unwrap_or(root);
+    parent.join(format!(".daf-mount-tmp.{}.c{n}", std::process::id()))
+}

@@ -145,8 +145,7 @@ pub fn commit(
     } else {
         Vec::new()
     };
-    let disks: Vec<PathBuf> = staged.iter().map(|f| f.disk.clone()).collect();
-    PendingWrite::new(ds, root, id, item, stale, &disks).map(Outcome::Writing)
+    PendingWrite::new(ds, root, id, item, stale).map(Outcome::Writing)
 }
 
 /// Judges the staged files of item `id` as [`commit`] does, writing nothing: the same reader,

@@ -4,8 +4,8 @@
 //! [`super::commit::commit`] validates the item under the filesystem's state lock and returns a
 //! [`PendingWrite`] (the item and its files in the source's layout; the data set is left as it
 //! was). [`PendingWrite::write`] then makes each file's bytes and copies them into a temporary
-//! file beside its final place (or links there the staged file that is that whole file: staging
-//! and source share a file system) and `fsync`s it, **without** the lock: nothing a reader can
+//! file beside its final place and `fsync`s it (a copy, never a hard link of the staged file,
+//! which a crash could leave behind as a second name of the source file), **without** the lock: nothing a reader can
 //! see changes (the model still serves the old item, the temporary names are not part of it). Last, under the lock again,
 //! [`PendingWrite::swap`] renames the temporary files into place (payloads first, each rename
 //! made durable before the next, as before), writes the small documents that must change with
@@ -42,9 +42,6 @@ pub struct PendingWrite {
     /// The item's directories (`None`) and files, in write order (payloads first); their bytes
     /// are made (a multi-chunk array assembled, say) by [`PendingWrite::write`], without the lock.
     files: Vec<(String, Option<Arc<Blob>>)>,
-    /// The item's staged files: one that is, whole, a file of the item in the source (same
-    /// layout) is linked into the source, not copied.
-    staged: Vec<PathBuf>,
 }
 
 /// Files written by [`PendingWrite::write`] under temporary names; deleted when dropped
@@ -71,7 +68,6 @@ impl PendingWrite {
         id: &PropertyId,
         item: Item,
         stale: Vec<String>,
-        staged: &[PathBuf],
     ) -> Result<PendingWrite, CommitError> {
         let source = layout(ds.target.format);
         let previous = ds.dataset.take(id);
@@ -106,7 +102,6 @@ impl PendingWrite {
             item,
             stale,
             files,
-            staged: staged.to_vec(),
         })
     }
 
@@ -124,33 +119,13 @@ impl PendingWrite {
             if source.elides(rel, bytes.as_slice()) {
                 continue;
             }
-            let whole = blob
-                .backing_file()
-                .filter(|f| self.staged.iter().any(|s| s == f))
-                .filter(|f| fs::metadata(f).is_ok_and(|m| m.len() == bytes.len()));
             let path = self.root.join(rel);
             let temp = temp_beside(&self.root, &path);
             if let Some(parent) = temp.parent() {
                 fs::create_dir_all(parent).map_err(|e| StoreError::io(parent, e))?;
             }
-            // A staged file that is the whole source file gets a second name in the source (the
-            // staging area is beside it: the same file system), no copy; it is fsynced there.
-            if let Some(staged) = whole {
-                let linked = fs::hard_link(staged, &temp).and_then(|()| {
-                    written.temps.push((rel.clone(), temp.clone()));
-                    File::open(&temp)?.sync_all()
-                });
-                match linked {
-                    Ok(()) => continue,
-                    Err(e) => {
-                        log::debug!("linking {} into the source: {e}; copied", staged.display());
-                        if written.temps.last().is_some_and(|(_, t)| *t == temp) {
-                            written.temps.pop();
-                            let _ = fs::remove_file(&temp);
-                        }
-                    }
-                }
-            }
+            // Always a copy: a hard link would leave the staged file, after a crash between
+            // the swap and its removal, as a second name of the source file.
             let copied = (|| {
                 let mut file = File::create(&temp)?;
                 written.temps.push((rel.clone(), temp.clone()));

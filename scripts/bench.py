@@ -377,6 +377,9 @@ def main():
     # 13. The ZIP rows against the FUSE ceiling (issue 12: examples/fuse_ceiling.rs, scripts/bench_ceiling.py).
     import bench_ceiling
     bench_ceiling.ceiling_rows(sys.modules[__name__], args.rounds, zip_path, row)
+    # 14. The peers on the same ZIPs (issue 12: fuse-zip, archivemount, ratarmount; scripts/bench_peers.py).
+    import bench_peers
+    bench_peers.peer_rows(sys.modules[__name__], args.rounds, zip_path, zip100k, rows)
     # 12. cp of the published ZIP (--zip, issue 13) vs cp of the native ZIP, warm (scripts/bench_publish.py).
     import bench_publish
     bench_publish.publish_row(sys.modules[__name__], WORK, args.rounds, zip_path, f"{gib:.0f} GiB", row)

@@ -13,7 +13,7 @@
 
 use std::path::PathBuf;
 use std::sync::mpsc::{channel, Sender};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, RwLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock};
 
 use crate::formats::model::PropertyId;
 use crate::staging::commit::{CommitError, PendingAppend};
@@ -21,6 +21,7 @@ use crate::staging::StagingArea;
 use crate::stores::StoreError;
 
 use super::{FsError, State};
+use crate::stores::lock;
 
 /// Tests only: where a commit or an append pauses (it says so on the sender, then waits for
 /// the receiver).
@@ -63,10 +64,6 @@ pub(super) struct Appender {
     /// sender, then waits for the receiver).
     #[cfg(test)]
     pub(super) pause: Arc<Pause>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Appender {

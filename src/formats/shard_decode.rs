@@ -12,7 +12,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::stores::blob::RangeSource;
 use crate::stores::{Blob, Bytes, StoreError};
@@ -24,15 +24,12 @@ use super::strings::encode_vlen;
 use super::types::ElementType;
 use super::zarr_decode::{checked_product, MAX_DECODED_BYTES};
 use super::FormatError;
+use crate::stores::lock;
 
 /// Most decoded inner chunks kept per array.
 pub const CACHE_CHUNKS: usize = 8;
 /// Most decoded bytes kept per array (the last chunk decoded is kept even when larger).
 pub const CACHE_BYTES: u64 = 16 << 20;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// The recently decoded chunks, least recently used first.
 #[derive(Default)]

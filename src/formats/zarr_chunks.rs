@@ -12,19 +12,15 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use crate::stores::blob::RangeSource;
 use crate::stores::decode_cache::{self, DecodeCache};
-use crate::stores::{Blob, Bytes, StoreError};
+use crate::stores::{lock, Blob, Bytes, StoreError};
 
 use super::zarr_decode::{
     checked_product, decode_numeric_chunk, ArrayKind, ChunkLayout, StoredChunks, MAX_DECODED_BYTES,
 };
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// The C-order linear position of `coords` in `shape`.
 fn ravel(coords: impl Iterator<Item = u64>, shape: &[u64]) -> u64 {

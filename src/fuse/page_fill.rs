@@ -27,23 +27,20 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use fuser::INodeNo;
 
 use crate::stores::Bytes;
 
 use super::NotifierSlot;
+use crate::stores::lock;
 
 /// Files smaller than this are left to the kernel's readahead.
 const FILL_MIN: u64 = 4 << 20;
 const PAGE: u64 = 4096;
 /// The most one store sends (a request's worth).
 const STORE_MAX: u64 = 1 << 20;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// What the kernel holds of one file, as far as the daemon knows.
 struct FileFill {

@@ -421,10 +421,7 @@ impl Blob {
             return Ok(bytes.clone());
         }
         // One producer at a time per blob, so a costly decode is never done twice.
-        let _guard = self
-            .producing
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let _guard = super::lock(&self.producing);
         if let Some(bytes) = self.value.get() {
             return Ok(bytes.clone());
         }

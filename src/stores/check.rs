@@ -156,11 +156,7 @@ fn background(check: Arc<Check>) -> bool {
             .map(|_| Mutex::new(tx))
     });
     match queue {
-        Some(tx) => tx
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .send(check)
-            .is_ok(),
+        Some(tx) => super::lock(tx).send(check).is_ok(),
         None => false,
     }
 }

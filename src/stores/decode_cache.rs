@@ -16,6 +16,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
+use super::lock;
+
 /// The default bound of decoded bytes kept: 256 MiB.
 pub const DEFAULT_LIMIT: u64 = 256 << 20;
 
@@ -60,7 +62,7 @@ impl DecodeCache {
     }
 
     fn lock(&self) -> MutexGuard<'_, Lru> {
-        self.lru.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.lru)
     }
 
     /// Sets the bound (evicting at once down to it).

@@ -368,10 +368,7 @@ impl HttpClient {
             redact(url),
             bytes as f64 / (1 << 20) as f64 / took.as_secs_f64().max(1e-6)
         );
-        let mut last = stats
-            .last_summary
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut last = super::lock(&stats.last_summary);
         let now = Instant::now();
         if last.is_none_or(|at| now.duration_since(at) >= Duration::from_secs(1)) {
             *last = Some(now);

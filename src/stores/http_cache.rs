@@ -8,6 +8,7 @@ use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use super::lock;
 use super::Bytes;
 
 /// Size of a cached block (the last block of an object is shorter).
@@ -151,12 +152,6 @@ impl BlockCache {
         key.object.hash(&mut hasher);
         Some(dir.join(format!("{:016x}-{}", hasher.finish(), key.block)))
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]

@@ -20,11 +20,12 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 
 use super::blob::{Blob, Presence, RangeSource};
 use super::http::{redact, Fetch, HttpClient, Validator};
 use super::http_cache::{BlockKey, BLOCK};
+use super::lock;
 use super::{Bytes, StoreError};
 
 /// Blocks fetched ahead of a sequential reader: at first, and at most (doubling while the reads
@@ -61,10 +62,6 @@ impl Pending {
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// The blocks `[first, last]` one thread has claimed; when dropped unfinished (a panic), the

@@ -31,12 +31,18 @@ pub mod zip_write;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
 pub use blob::Blob;
 pub use bytes::Bytes;
 pub use store::Store;
+
+/// Locks `m`, also after a holder panicked: every value these locks guard (caches, queues,
+/// progress) stays consistent between statements, so the daemon goes on rather than panicking too.
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 /// Errors of the store layer.
 #[derive(Debug, thiserror::Error)]

@@ -19,6 +19,7 @@ use std::sync::Mutex;
 use crc32fast::Hasher;
 
 use super::check::{CheckState, SYNC_CHECK_MAX};
+use super::lock;
 use super::StoreError;
 
 const UNVERIFIED: u8 = 0;
@@ -79,7 +80,7 @@ impl RangeCheck {
             _ => {}
         }
         let complete = {
-            let mut covered = self.covered.lock().unwrap_or_else(|p| p.into_inner());
+            let mut covered = lock(&self.covered);
             cover(&mut covered, offset, data);
             match covered.first_key_value() {
                 Some((0, (end, hasher))) if *end == self.len && covered.len() == 1 => {

@@ -23,6 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use super::lock;
 use super::zip::{open_archive, ZipArchive};
 use super::zip_write::{central_record, dos_time, local_header, padding, trailer};
 use super::{Blob, Bytes, Entry, StoreError};
@@ -131,7 +132,7 @@ fn tail_write(path: &Path, offset: u64, data: &[u8]) -> std::io::Result<()> {
     match TAIL_WRITER.get_or_init(|| TailWriter::InProcess) {
         TailWriter::InProcess => perform(&job),
         TailWriter::Helper(pipes) => {
-            let mut pipes = pipes.lock().unwrap_or_else(|p| p.into_inner());
+            let mut pipes = lock(pipes);
             let (jobs, acks) = &mut *pipes;
             let mut message = (job.len() as u64).to_le_bytes().to_vec();
             message.extend_from_slice(&job);

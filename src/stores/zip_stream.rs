@@ -22,10 +22,11 @@
 //! is not remembered: the next read tries again.
 
 use std::io::Read;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use super::blob::{CheckState, RangeSource};
 use super::decode_cache::{self, DecodeCache};
+use super::lock;
 use super::zip::{METHOD_BZIP2, METHOD_DEFLATE, METHOD_ZSTD};
 use super::{Bytes, StoreError};
 
@@ -41,10 +42,6 @@ const FETCH: u64 = 1 << 20;
 
 /// Gives `len` compressed bytes from `offset` within the member's compressed data.
 pub type RawFetch = Arc<dyn Fn(u64, u64) -> Result<Bytes, StoreError> + Send + Sync>;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// The member's compressed bytes as a `Read`, fetched [`FETCH`] bytes at a time; a fetch error
 /// is kept in `error` (the decompressor only sees an I/O error).

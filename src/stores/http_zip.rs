@@ -16,21 +16,16 @@ use super::blob::{Blob, CheckState, RangeSource};
 use super::http::{redact, Fetch, HttpClient};
 use super::http_object::RemoteObject;
 use super::range_check::RangeCheck;
-use super::zip::{find_eocd, parse_archive, CentralRecord, LOCAL_SIG, METHOD_STORED};
+use super::zip::{
+    find_eocd, parse_archive, u16_at, u32_at, u64_at, CentralRecord, LOCAL_SIG, METHOD_STORED,
+    ZIP64_LOCATOR_SIG,
+};
 use super::zip_entry::entry_problem;
 use super::zip_stream::MemberStream;
 use super::{Bytes, Entry, StoreError, StoreIndex};
 
 /// How much of the end of the file is read first (EOCD with the longest comment, ZIP64 records).
 const TAIL: u64 = 22 + 0xFFFF + 20 + 56;
-
-fn u32_at(data: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(data.get(at..at + 4)?.try_into().ok()?))
-}
-
-fn u64_at(data: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(data.get(at..at + 8)?.try_into().ok()?))
-}
 
 /// Opens the remote archive at `url` as a store index.
 pub fn open_remote_zip(client: &Arc<HttpClient>, url: &str) -> Result<StoreIndex, StoreError> {
@@ -52,17 +47,13 @@ pub fn open_remote_zip(client: &Arc<HttpClient>, url: &str) -> Result<StoreIndex
         archive.read_range(tail_start, len - tail_start)?
     };
     let data = tail.as_slice();
-    let eocd =
-        find_eocd(data).ok_or_else(|| corrupt("no end of central directory record"))? as usize;
+    let eocd = find_eocd(data).ok_or_else(|| corrupt("no end of central directory record"))?;
     // Where the central directory starts: the ZIP64 end record's value, or the classic one.
     let locator = eocd
         .checked_sub(20)
-        .filter(|&at| u32_at(data, at) == Some(0x0706_4b50));
+        .filter(|&at| u32_at(data, at) == Some(ZIP64_LOCATOR_SIG));
     let z64 = match locator {
-        Some(at) => {
-            let abs = u64_at(data, at + 8).ok_or_else(|| corrupt("ZIP64 locator cut short"))?;
-            Some(abs)
-        }
+        Some(at) => Some(u64_at(data, at + 8).ok_or_else(|| corrupt("ZIP64 locator cut short"))?),
         None => None,
     };
     let cd_offset = match z64 {
@@ -70,7 +61,8 @@ pub fn open_remote_zip(client: &Arc<HttpClient>, url: &str) -> Result<StoreIndex
             let rel = abs
                 .checked_sub(tail_start)
                 .ok_or_else(|| corrupt("ZIP64 end record before the end of the file"))?;
-            u64_at(data, rel as usize + 48).ok_or_else(|| corrupt("ZIP64 end record cut short"))?
+            u64_at(data, rel.saturating_add(48))
+                .ok_or_else(|| corrupt("ZIP64 end record cut short"))?
         }
         None => u64::from(u32_at(data, eocd + 16).ok_or_else(|| corrupt("EOCD cut short"))?),
     };
@@ -83,10 +75,10 @@ pub fn open_remote_zip(client: &Arc<HttpClient>, url: &str) -> Result<StoreIndex
         .as_slice()
         .to_vec();
     let shift = |abs: u64| abs - cd_offset;
-    let eocd_rel = shift(tail_start + eocd as u64) as usize;
+    let eocd_rel = shift(tail_start + eocd) as usize;
     window[eocd_rel + 16..eocd_rel + 20].copy_from_slice(&0u32.to_le_bytes());
     if let (Some(abs), Some(loc)) = (z64, locator) {
-        let loc_rel = shift(tail_start + loc as u64) as usize;
+        let loc_rel = shift(tail_start + loc) as usize;
         let z_rel = abs
             .checked_sub(cd_offset)
             .ok_or_else(|| corrupt("ZIP64 end record inside the entries"))?;
@@ -137,8 +129,8 @@ impl Member {
         if u32_at(h, 0) != Some(LOCAL_SIG) {
             return Err(bad());
         }
-        let name_len = u64::from(u16::from_le_bytes([h[26], h[27]]));
-        let extra_len = u64::from(u16::from_le_bytes([h[28], h[29]]));
+        let name_len = u64::from(u16_at(h, 26).ok_or_else(bad)?);
+        let extra_len = u64::from(u16_at(h, 28).ok_or_else(bad)?);
         let data = at + 30 + name_len + extra_len;
         Ok(*self.data_offset.get_or_init(|| data))
     }

@@ -30,9 +30,9 @@ use super::zip_entry::{entry_blob, entry_problem};
 use super::{Bytes, Entry, StoreError, StoreIndex};
 use crate::sys::map_readonly;
 
-const EOCD_SIG: u32 = 0x0605_4b50;
-const ZIP64_LOCATOR_SIG: u32 = 0x0706_4b50;
-const ZIP64_EOCD_SIG: u32 = 0x0606_4b50;
+pub(super) const EOCD_SIG: u32 = 0x0605_4b50;
+pub(super) const ZIP64_LOCATOR_SIG: u32 = 0x0706_4b50;
+pub(super) const ZIP64_EOCD_SIG: u32 = 0x0606_4b50;
 pub(super) const CENTRAL_SIG: u32 = 0x0201_4b50;
 pub(super) const LOCAL_SIG: u32 = 0x0403_4b50;
 
@@ -156,19 +156,19 @@ fn corrupt(path: &Path, what: impl Into<String>) -> StoreError {
     }
 }
 
-fn u16_at(data: &[u8], at: u64) -> Option<u16> {
+pub(super) fn u16_at(data: &[u8], at: u64) -> Option<u16> {
     let at = usize::try_from(at).ok()?;
     data.get(at..at.checked_add(2)?)
         .map(|b| u16::from_le_bytes([b[0], b[1]]))
 }
 
-fn u32_at(data: &[u8], at: u64) -> Option<u32> {
+pub(super) fn u32_at(data: &[u8], at: u64) -> Option<u32> {
     let at = usize::try_from(at).ok()?;
     data.get(at..at.checked_add(4)?)
         .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
 }
 
-fn u64_at(data: &[u8], at: u64) -> Option<u64> {
+pub(super) fn u64_at(data: &[u8], at: u64) -> Option<u64> {
     let at = usize::try_from(at).ok()?;
     let b = data.get(at..at.checked_add(8)?)?;
     let mut word = [0u8; 8];

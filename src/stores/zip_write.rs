@@ -5,7 +5,7 @@
 //! Shared by the appender of ZIP sources (`zip_append`, which also records real times) and the
 //! published ZIP of a mount (`views::zip_publish`, which writes upstream's fixed 1980 time).
 
-use super::zip::{CENTRAL_SIG, LOCAL_SIG};
+use super::zip::{CENTRAL_SIG, EOCD_SIG, LOCAL_SIG, ZIP64_EOCD_SIG, ZIP64_LOCATOR_SIG};
 
 /// Bytes of the fixed trailer: ZIP64 end record (56) + locator (20) + end record (22).
 pub const TRAILER: u64 = 98;
@@ -142,7 +142,7 @@ pub fn central_record(
 /// The 98-byte trailer of an archive of `entries` entries whose directory is at `cd_offset`.
 pub fn trailer(entries: u64, cd_offset: u64, cd_size: u64) -> Vec<u8> {
     let mut t = Vec::with_capacity(TRAILER as usize);
-    t.extend_from_slice(&0x0606_4b50u32.to_le_bytes());
+    t.extend_from_slice(&ZIP64_EOCD_SIG.to_le_bytes());
     t.extend_from_slice(&44u64.to_le_bytes());
     t.extend_from_slice(&0x031Eu16.to_le_bytes());
     t.extend_from_slice(&45u16.to_le_bytes());
@@ -152,11 +152,11 @@ pub fn trailer(entries: u64, cd_offset: u64, cd_size: u64) -> Vec<u8> {
     t.extend_from_slice(&entries.to_le_bytes());
     t.extend_from_slice(&cd_size.to_le_bytes());
     t.extend_from_slice(&cd_offset.to_le_bytes());
-    t.extend_from_slice(&0x0706_4b50u32.to_le_bytes());
+    t.extend_from_slice(&ZIP64_LOCATOR_SIG.to_le_bytes());
     t.extend_from_slice(&0u32.to_le_bytes());
     t.extend_from_slice(&(cd_offset + cd_size).to_le_bytes());
     t.extend_from_slice(&1u32.to_le_bytes());
-    t.extend_from_slice(&0x0605_4b50u32.to_le_bytes());
+    t.extend_from_slice(&EOCD_SIG.to_le_bytes());
     t.extend_from_slice(&[
         0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0,
     ]);

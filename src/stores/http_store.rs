@@ -90,4 +90,26 @@ mod tests {
             Box::new(remote_zip(&client(), &server.url("x.zip")).unwrap())
         });
     }
+
+    #[test]
+    fn a_remote_zip_whose_directory_starts_after_its_end_record_is_refused() {
+        let dir = tempfile::tempdir().unwrap().keep();
+        let path = dir.join("x.zip");
+        write_zip(&path, &[("a", b"abc".as_slice())]);
+        let mut bytes = std::fs::read(&path).unwrap();
+        // The central directory offset (the ZIP64 end record's, else the EOCD's) points past
+        // the EOCD itself.
+        let eocd = bytes.len() - 22;
+        let past = eocd as u64 + 1;
+        if bytes[eocd - 20..eocd - 16] == 0x0706_4b50u32.to_le_bytes() {
+            let at = u64::from_le_bytes(bytes[eocd - 12..eocd - 4].try_into().unwrap()) as usize;
+            bytes[at + 48..at + 56].copy_from_slice(&past.to_le_bytes());
+        } else {
+            bytes[eocd + 16..eocd + 20].copy_from_slice(&(past as u32).to_le_bytes());
+        }
+        std::fs::write(&path, &bytes).unwrap();
+        let server = Server::start(&dir);
+        let err = remote_zip(&client(), &server.url("x.zip")).unwrap_err();
+        assert!(err.to_string().contains("central directory"), "{err}");
+    }
 }

@@ -66,7 +66,8 @@ pub fn open_remote_zip(client: &Arc<HttpClient>, url: &str) -> Result<StoreIndex
         }
         None => u64::from(u32_at(data, eocd + 16).ok_or_else(|| corrupt("EOCD cut short"))?),
     };
-    if cd_offset > len {
+    // The directory comes before the end records (both are rebased onto it below).
+    if cd_offset > tail_start + locator.unwrap_or(eocd) {
         return Err(corrupt("central directory lies outside the file"));
     }
     // The directory and everything after it, rebased so that it starts at offset 0.

@@ -13,7 +13,7 @@
 //!
 //! Integrity: every pass starts at the first byte and hashes what it produces; when a pass
 //! reaches the declared size it checks that the stream ends there and that the CRC-32 matches
-//! the central directory's. A member of at most [`VERIFY_FIRST`] bytes is decompressed to its
+//! the central directory's. A member of at most [`SYNC_CHECK_MAX`] bytes is decompressed to its
 //! end (and checked) before its first byte is served; a larger one is served as it is
 //! decompressed and checked when a pass first reaches its end (a sequential read of the whole
 //! member, or a read of its last window). Once found corrupt (bad CRC, wrong length, a stream
@@ -25,6 +25,7 @@ use std::io::Read;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::blob::{CheckState, RangeSource};
+use super::check::SYNC_CHECK_MAX;
 use super::decode_cache::{self, DecodeCache};
 use super::lock;
 use super::zip::{METHOD_BZIP2, METHOD_DEFLATE, METHOD_ZSTD};
@@ -32,8 +33,6 @@ use super::{Bytes, StoreError};
 
 /// Decoded bytes per cached window.
 pub const WINDOW: u64 = 1 << 20;
-/// Members up to this size are checked whole before their first byte is served.
-pub const VERIFY_FIRST: u64 = 4 << 20;
 /// The most bytes one read may ask for (a whole read of a larger member is refused, never
 /// allocated).
 pub const MAX_READ: u64 = 128 << 20;
@@ -260,7 +259,7 @@ impl MemberStream {
             Some(cursor) if cursor.pos <= start => cursor,
             _ => self.open()?,
         };
-        let target = self.size.min((start + WINDOW).max(VERIFY_FIRST));
+        let target = self.size.min((start + WINDOW).max(SYNC_CHECK_MAX));
         let mut wanted = None;
         while cursor.pos < target {
             let n = WINDOW.min(self.size - cursor.pos) as usize;

@@ -87,7 +87,7 @@ fn every_method_streams() {
             got.as_slice(),
             &data[WINDOW as usize - 3..3 * WINDOW as usize - 3]
         );
-        // Small (under VERIFY_FIRST): checked whole before the first byte was served.
+        // Small (under SYNC_CHECK_MAX): checked whole before the first byte was served.
         assert_eq!(s.check_state(), Some(CheckState::Verified), "{method}");
     }
 }
@@ -110,7 +110,7 @@ fn a_small_corrupt_member_fails_before_its_first_byte() {
 
 #[test]
 fn a_large_corrupt_member_fails_once_a_pass_reaches_its_end() {
-    let data = plain(VERIFY_FIRST as usize + WINDOW as usize + 1);
+    let data = plain(SYNC_CHECK_MAX as usize + WINDOW as usize + 1);
     let s = stream(
         16 * WINDOW,
         METHOD_DEFLATE,

@@ -22,6 +22,7 @@ use super::shard_codecs::{fill_bytes, Pipeline};
 use super::shard_index::{read_index, ChunkIndex, IndexKind};
 use super::strings::encode_vlen;
 use super::types::ElementType;
+use super::zarr_chunks::{gather, ravel, unravel};
 use super::zarr_decode::{checked_product, MAX_DECODED_BYTES};
 use super::FormatError;
 use crate::stores::lock;
@@ -78,7 +79,6 @@ pub struct Decoder {
     shape: Vec<u64>,
     inner: Vec<u64>,
     grid: Vec<u64>,
-    size: u64,
     fill: Vec<u8>,
     index: OnceLock<Arc<ChunkIndex>>,
     index_failed: OnceLock<String>,
@@ -101,6 +101,11 @@ pub fn numeric_decoder(
     };
     let fill =
         fill_bytes(&packing.fill_value, t).map_err(|e| FormatError::bad(format!("{what}: {e}")))?;
+    if fill.len() as u64 != t.size() {
+        return Err(FormatError::bad(format!(
+            "{what}: fill value does not match the dtype"
+        )));
+    }
     Ok(Arc::new(Decoder {
         shard: packing.shard.clone(),
         kind: packing.index_kind()?,
@@ -108,7 +113,6 @@ pub fn numeric_decoder(
         shape: packing.shape.clone(),
         inner: packing.inner.clone(),
         grid: packing.grid(),
-        size: t.size(),
         fill,
         index: OnceLock::new(),
         index_failed: OnceLock::new(),
@@ -130,23 +134,10 @@ pub fn numeric_blob(
     Ok(Blob::ranged(decoder.flat_len(), decoder))
 }
 
-/// The coordinates of C-order linear position `at` in `shape`.
-fn unravel(mut at: u64, shape: &[u64], out: &mut [u64]) {
-    for d in (0..shape.len()).rev() {
-        out[d] = at % shape[d];
-        at /= shape[d];
-    }
-}
-
-/// The C-order linear position of `coords` in `shape`.
-fn ravel(coords: impl Iterator<Item = u64>, shape: &[u64]) -> u64 {
-    coords.zip(shape).fold(0, |acc, (c, n)| acc * n + c)
-}
-
 impl Decoder {
     /// Length of the flat content in bytes.
     pub fn flat_len(&self) -> u64 {
-        checked_product(&self.shape).unwrap_or(0) * self.size
+        checked_product(&self.shape).unwrap_or(0) * self.fill.len() as u64
     }
 
     fn index(&self) -> Result<Arc<ChunkIndex>, StoreError> {
@@ -223,42 +214,15 @@ impl RangeSource for Decoder {
                 MAX_DECODED_BYTES >> 20
             )));
         }
-        let size = self.size;
-        let first = offset / size;
-        let end = (offset + len).div_ceil(size);
-        let ndim = self.shape.len();
-        let last_dim = ndim - 1;
-        let mut out = Vec::with_capacity(((end - first) * size) as usize);
-        let mut coords = vec![0u64; ndim];
-        let mut at = first;
-        while at < end {
-            unravel(at, &self.shape, &mut coords);
-            let within_last = coords[last_dim] % self.inner[last_dim];
-            let run = (self.inner[last_dim] - within_last)
-                .min(self.shape[last_dim] - coords[last_dim])
-                .min(end - at);
-            let n = ravel(
-                coords.iter().zip(&self.inner).map(|(c, i)| c / i),
-                &self.grid,
-            );
-            match self.chunk(n)? {
-                Some(data) => {
-                    let within = ravel(
-                        coords.iter().zip(&self.inner).map(|(c, i)| c % i),
-                        &self.inner,
-                    );
-                    let from = (within * size) as usize;
-                    out.extend_from_slice(&data[from..from + (run * size) as usize]);
-                }
-                None => (0..run).for_each(|_| out.extend_from_slice(&self.fill)),
-            }
-            at += run;
-        }
-        // Whole elements were made: cut the partial ones at both ends off.
-        let skip = (offset - first * size) as usize;
-        out.drain(..skip);
-        out.truncate(len as usize);
-        Ok(Bytes::from_vec(out))
+        gather(
+            &self.shape,
+            &self.inner,
+            &self.grid,
+            &self.fill,
+            offset,
+            len,
+            |n| self.chunk(n),
+        )
     }
 }
 

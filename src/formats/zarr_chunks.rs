@@ -23,12 +23,12 @@ use super::zarr_decode::{
 };
 
 /// The C-order linear position of `coords` in `shape`.
-fn ravel(coords: impl Iterator<Item = u64>, shape: &[u64]) -> u64 {
+pub(super) fn ravel(coords: impl Iterator<Item = u64>, shape: &[u64]) -> u64 {
     coords.zip(shape).fold(0, |acc, (c, n)| acc * n + c)
 }
 
 /// The coordinates of C-order linear position `at` in `shape`.
-fn unravel(mut at: u64, shape: &[u64], out: &mut [u64]) {
+pub(super) fn unravel(mut at: u64, shape: &[u64], out: &mut [u64]) {
     for d in (0..shape.len()).rev() {
         out[d] = at % shape[d];
         at /= shape[d];

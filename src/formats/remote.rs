@@ -47,7 +47,7 @@ fn not_daf(url: &str, why: impl Into<String>) -> FormatError {
 fn failed(url: &str, fetch: Fetch) -> FormatError {
     match fetch {
         Fetch::NotFound => not_daf(url, "not found on the server (404)"),
-        Fetch::Failed(why) => FormatError::Bad(why),
+        Fetch::Transient(why) | Fetch::Failed(why) => FormatError::Bad(why),
     }
 }
 

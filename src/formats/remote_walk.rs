@@ -150,7 +150,7 @@ fn visit(
             log::debug!("walk: no {}, not a Zarr node", redact(&url));
             return Ok(None);
         }
-        Err(Fetch::Failed(why)) => return Err(FormatError::Bad(why)),
+        Err(Fetch::Transient(why) | Fetch::Failed(why)) => return Err(FormatError::Bad(why)),
     };
     let doc: Value =
         serde_json::from_slice(&body).map_err(|e| refused(&url, format!("bad JSON: {e}")))?;

@@ -146,6 +146,9 @@ pub struct Validator(pub Option<String>);
 pub enum Fetch {
     /// 404 or 410.
     NotFound,
+    /// A failure that may pass on retrying (a 5xx answer, a dropped or timed-out connection),
+    /// said in one line; what is left of it once the retries are spent.
+    Transient(String),
     /// Any other failure, said in one line.
     Failed(String),
 }
@@ -248,6 +251,7 @@ impl HttpClient {
         let response = self.agent.run(request).map_err(|e| transport(url, &e))?;
         match response.status().as_u16() {
             404 | 410 => Err(Fetch::NotFound),
+            code if code >= 500 => Err(Fetch::Transient(format!("{}: status {code}", redact(url)))),
             code if code >= 400 => Err(Fetch::Failed(format!("{}: status {code}", redact(url)))),
             _ => Ok(response),
         }
@@ -341,8 +345,7 @@ impl HttpClient {
                     self.record(url, what, size(&value), started.elapsed());
                     return Ok(value);
                 }
-                Err(Fetch::NotFound) => return Err(Fetch::NotFound),
-                Err(Fetch::Failed(why)) if tries < self.options.retries && retryable(&why) => {
+                Err(Fetch::Transient(why)) if tries < self.options.retries => {
                     tries += 1;
                     let pause = Duration::from_millis(100u64 << tries.min(6));
                     log::warn!(
@@ -388,7 +391,9 @@ impl HttpClient {
         match self.retrying(url, "HEAD", || self.head_once(url), |_| 0) {
             Ok(found) => Ok(found),
             Err(Fetch::NotFound) => Err(Fetch::NotFound),
-            Err(Fetch::Failed(_)) => self.get_range(url, 0, 1).map(|g| (g.total, g.validator)),
+            Err(Fetch::Failed(_) | Fetch::Transient(_)) => {
+                self.get_range(url, 0, 1).map(|g| (g.total, g.validator))
+            }
         }
     }
 
@@ -403,23 +408,17 @@ impl HttpClient {
     }
 }
 
-/// Whether a failure may pass on retrying (a 5xx, a dropped or timed-out connection).
-fn retryable(why: &str) -> bool {
-    why.contains("status 5") || why.contains("transport") || why.contains("connection dropped")
-}
-
 type Response = ureq::http::Response<ureq::Body>;
 
-/// A failure to get an answer, in one line: a "transport error" is retried, a certificate the
-/// system's CA store does not trust is not (it will not pass on retrying).
+/// A failure to get an answer, in one line: transient (retried), except a certificate the
+/// system's CA store does not trust (it will not pass on retrying).
 fn transport(url: &str, error: &ureq::Error) -> Fetch {
     let text = error.to_string();
-    let what = if text.contains("certificate") {
-        "TLS error"
+    if text.contains("certificate") {
+        Fetch::Failed(format!("{}: TLS error: {text}", redact(url)))
     } else {
-        "transport error"
-    };
-    Fetch::Failed(format!("{}: {what}: {text}", redact(url)))
+        Fetch::Transient(format!("{}: transport error: {text}", redact(url)))
+    }
 }
 
 fn header<'a>(response: &'a Response, name: &str) -> Option<&'a str> {
@@ -438,7 +437,7 @@ fn validator_of(response: &Response) -> Validator {
 /// `max` + 1 (more is refused by the caller).
 fn read_body(url: &str, response: Response, len: Option<u64>, max: u64) -> Result<Vec<u8>, Fetch> {
     let dropped = |e: std::io::Error| {
-        Fetch::Failed(format!(
+        Fetch::Transient(format!(
             "{}: transport error reading the body (connection dropped?): {e}",
             redact(url)
         ))
@@ -467,7 +466,7 @@ impl From<Fetch> for StoreError {
     fn from(fetch: Fetch) -> StoreError {
         match fetch {
             Fetch::NotFound => StoreError::Produce("remote object not found (404)".into()),
-            Fetch::Failed(why) => StoreError::Produce(why),
+            Fetch::Transient(why) | Fetch::Failed(why) => StoreError::Produce(why),
         }
     }
 }

@@ -173,7 +173,7 @@ impl Lister {
 fn fetch_failed(url: &str, fetch: super::http::Fetch) -> String {
     match fetch {
         super::http::Fetch::NotFound => format!("{}: not found (404)", redact(url)),
-        super::http::Fetch::Failed(why) => why,
+        super::http::Fetch::Transient(why) | super::http::Fetch::Failed(why) => why,
     }
 }
 

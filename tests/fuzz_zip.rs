@@ -1,20 +1,22 @@
 //! Property-based fuzzing of the ZIP reader (no mount): random bytes, and structure-aware
 //! mutations of real archives (flip, overwrite, insert, delete, truncate, forge a header field
 //! with a hostile value), each opened with `open_archive`, then every entry's bytes read and
-//! its check run; and the three decoders on valid, damaged and mis-sized streams. Nothing may
-//! panic or hang; every produced entry has exactly the length
-//! `stat` announced, and none is larger than the decompression limit.
+//! its check run; and the three decompressors, as the daemon serves members (`MemberStream`),
+//! on valid, damaged and mis-sized streams. Nothing may panic or hang; every produced entry has
+//! exactly the length `stat` announced, and none is larger than the decompression limit.
 //!
 //! Case count: `PROPTEST_CASES` (default 256 per property, a few seconds in debug).
 //! Failures found are kept in `fuzz_zip.proptest-regressions` and as named tests below.
 
 use std::path::Path;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use daf_mount::stores::blob::RangeSource;
 use daf_mount::stores::zip::open_archive;
-use daf_mount::stores::zip_entry::{decode, MAX_SHOWN};
-use daf_mount::stores::zip_stream::MAX_READ;
+use daf_mount::stores::zip_entry::MAX_SHOWN;
+use daf_mount::stores::zip_stream::{MemberStream, MAX_READ};
+use daf_mount::stores::{Bytes, StoreError};
 use proptest::prelude::*;
 
 const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/vectors");
@@ -284,6 +286,22 @@ proptest! {
         let exact = decode(method, &compressed(method, &plain), plain.len() as u64, crc);
         prop_assert_eq!(exact, Ok(plain));
     }
+}
+
+/// A member's whole content (`size` bytes) as the daemon serves it: one read of its
+/// `MemberStream`.
+fn decode(method: u16, packed: &[u8], size: u64, crc: u32) -> Result<Vec<u8>, String> {
+    let raw = Bytes::from_vec(packed.to_vec());
+    let len = raw.len();
+    let fetch = move |offset: u64, n: u64| {
+        raw.slice(offset, n)
+            .ok_or_else(|| StoreError::Produce("outside the member".into()))
+    };
+    let stream = MemberStream::new("fuzz".into(), method, (len, size, crc), Arc::new(fetch));
+    stream
+        .read_range(0, size)
+        .map(|bytes| bytes.as_slice().to_vec())
+        .map_err(|e| e.to_string())
 }
 
 fn compressed(method: u16, plain: &[u8]) -> Vec<u8> {

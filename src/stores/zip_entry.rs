@@ -6,7 +6,7 @@
 //! - A deflate, bzip2 or zstd entry is a ranged blob decompressed on demand, window by window,
 //!   into the mount-wide decode cache (`zip_stream`): never held whole, never decompressed beyond
 //!   the declared size (a bomb stops one byte past it), and its length and CRC are checked when a
-//!   pass reaches its end. [`decode`] decompresses a member whole (tests).
+//!   pass reaches its end.
 //! - An entry that can never be served (damaged local header, data outside its place, encrypted,
 //!   unknown method, a stored entry whose two sizes differ, a declared size that its compressed
 //!   data cannot reach) is refused once, at mount, with one
@@ -14,7 +14,6 @@
 //!
 //! `st_size` of an entry is its declared size, capped at [`MAX_SHOWN`].
 
-use std::io::Read;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -24,8 +23,6 @@ use super::{Blob, Bytes, StoreError};
 
 /// The largest `st_size` shown for an entry (sizes declared beyond it are absurd anyway).
 pub const MAX_SHOWN: u64 = 1 << 40;
-/// First allocation for a decompression, at most (the buffer then grows with the output).
-const FIRST_CHUNK: u64 = 1 << 20;
 
 /// Why the entry of `record` can never be served, if it cannot (checked without decompressing).
 pub fn entry_problem(record: &CentralRecord) -> Option<String> {
@@ -104,108 +101,9 @@ fn failing(len: u64, message: String) -> Arc<Blob> {
     Blob::lazy(Some(len), move || Err(StoreError::Produce(message.clone())))
 }
 
-/// Decompresses `input` (method `method`) that must give exactly `size` bytes with CRC `crc`.
-pub fn decode(method: u16, input: &[u8], size: u64, crc: u32) -> Result<Vec<u8>, String> {
-    let out = match method {
-        METHOD_DEFLATE => bounded(flate2::read::DeflateDecoder::new(input), size),
-        METHOD_BZIP2 => bounded(bzip2::read::BzDecoder::new(input), size),
-        METHOD_ZSTD => zstd::stream::read::Decoder::with_buffer(input)
-            .map_err(|e| e.to_string())
-            .and_then(|d| bounded(d, size)),
-        other => Err(format!("unsupported compression method {other}")),
-    }?;
-    if out.len() as u64 != size {
-        return Err(format!(
-            "it decompresses to {} bytes, not the {size} it declares",
-            out.len()
-        ));
-    }
-    if crc32fast::hash(&out) != crc {
-        return Err("it fails its CRC check".into());
-    }
-    Ok(out)
-}
-
-/// Reads `reader` to its end, but never more than `size + 1` bytes: the buffer grows with the
-/// output (first [`FIRST_CHUNK`], then doubling, never past `size + 1`), so a forged size costs
-/// nothing and a bomb stops right after the declared size.
-fn bounded(reader: impl Read, size: u64) -> Result<Vec<u8>, String> {
-    let limit = size.saturating_add(1);
-    let mut reader = reader.take(limit);
-    let mut buf: Vec<u8> = Vec::new();
-    let mut filled = 0usize;
-    loop {
-        if filled == buf.len() {
-            let room = limit - filled as u64;
-            if room == 0 {
-                break;
-            }
-            let grow = room.min((filled as u64).max(FIRST_CHUNK));
-            let grow = usize::try_from(grow).map_err(|e| e.to_string())?;
-            buf.try_reserve_exact(grow)
-                .map_err(|_| format!("no memory to decompress {size} bytes"))?;
-            buf.resize(filled + grow, 0);
-        }
-        match reader.read(&mut buf[filled..]) {
-            Ok(0) => break,
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(format!("it does not decompress: {e}")),
-        }
-    }
-    buf.truncate(filled);
-    if filled as u64 > size {
-        return Err(format!(
-            "it decompresses to more than the {size} bytes it declares"
-        ));
-    }
-    Ok(buf)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Write;
-
-    fn deflate(data: &[u8]) -> Vec<u8> {
-        let mut e = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::best());
-        e.write_all(data).unwrap();
-        e.finish().unwrap()
-    }
-
-    #[test]
-    fn a_bomb_stops_one_byte_past_its_declared_size() {
-        let plain = vec![0u8; 64 << 20];
-        let packed = deflate(&plain);
-        let crc = crc32fast::hash(&plain);
-        assert!(decode(METHOD_DEFLATE, &packed, plain.len() as u64, crc).is_ok());
-        let err = decode(METHOD_DEFLATE, &packed, 1000, crc).unwrap_err();
-        assert!(err.contains("more than the 1000 bytes"), "{err}");
-        // The decoder was asked for no more than one byte past the declared size.
-        struct Counting<R>(R, std::rc::Rc<std::cell::Cell<usize>>);
-        impl<R: Read> Read for Counting<R> {
-            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-                let n = self.0.read(buf)?;
-                self.1.set(self.1.get() + n);
-                Ok(n)
-            }
-        }
-        let produced = std::rc::Rc::new(std::cell::Cell::new(0));
-        let decoder = flate2::read::DeflateDecoder::new(&packed[..]);
-        assert!(bounded(Counting(decoder, produced.clone()), 1000).is_err());
-        assert_eq!(produced.get(), 1001);
-    }
-
-    #[test]
-    fn a_forged_huge_size_is_never_allocated() {
-        let packed = deflate(b"tiny");
-        let crc = crc32fast::hash(b"tiny");
-        // 2^64-1 and 1 TiB: no allocation of that size (this would abort), a clear error.
-        for size in [u64::MAX, 1 << 40, 256 << 20] {
-            let err = decode(METHOD_DEFLATE, &packed, size, crc).unwrap_err();
-            assert!(err.contains("decompresses to 4 bytes"), "{err}");
-        }
-    }
 
     #[test]
     fn implausible_and_unservable_entries_are_named() {

@@ -8,7 +8,7 @@ use std::time::SystemTime;
 
 use crate::formats::source::NamedDataset;
 use crate::views::zip_publish::{published_path, Publisher};
-use crate::views::{view_entries, ViewEntry, ViewNode, ViewOptions, ViewRoot};
+use crate::views::{view_entries, ViewEntry, ViewKind, ViewNode, ViewOptions, ViewRoot};
 
 use super::namespace::{Entry, EntryKind, InodeTable, Namespace, ROOT};
 
@@ -62,18 +62,39 @@ impl State {
 
     pub(super) fn rebuild(&mut self) {
         let mut entries: Vec<Entry> = Vec::new();
+        let rendered: Vec<Vec<ViewEntry>> = self
+            .roots
+            .iter()
+            .map(|root| view_entries(&self.datasets[root.dataset].dataset, root))
+            .collect();
         if let Some((publisher, options)) = &mut self.publisher {
-            let published = publisher.entries(&self.datasets, *options);
+            // A published archive is made of its data set's Zarr view, rendered just above when
+            // the mount shows it.
+            let roots = &self.roots;
+            let zarr_files = |dataset: usize| {
+                let (root, views) = roots
+                    .iter()
+                    .zip(&rendered)
+                    .find(|(r, _)| r.dataset == dataset && r.kind == ViewKind::Zarr)?;
+                Some(
+                    views
+                        .iter()
+                        .filter_map(|e| match &e.node {
+                            ViewNode::File(blob) => {
+                                Some((root.relative(&e.path).to_string(), blob.clone()))
+                            }
+                            ViewNode::Dir => None,
+                        })
+                        .collect(),
+                )
+            };
+            let published = publisher.entries(&self.datasets, *options, zarr_files);
             entries.extend(published.into_iter().map(tree_entry));
         }
-        for root in &self.roots {
-            let views = view_entries(&self.datasets[root.dataset].dataset, root);
+        for (root, views) in self.roots.iter().zip(rendered) {
             let hidden = |path: &str| {
                 // A committed path being deleted (or inside a directory being deleted).
-                let rel = path
-                    .strip_prefix(&root.mount)
-                    .map_or(path, |r| r.trim_start_matches('/'));
-                let mut canonical = root.canonical_path(rel);
+                let mut canonical = root.canonical_path(root.relative(path));
                 loop {
                     if self.deleted.contains(&canonical) {
                         return true;

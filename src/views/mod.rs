@@ -167,6 +167,13 @@ impl ViewRoot {
     pub fn canonical_path(&self, rel: &str) -> String {
         join(&self.canonical, rel)
     }
+
+    /// Mount path `path` of this view, relative to the view (the inverse of
+    /// [`ViewRoot::mount_path`]).
+    pub fn relative<'p>(&self, path: &'p str) -> &'p str {
+        path.strip_prefix(&self.mount)
+            .map_or(path, |r| r.trim_start_matches('/'))
+    }
 }
 
 /// `a/b` from `a` and `b`, either of which may be empty.

@@ -259,23 +259,42 @@ fn member_name(p: &Publication, piece: Piece) -> &str {
     }
 }
 
-/// The members of the published archive of data set `index`: the Zarr view's files in its
-/// order, the layout's archive documents first in place of its derived files.
+/// The Zarr view root the published archive of data set `index` is made from.
+fn zarr_root(datasets: &[NamedDataset], index: usize, options: ViewOptions) -> ViewRoot {
+    let ds = &datasets[index];
+    ViewRoot {
+        dataset: index,
+        kind: ViewKind::Zarr,
+        format: view_format(ds, ViewKind::Zarr, options),
+        mount: String::new(),
+        canonical: format!("{}.daf.zarr", ds.name),
+        dimension_names: options.dimension_names,
+    }
+}
+
+/// The members of the published archive of data set `index`, its Zarr view rendered here.
 fn members(
     datasets: &[NamedDataset],
     index: usize,
     options: ViewOptions,
 ) -> Vec<(String, Arc<Blob>)> {
-    let ds = &datasets[index];
-    let format = view_format(ds, ViewKind::Zarr, options);
-    let root = ViewRoot {
-        dataset: index,
-        kind: ViewKind::Zarr,
-        format,
-        mount: String::new(),
-        canonical: format!("{}.daf.zarr", ds.name),
-        dimension_names: options.dimension_names,
-    };
+    let root = zarr_root(datasets, index, options);
+    let files = view_entries(&datasets[index].dataset, &root)
+        .into_iter()
+        .filter_map(|ViewEntry { path, node, .. }| match node {
+            ViewNode::File(blob) => Some((path, blob)),
+            ViewNode::Dir => None,
+        });
+    archive_members(&root, files)
+}
+
+/// The members of the archive of `root`'s view, whose files (view-relative paths, in the
+/// view's order) are `files`: the layout's archive documents first, in place of its derived
+/// files.
+fn archive_members(
+    root: &ViewRoot,
+    files: impl Iterator<Item = (String, Arc<Blob>)>,
+) -> Vec<(String, Arc<Blob>)> {
     let layout = root.layout();
     let derived = layout.derived_files();
     let mut members: Vec<(String, Arc<Blob>)> = layout
@@ -288,13 +307,7 @@ fn members(
             )
         })
         .collect();
-    for ViewEntry { path, node, .. } in view_entries(&ds.dataset, &root) {
-        if let ViewNode::File(blob) = node {
-            if !derived.contains(&path.as_str()) {
-                members.push((path, blob));
-            }
-        }
-    }
+    members.extend(files.filter(|(path, _)| !derived.contains(&path.as_str())));
     members
 }
 
@@ -319,14 +332,27 @@ pub fn published_path(ds: &NamedDataset) -> String {
 }
 
 impl Publisher {
-    /// The root files of the published archives of `datasets` under `options`.
-    pub fn entries(&mut self, datasets: &[NamedDataset], options: ViewOptions) -> Vec<ViewEntry> {
+    /// The root files of the published archives of `datasets` under `options`. `rendered(i)`
+    /// gives the files of data set `i`'s Zarr view when the mount shows it (view-relative
+    /// paths, in order): they are not rendered a second time.
+    pub fn entries(
+        &mut self,
+        datasets: &[NamedDataset],
+        options: ViewOptions,
+        rendered: impl Fn(usize) -> Option<Vec<(String, Arc<Blob>)>>,
+    ) -> Vec<ViewEntry> {
         let mut last = HashMap::new();
         let mut entries = Vec::new();
         for (index, ds) in datasets.iter().enumerate() {
             let path = published_path(ds);
+            let members = match rendered(index) {
+                Some(files) => {
+                    archive_members(&zarr_root(datasets, index, options), files.into_iter())
+                }
+                None => members(datasets, index, options),
+            };
             let publication = Arc::new(Publication::new(
-                members(datasets, index, options),
+                members,
                 self.last.get(&path).map(|p| p.as_ref()),
             ));
             let sizer = publication.clone();

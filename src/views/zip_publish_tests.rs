@@ -25,7 +25,7 @@ fn options(zarr: Option<Format>) -> ViewOptions {
 fn published(source: &str, zarr: Option<Format>) -> Vec<(String, Arc<Blob>)> {
     let opened = open_source(source).unwrap_or_else(|e| panic!("{source}: {e}"));
     Publisher::default()
-        .entries(&opened.datasets, options(zarr))
+        .entries(&opened.datasets, options(zarr), |_| None)
         .into_iter()
         .map(|e| match e.node {
             ViewNode::File(blob) => (e.path, blob),

@@ -42,32 +42,27 @@ pub enum CheckState {
     Bad,
 }
 
-/// The CRC-32 that a range of bytes must have.
-pub struct Check {
-    bytes: Bytes,
+/// The sticky outcome of a CRC-32 check of some content: the CRC it must have, what names it
+/// (archive and entry), and where it stands. Shared by [`Check`] (mapped bytes) and
+/// `range_check::RangeCheck` (content read by ranges).
+pub(super) struct Verdict {
     expected: u32,
     what: String,
     state: AtomicU8,
 }
 
-impl Check {
-    /// A check that `bytes` have CRC-32 `expected`; `what` names them (archive and entry).
-    pub fn new(bytes: Bytes, expected: u32, what: String) -> Check {
-        Check {
-            bytes,
+impl Verdict {
+    /// Not decided yet: the content must have CRC-32 `expected`; `what` names it.
+    pub(super) fn new(expected: u32, what: String) -> Verdict {
+        Verdict {
             expected,
             what,
             state: AtomicU8::new(UNVERIFIED),
         }
     }
 
-    /// The CRC-32 the bytes must have, and how many bytes it covers.
-    pub fn expected(&self) -> (u32, u64) {
-        (self.expected, self.bytes.len())
-    }
-
     /// Where the check stands.
-    pub fn state(&self) -> CheckState {
+    pub(super) fn state(&self) -> CheckState {
         match self.state.load(Ordering::Acquire) {
             UNVERIFIED => CheckState::Unverified,
             RUNNING => CheckState::Running,
@@ -76,52 +71,24 @@ impl Check {
         }
     }
 
-    fn failure(&self) -> StoreError {
+    /// The error every access gets once the content was found corrupt.
+    pub(super) fn failure(&self) -> StoreError {
         StoreError::Produce(format!(
             "{}: stored entry fails its CRC-32 check",
             self.what
         ))
     }
 
-    /// Before bytes are served: an error once the check failed; starts the check on first use
-    /// (synchronously for small members, in the background for large ones).
-    pub(super) fn gate(self: &Arc<Self>) -> Result<(), StoreError> {
-        match self.state.load(Ordering::Acquire) {
-            VERIFIED | RUNNING => Ok(()),
-            BAD => Err(self.failure()),
-            _ if self.bytes.len() <= SYNC_CHECK_MAX => self.verify_now(),
-            _ => {
-                let claimed = self
-                    .state
-                    .compare_exchange(UNVERIFIED, RUNNING, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok();
-                if claimed && !background(self.clone()) {
-                    return self.verify_now();
-                }
-                match self.state.load(Ordering::Acquire) {
-                    BAD => Err(self.failure()),
-                    _ => Ok(()),
-                }
-            }
-        }
+    /// Claims the one background pass (unverified → running); false if it was not unverified.
+    fn start(&self) -> bool {
+        self.state
+            .compare_exchange(UNVERIFIED, RUNNING, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
     }
 
-    /// The outcome, waiting for a background pass in progress (or verifying now if none ran).
-    pub(super) fn settle(&self) -> Result<(), StoreError> {
-        while self.state.load(Ordering::Acquire) == RUNNING {
-            std::thread::sleep(std::time::Duration::from_millis(2));
-        }
-        self.verify_now()
-    }
-
-    /// Verifies now (unless already decided) and returns the outcome.
-    pub(super) fn verify_now(&self) -> Result<(), StoreError> {
-        match self.state.load(Ordering::Acquire) {
-            VERIFIED => return Ok(()),
-            BAD => return Err(self.failure()),
-            _ => {}
-        }
-        let found = crc32fast::hash(self.bytes.as_slice());
+    /// Decides from the CRC-32 `found` of the whole content: verified, or corrupt (one error line,
+    /// logged once) and an error from now on.
+    pub(super) fn judge(&self, found: u32) -> Result<(), StoreError> {
         if found == self.expected {
             // A concurrent pass cannot disagree: the same bytes give the same CRC.
             self.state.store(VERIFIED, Ordering::Release);
@@ -136,6 +103,68 @@ impl Check {
             );
         }
         Err(self.failure())
+    }
+}
+
+/// The CRC-32 that a range of bytes must have.
+pub struct Check {
+    bytes: Bytes,
+    verdict: Verdict,
+}
+
+impl Check {
+    /// A check that `bytes` have CRC-32 `expected`; `what` names them (archive and entry).
+    pub fn new(bytes: Bytes, expected: u32, what: String) -> Check {
+        Check {
+            bytes,
+            verdict: Verdict::new(expected, what),
+        }
+    }
+
+    /// The CRC-32 the bytes must have, and how many bytes it covers.
+    pub fn expected(&self) -> (u32, u64) {
+        (self.verdict.expected, self.bytes.len())
+    }
+
+    /// Where the check stands.
+    pub fn state(&self) -> CheckState {
+        self.verdict.state()
+    }
+
+    /// Before bytes are served: an error once the check failed; starts the check on first use
+    /// (synchronously for small members, in the background for large ones).
+    pub(super) fn gate(self: &Arc<Self>) -> Result<(), StoreError> {
+        match self.verdict.state() {
+            CheckState::Verified | CheckState::Running => Ok(()),
+            CheckState::Bad => Err(self.verdict.failure()),
+            _ if self.bytes.len() <= SYNC_CHECK_MAX => self.verify_now(),
+            _ => {
+                if self.verdict.start() && !background(self.clone()) {
+                    return self.verify_now();
+                }
+                match self.verdict.state() {
+                    CheckState::Bad => Err(self.verdict.failure()),
+                    _ => Ok(()),
+                }
+            }
+        }
+    }
+
+    /// The outcome, waiting for a background pass in progress (or verifying now if none ran).
+    pub(super) fn settle(&self) -> Result<(), StoreError> {
+        while self.verdict.state() == CheckState::Running {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        self.verify_now()
+    }
+
+    /// Verifies now (unless already decided) and returns the outcome.
+    pub(super) fn verify_now(&self) -> Result<(), StoreError> {
+        match self.verdict.state() {
+            CheckState::Verified => Ok(()),
+            CheckState::Bad => Err(self.verdict.failure()),
+            _ => self.verdict.judge(crc32fast::hash(self.bytes.as_slice())),
+        }
     }
 }
 

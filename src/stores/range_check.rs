@@ -13,25 +13,18 @@
 //! the FUSE layer drop what the kernel cached of a member found corrupt, as for local archives.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Mutex;
 
 use crc32fast::Hasher;
 
-use super::check::{CheckState, SYNC_CHECK_MAX};
+use super::check::{CheckState, Verdict, SYNC_CHECK_MAX};
 use super::lock;
 use super::StoreError;
-
-const UNVERIFIED: u8 = 0;
-const VERIFIED: u8 = 2;
-const BAD: u8 = 3;
 
 /// The CRC-32 a content of known length must have, checked from the ranges read of it.
 pub struct RangeCheck {
     len: u64,
-    expected: u32,
-    what: String,
-    state: AtomicU8,
+    verdict: Verdict,
     /// Covered ranges: start → (end, CRC of `[start, end)`), disjoint, never touching.
     covered: Mutex<BTreeMap<u64, (u64, Hasher)>>,
 }
@@ -41,32 +34,26 @@ impl RangeCheck {
     pub fn new(len: u64, expected: u32, what: String) -> RangeCheck {
         RangeCheck {
             len,
-            expected,
-            what,
-            state: AtomicU8::new(UNVERIFIED),
+            verdict: Verdict::new(expected, what),
             covered: Mutex::new(BTreeMap::new()),
         }
     }
 
     /// Where the check stands (`Unverified` until the whole content was read).
     pub fn state(&self) -> CheckState {
-        match self.state.load(Ordering::Acquire) {
-            UNVERIFIED => CheckState::Unverified,
-            VERIFIED => CheckState::Verified,
-            _ => CheckState::Bad,
-        }
+        self.verdict.state()
     }
 
     /// Whether the next read must fetch the whole content and [`RangeCheck::record`] it before
     /// serving anything (a small content not verified yet).
     pub fn wants_whole(&self) -> bool {
-        self.len <= SYNC_CHECK_MAX && self.state.load(Ordering::Acquire) == UNVERIFIED
+        self.len <= SYNC_CHECK_MAX && self.verdict.state() == CheckState::Unverified
     }
 
     /// Before a read: an error once the content was found corrupt.
     pub fn gate(&self) -> Result<(), StoreError> {
-        match self.state.load(Ordering::Acquire) {
-            BAD => Err(self.failure()),
+        match self.verdict.state() {
+            CheckState::Bad => Err(self.verdict.failure()),
             _ => Ok(()),
         }
     }
@@ -74,9 +61,9 @@ impl RangeCheck {
     /// Records that `data` was read at `offset`; verifies once the whole content is covered.
     /// An error when the content is (now) known corrupt: `data` must then not be served.
     pub fn record(&self, offset: u64, data: &[u8]) -> Result<(), StoreError> {
-        match self.state.load(Ordering::Acquire) {
-            VERIFIED => return Ok(()),
-            BAD => return Err(self.failure()),
+        match self.verdict.state() {
+            CheckState::Verified => return Ok(()),
+            CheckState::Bad => return Err(self.verdict.failure()),
             _ => {}
         }
         let complete = {
@@ -93,29 +80,8 @@ impl RangeCheck {
         };
         match complete {
             None => Ok(()),
-            Some(found) if found == self.expected => {
-                self.state.store(VERIFIED, Ordering::Release);
-                Ok(())
-            }
-            Some(found) => {
-                if self.state.swap(BAD, Ordering::AcqRel) != BAD {
-                    log::error!(
-                        "{}: stored entry fails its CRC-32 check (recorded {:08x}, data has \
-                         {found:08x}); reads give EIO from now on",
-                        self.what,
-                        self.expected
-                    );
-                }
-                Err(self.failure())
-            }
+            Some(found) => self.verdict.judge(found),
         }
-    }
-
-    fn failure(&self) -> StoreError {
-        StoreError::Produce(format!(
-            "{}: stored entry fails its CRC-32 check",
-            self.what
-        ))
     }
 }
 

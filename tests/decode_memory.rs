@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{io_deadline, start_foreground, wait_exit, Unmount};
+use common::{io_deadline, start_foreground, Unmount};
 
 /// Rows and columns of the generated matrix (Zarr shape `[COLS, ROWS]`), `<u4`: 120 MiB.
 const ROWS: u64 = 4096;
@@ -187,13 +187,7 @@ fn mount_and_read(source: &Path, name: &str) {
         bound >> 20
     );
     assert!(peaks.0 < bound && peaks.1 < bound, "{peaks:?} over {bound}");
-    assert!(std::process::Command::new("fusermount3")
-        .arg("-u")
-        .arg(&mnt)
-        .status()
-        .unwrap()
-        .success());
-    let status = wait_exit(&mut guard.0, &mnt, Duration::from_secs(20));
+    let status = guard.unmount();
     assert_eq!(status.code(), Some(0));
 }
 

@@ -13,8 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use common::{
-    io_timeout, is_mounted, read_tree, start_foreground, wait_exit, TestMount, Tree, Unmount, BIN,
-    VECTORS,
+    io_timeout, is_mounted, read_tree, start_foreground, TestMount, Tree, Unmount, BIN, VECTORS,
 };
 use daf_mount::core::DafFs;
 use daf_mount::formats::remote::open_remote;
@@ -35,6 +34,25 @@ fn serve_fixtures() -> (tempfile::TempDir, Server) {
         .unwrap();
     assert!(status.success());
     let server = Server::start(&tmp.path().join("v"));
+    (tmp, server)
+}
+
+/// The fault server serving a copy of the packed v3 test source (with a chunk left out) as
+/// `p.daf.zarr`.
+fn serve_packed() -> (tempfile::TempDir, Server) {
+    let tmp = tempfile::tempdir().unwrap();
+    let packed = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/packed/zarr_packed.daf.zarr"
+    );
+    let status = Command::new("cp")
+        .arg("-r")
+        .arg(packed)
+        .arg(tmp.path().join("p.daf.zarr"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let server = Server::start(tmp.path());
     (tmp, server)
 }
 
@@ -242,13 +260,7 @@ fn a_url_mount_is_read_only() {
     let cell = mnt.join("zarr_v3.daf/axes/cell.txt");
     let text = io_timeout(&mnt, move || std::fs::read_to_string(cell).unwrap());
     assert_eq!(text, "c1\nc2\nc3\n");
-    assert!(Command::new("fusermount3")
-        .arg("-u")
-        .arg(&mnt)
-        .status()
-        .unwrap()
-        .success());
-    let status = wait_exit(&mut guard.0, &mnt, Duration::from_secs(20));
+    let status = guard.unmount();
     assert_eq!(status.code(), Some(0));
 }
 
@@ -275,13 +287,7 @@ fn verbose_logs_show_fetches_but_never_headers_or_tokens() {
     let score = mnt.join("zarr_v2.daf/vectors/cell/score.data");
     let bytes = io_timeout(&mnt, move || std::fs::read(score).unwrap());
     assert_eq!(bytes.len(), 12);
-    assert!(Command::new("fusermount3")
-        .arg("-u")
-        .arg(&mnt)
-        .status()
-        .unwrap()
-        .success());
-    wait_exit(&mut guard.0, &mnt, Duration::from_secs(20));
+    guard.unmount();
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(
         text.contains("fetched") && text.contains("score/0"),
@@ -427,19 +433,7 @@ fn a_chunk_left_out_is_left_out_of_the_remote_mount_too() {
 #[test]
 fn a_chunk_left_out_is_asked_for_once_when_listed_and_a_failure_is_eio() {
     require_fuse!();
-    let tmp = tempfile::tempdir().unwrap();
-    let packed = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/data/packed/zarr_packed.daf.zarr"
-    );
-    let status = Command::new("cp")
-        .arg("-r")
-        .arg(packed)
-        .arg(tmp.path().join("p.daf.zarr"))
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let server = Server::start(tmp.path());
+    let (_tmp, server) = serve_packed();
     let options = HttpOptions {
         retries: 0,
         ..quick()
@@ -503,19 +497,7 @@ fn a_listing_batch_goes_past_hidden_entries() {
     // One entry at a time (the kernel asks for more, the core API allows any batch): a batch
     // whose only candidate is hidden must go on to the next entry, since an empty batch ends
     // the listing.
-    let tmp = tempfile::tempdir().unwrap();
-    let packed = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/data/packed/zarr_packed.daf.zarr"
-    );
-    let status = Command::new("cp")
-        .arg("-r")
-        .arg(packed)
-        .arg(tmp.path().join("p.daf.zarr"))
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let server = Server::start(tmp.path());
+    let (_tmp, server) = serve_packed();
     let remote = open_remote(&server.url("p.daf.zarr"), &quick()).unwrap();
     let core = DafFs::with_staging(
         remote.datasets,

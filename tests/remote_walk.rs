@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 use common::fault_server::FaultServer;
 use common::http::Nginx;
 use common::VECTORS;
-use common::{io_timeout, read_tree, start_foreground, wait_exit, TestMount, Tree, Unmount};
+use common::{io_timeout, read_tree, start_foreground, TestMount, Tree, Unmount};
 use daf_mount::core::DafFs;
 use daf_mount::formats::remote::open_remote;
 use daf_mount::formats::source::{open_source, Format, NamedDataset};
@@ -281,13 +281,7 @@ fn a_signed_url_mounts_reads_exact_bytes_and_never_shows_its_query() {
         }
         let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
         assert!(!mounts.contains("s3cret"), "{mounts}");
-        assert!(Command::new("fusermount3")
-            .arg("-u")
-            .arg(&mnt)
-            .status()
-            .unwrap()
-            .success());
-        wait_exit(&mut guard.0, &mnt, Duration::from_secs(20));
+        guard.unmount();
         let text = std::fs::read_to_string(&log).unwrap();
         assert!(text.contains("fetched"), "{text}");
         assert!(

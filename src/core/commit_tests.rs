@@ -45,27 +45,35 @@ fn pause_commits(fs: &DafFs) -> (Receiver<()>, Sender<()>) {
     (in_commit, resume)
 }
 
+/// Writes the dense Float32 property `big` (payload `data`) into directory `dir` on another
+/// thread: its last close commits it; the thread returns that close's outcome.
+fn write_big(
+    fs: &Arc<DafFs>,
+    dir: u64,
+    data: Vec<u8>,
+) -> std::thread::JoinHandle<Result<(), FsError>> {
+    let fs = fs.clone();
+    std::thread::spawn(move || {
+        let (_, json) = fs.create(dir, OsStr::new("big.json"), false).unwrap();
+        fs.write(json, 0, br#"{"format":"dense","eltype":"Float32"}"#)
+            .unwrap();
+        fs.flush(json, None).unwrap();
+        fs.release(json);
+        let (_, fh) = fs.create(dir, OsStr::new("big.data"), false).unwrap();
+        fs.write(fh, 0, &data).unwrap();
+        let closed = fs.flush(fh, None);
+        fs.release(fh);
+        closed
+    })
+}
+
 #[test]
 fn reads_go_on_while_a_commit_writes_its_payloads() {
     let (tmp, source, fs) = writable_copy();
     let (in_commit, resume) = pause_commits(&fs);
     // A new dense property of the 3 cells: its close commits it, and the commit pauses.
     let dir = fs.resolve("files_v1_0.daf/vectors/cell").unwrap();
-    let committer = {
-        let fs = fs.clone();
-        std::thread::spawn(move || {
-            let (_, json) = fs.create(dir, OsStr::new("big.json"), false).unwrap();
-            fs.write(json, 0, br#"{"format":"dense","eltype":"Float32"}"#)
-                .unwrap();
-            let (_, data) = fs.create(dir, OsStr::new("big.data"), false).unwrap();
-            fs.write(data, 0, &[0u8; 12]).unwrap();
-            fs.flush(json, None).unwrap();
-            fs.release(json);
-            let closed = fs.flush(data, None);
-            fs.release(data);
-            closed
-        })
-    };
+    let committer = write_big(&fs, dir, vec![0u8; 12]);
     in_commit
         .recv_timeout(Duration::from_secs(60))
         .expect("the commit never started");
@@ -122,21 +130,7 @@ fn a_commit_whose_files_changed_while_it_wrote_leaves_them_to_the_newer_commit()
     let (_tmp, source, fs) = writable_copy();
     let (in_commit, resume) = pause_commits(&fs);
     let dir = fs.resolve("files_v1_0.daf/vectors/cell").unwrap();
-    let committer = {
-        let fs = fs.clone();
-        std::thread::spawn(move || {
-            let (_, json) = fs.create(dir, OsStr::new("big.json"), false).unwrap();
-            fs.write(json, 0, br#"{"format":"dense","eltype":"Float32"}"#)
-                .unwrap();
-            fs.flush(json, None).unwrap();
-            fs.release(json);
-            let (_, data) = fs.create(dir, OsStr::new("big.data"), false).unwrap();
-            fs.write(data, 0, &[1u8; 12]).unwrap();
-            let closed = fs.flush(data, None);
-            fs.release(data);
-            closed
-        })
-    };
+    let committer = write_big(&fs, dir, vec![1u8; 12]);
     in_commit
         .recv_timeout(Duration::from_secs(60))
         .expect("the commit never started");
@@ -171,21 +165,7 @@ fn a_property_whose_axis_is_deleted_while_it_is_committed_is_refused() {
     fs.release(fh);
     let (in_commit, resume) = pause_commits(&fs);
     let dir = fs.resolve("files_v1_0.daf/vectors/fresh").unwrap();
-    let committer = {
-        let fs = fs.clone();
-        std::thread::spawn(move || {
-            let (_, json) = fs.create(dir, OsStr::new("big.json"), false).unwrap();
-            fs.write(json, 0, br#"{"format":"dense","eltype":"Float32"}"#)
-                .unwrap();
-            fs.flush(json, None).unwrap();
-            fs.release(json);
-            let (_, data) = fs.create(dir, OsStr::new("big.data"), false).unwrap();
-            fs.write(data, 0, &[1u8; 8]).unwrap();
-            let closed = fs.flush(data, None);
-            fs.release(data);
-            closed
-        })
-    };
+    let committer = write_big(&fs, dir, vec![1u8; 8]);
     in_commit
         .recv_timeout(Duration::from_secs(60))
         .expect("the commit never started");

@@ -376,6 +376,20 @@ pub fn zip_names(archive: &Path) -> Vec<String> {
 /// the test fails).
 pub struct Unmount(pub std::process::Child, pub std::path::PathBuf);
 
+impl Unmount {
+    /// Unmounts with `fusermount3 -u` (which must succeed) and waits for the daemon to end;
+    /// its exit status.
+    pub fn unmount(&mut self) -> std::process::ExitStatus {
+        assert!(std::process::Command::new("fusermount3")
+            .arg("-u")
+            .arg(&self.1)
+            .status()
+            .unwrap()
+            .success());
+        wait_exit(&mut self.0, &self.1, Duration::from_secs(20))
+    }
+}
+
 impl Drop for Unmount {
     fn drop(&mut self) {
         if is_mounted(&self.1) {

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use crate::stores::{Blob, StoreError};
+use crate::stores::parallel;
 
 use super::namespace::Namespace;
 use super::FsError;
@@ -22,36 +22,9 @@ pub(super) fn settle(ns: &Namespace, inos: impl Iterator<Item = u64>) -> Result<
         ns.unresolved(ino, &mut blobs);
     }
     blobs.dedup_by(|a, b| Arc::ptr_eq(a, b));
-    resolve_all(&blobs).map_err(FsError::Content)
-}
-
-fn resolve_all(blobs: &[Arc<Blob>]) -> Result<(), StoreError> {
-    match blobs {
-        [] => Ok(()),
-        [one] => one.resolve_presence().map(|_| ()),
-        _ => {
-            for group in blobs.chunks(MAX_PARALLEL) {
-                let results: Vec<Result<bool, StoreError>> = std::thread::scope(|s| {
-                    let handles: Vec<_> = group
-                        .iter()
-                        .map(|blob| s.spawn(move || blob.resolve_presence()))
-                        .collect();
-                    handles
-                        .into_iter()
-                        .map(|h| {
-                            h.join().unwrap_or_else(|_| {
-                                Err(StoreError::Produce("a presence check panicked".into()))
-                            })
-                        })
-                        .collect()
-                });
-                for result in results {
-                    result?;
-                }
-            }
-            Ok(())
-        }
-    }
+    parallel::map(&blobs, MAX_PARALLEL, |blob| blob.resolve_presence())
+        .map(|_| ())
+        .map_err(FsError::Content)
 }
 
 #[cfg(test)]
@@ -59,7 +32,7 @@ mod tests {
     use super::*;
     use crate::core::namespace::{Entry, EntryKind, InodeTable};
     use crate::stores::blob::{Presence, RangeSource};
-    use crate::stores::Bytes;
+    use crate::stores::{Blob, Bytes, StoreError};
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::OnceLock;
     use std::time::SystemTime;

@@ -12,13 +12,13 @@
 //! directories, so that a chunk a writer left out is left out here too).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::Value;
 
 use crate::stores::http::{escape_key, redact, Fetch, HttpClient};
 use crate::stores::http_listing::{Lister, Listing};
+use crate::stores::parallel;
 
 use super::FormatError;
 
@@ -87,7 +87,9 @@ pub fn walk(client: &HttpClient, base: &str) -> Result<Walked, FormatError> {
     let mut seen = 0;
     while !level.is_empty() {
         seen += level.len();
-        let results = parallel(&level, |node| visit(client, &lister, base, node, &budget))?;
+        let results = parallel::map(&level, IN_FLIGHT, |node| {
+            visit(client, &lister, base, node, &budget)
+        })?;
         let mut next = Vec::new();
         for (node, result) in level.iter().zip(results) {
             let Some((document, listing, is_array, children)) = result else {
@@ -182,52 +184,6 @@ fn visit(
     Ok(Some((body, Some(listing), is_array, children)))
 }
 
-/// `f` of every item, in order, at most [`IN_FLIGHT`] at once; the first failure stops the
-/// items not yet started and is the result.
-fn parallel<T: Sync, R: Send>(
-    items: &[T],
-    f: impl Fn(&T) -> Result<R, FormatError> + Sync,
-) -> Result<Vec<R>, FormatError> {
-    let next = AtomicUsize::new(0);
-    let failure: Mutex<Option<FormatError>> = Mutex::new(None);
-    let failed = AtomicBool::new(false);
-    let slots: Vec<Mutex<Option<R>>> = items.iter().map(|_| Mutex::new(None)).collect();
-    std::thread::scope(|scope| {
-        for _ in 0..IN_FLIGHT.min(items.len()) {
-            scope.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let (Some(item), Some(slot)) = (items.get(i), slots.get(i)) else {
-                    break;
-                };
-                if failed.load(Ordering::Relaxed) {
-                    break;
-                }
-                match f(item) {
-                    Ok(value) => *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(value),
-                    Err(e) => {
-                        failed.store(true, Ordering::Relaxed);
-                        failure
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .get_or_insert(e);
-                    }
-                }
-            });
-        }
-    });
-    if let Some(e) = failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
-        return Err(e);
-    }
-    slots
-        .into_iter()
-        .map(|slot| {
-            slot.into_inner()
-                .unwrap_or_else(|p| p.into_inner())
-                .ok_or_else(|| FormatError::Bad("walk: a node was not visited".into()))
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -250,21 +206,5 @@ mod tests {
         }
         let err = budget.take("http://h/x", 0, 1).unwrap_err().to_string();
         assert!(err.contains("names in the listings"), "{err}");
-    }
-
-    #[test]
-    fn parallel_keeps_order_and_reports_the_error() {
-        let items: Vec<usize> = (0..100).collect();
-        let values = parallel(&items, |&i| Ok(i * 2)).unwrap();
-        assert_eq!(values, (0..100).map(|i| i * 2).collect::<Vec<_>>());
-        let err = parallel(&items, |&i| {
-            if i == 50 {
-                Err(FormatError::Bad("boom".into()))
-            } else {
-                Ok(i)
-            }
-        })
-        .unwrap_err();
-        assert!(err.to_string().contains("boom"), "{err}");
     }
 }

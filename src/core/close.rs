@@ -68,7 +68,7 @@ impl DafFs {
             None => return Ok(()),
         };
         if !written {
-            let state = self.state.read().unwrap_or_else(|p| p.into_inner());
+            let state = self.read_state();
             let path = state.namespace.node(ino).map(|n| n.path.clone());
             if !path.is_some_and(|p| Self::is_document(&state, &p)) {
                 return Ok(());

@@ -260,7 +260,7 @@ impl DafFs {
     /// The mount paths of the staged files under `mount` (the whole mount for "") that belong
     /// to an item (but for leftovers found stuck at recovery and not written since).
     fn staged_item_files(&self, mount: &str) -> Vec<String> {
-        let state = self.state.read().unwrap_or_else(|p| p.into_inner());
+        let state = self.read_state();
         state
             .staged
             .iter()
@@ -288,7 +288,7 @@ impl DafFs {
     /// logged), and leftovers found at recovery are not tried again.
     pub fn finalize(&self, mount: &str) -> Result<(), FsError> {
         let own_item = {
-            let state = self.state.read().unwrap_or_else(|p| p.into_inner());
+            let state = self.read_state();
             split_mount(&state.roots, mount)
                 .and_then(|(root, rel)| Some((root.dataset, root.layout().node_item(rel)?)))
         };
@@ -297,7 +297,7 @@ impl DafFs {
         let mut tried = BTreeSet::new();
         for path in self.staged_item_files(mount) {
             let item = {
-                let state = self.state.read().unwrap_or_else(|p| p.into_inner());
+                let state = self.read_state();
                 state
                     .locate(&path)
                     .and_then(|(root, _, id)| Some((root.dataset, id?)))
@@ -324,12 +324,7 @@ impl DafFs {
             }
         }
         // What these commits and earlier ones queued for ZIP sources is in the archives now.
-        let roots = self
-            .state
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .roots
-            .clone();
+        let roots = self.read_state().roots.clone();
         let appended = self.appender.wait(|dataset, id| {
             mount.is_empty()
                 || roots.iter().filter(|r| r.dataset == dataset).any(|root| {
@@ -434,7 +429,7 @@ impl DafFs {
     /// with the same files, the last try included.
     fn refused_before(&self, path: &str) -> bool {
         let key = {
-            let state = self.state.read().unwrap_or_else(|p| p.into_inner());
+            let state = self.read_state();
             state
                 .locate(path)
                 .and_then(|(root, _, id)| Some(item_key(&root.canonical, &id?)))

@@ -9,7 +9,7 @@ use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, MutexGuard, RwLockWriteGuard};
+use std::sync::{Arc, MutexGuard, RwLockReadGuard, RwLockWriteGuard};
 use std::time::SystemTime;
 
 use crate::staging::StagingArea;
@@ -26,6 +26,11 @@ impl DafFs {
 
     pub(super) fn lock_state(&self) -> RwLockWriteGuard<'_, State> {
         self.state.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The state, shared with other readers.
+    pub(super) fn read_state(&self) -> RwLockReadGuard<'_, State> {
+        self.state.read().unwrap_or_else(|p| p.into_inner())
     }
 
     pub(super) fn handles(&self) -> MutexGuard<'_, HashMap<u64, Handle>> {
@@ -224,7 +229,7 @@ impl DafFs {
             NodeKind::Staged(disk) => {
                 // Under the state lock: a commit may link the file into the source (a truncation
                 // must not reach it there); once committed, the file opens as committed.
-                let state = self.state.read().unwrap_or_else(|p| p.into_inner());
+                let state = self.read_state();
                 if !still_staged(&state, ino, disk) {
                     drop(state);
                     return self.open(ino, write, truncate);
@@ -256,7 +261,7 @@ impl DafFs {
         }
         // Under the state lock: a commit that linked the file into the source swaps it in only
         // between writes, and a write it did not see leaves the handle dirty (the commit waits).
-        let state = self.state.read().unwrap_or_else(|p| p.into_inner());
+        let state = self.read_state();
         if !matches!(
             state.namespace.node(ino).map(|n| &n.kind),
             Some(NodeKind::Staged(_))
@@ -281,7 +286,7 @@ impl DafFs {
             file.sync_all()?;
         }
         let item = {
-            let state = self.state.read().unwrap_or_else(|p| p.into_inner());
+            let state = self.read_state();
             let path = state.namespace.node(ino).map(|n| n.path.clone());
             path.and_then(|p| state.locate(&p))
                 .and_then(|(root, _, id)| Some((root.dataset, id?)))
@@ -304,7 +309,7 @@ impl DafFs {
             NodeKind::Staged(disk) => {
                 self.staging_area()?;
                 // Under the state lock, as `open`: never a change to a file a commit linked.
-                let state = self.state.read().unwrap_or_else(|p| p.into_inner());
+                let state = self.read_state();
                 if !still_staged(&state, ino, disk) {
                     drop(state);
                     return self.setattr(ino, size, mtime);

@@ -260,11 +260,7 @@ impl DafFs {
     }
 
     fn namespace(&self) -> Arc<Namespace> {
-        self.state
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .namespace
-            .clone()
+        self.read_state().namespace.clone()
     }
 
     /// Whether the mount accepts writes.

@@ -459,6 +459,15 @@ impl Dataset {
         }
     }
 
+    /// Puts `previous` (what [`Dataset::take`] gave, `None` for nothing) back as item `id`,
+    /// dropping what `id` holds now: undoes a tentative [`Dataset::insert`].
+    pub fn restore(&mut self, id: &PropertyId, previous: Option<Item>) {
+        self.take(id);
+        if let Some(previous) = previous {
+            let _ = self.insert(id, previous);
+        }
+    }
+
     /// Whether any vector or matrix uses axis `name`.
     pub fn axis_in_use(&self, name: &str) -> bool {
         self.vectors.get(name).is_some_and(|m| !m.is_empty())

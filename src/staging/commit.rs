@@ -130,11 +130,7 @@ pub fn commit(
         return match pending {
             Ok(pending) => Ok(Outcome::Appending(pending)),
             Err(e) => {
-                // Put back what the item was before.
-                ds.dataset.take(id);
-                if let Some(previous) = previous {
-                    let _ = ds.dataset.insert(id, previous);
-                }
+                ds.dataset.restore(id, previous);
                 Err(e)
             }
         };

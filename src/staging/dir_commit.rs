@@ -71,14 +71,8 @@ impl PendingWrite {
     ) -> Result<PendingWrite, CommitError> {
         let source = layout(ds.target.format);
         let previous = ds.dataset.take(id);
-        let put_back = |ds: &mut NamedDataset, previous: Option<Item>| {
-            ds.dataset.take(id);
-            if let Some(previous) = previous {
-                let _ = ds.dataset.insert(id, previous);
-            }
-        };
         if let Err(why) = ds.dataset.insert(id, item) {
-            put_back(ds, previous);
+            ds.dataset.restore(id, previous);
             return Err(CommitError::Invalid(why));
         }
         let mut entries = source.item_entries(&ds.dataset, id);
@@ -92,7 +86,7 @@ impl PendingWrite {
             })
             .collect();
         let item = ds.dataset.take(id);
-        put_back(ds, previous);
+        ds.dataset.restore(id, previous);
         let item = item.ok_or_else(|| CommitError::Invalid(format!("{}: lost", id.path())))?;
         Ok(PendingWrite {
             shape: ds.dataset.shape(id),
@@ -159,14 +153,8 @@ impl PendingWrite {
             }
         }
         let previous = ds.dataset.take(id);
-        let restore = |ds: &mut NamedDataset, previous: Option<Item>| {
-            ds.dataset.take(id);
-            if let Some(previous) = previous {
-                let _ = ds.dataset.insert(id, previous);
-            }
-        };
         if let Err(why) = ds.dataset.insert(id, self.item) {
-            restore(ds, previous);
+            ds.dataset.restore(id, previous);
             return Err(CommitError::Invalid(why));
         }
         let placed = place(&self.root, &mut written).and_then(|index| {
@@ -186,7 +174,7 @@ impl PendingWrite {
         let written = match placed {
             Ok(index) => index,
             Err(e) => {
-                restore(ds, previous);
+                ds.dataset.restore(id, previous);
                 return Err(e);
             }
         };

@@ -12,29 +12,20 @@
 //! There is one cache per process (one mount per daemon): [`cache`] returns it, and the CLI sets
 //! its limit once at mount with [`DecodeCache::set_limit`].
 
-use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use super::lock;
+use super::lru::ByteLru;
 
 /// The default bound of decoded bytes kept: 256 MiB.
 pub const DEFAULT_LIMIT: u64 = 256 << 20;
 
 type Key = (u64, u64);
 
-#[derive(Default)]
-struct Lru {
-    pieces: HashMap<Key, (Arc<Vec<u8>>, u64)>,
-    /// Use stamp → key, oldest first.
-    order: BTreeMap<u64, Key>,
-    next_stamp: u64,
-    bytes: u64,
-}
-
 /// A bounded LRU cache of decoded pieces.
 pub struct DecodeCache {
-    lru: Mutex<Lru>,
+    lru: Mutex<ByteLru<Key, Arc<Vec<u8>>>>,
     limit: AtomicU64,
     next_owner: AtomicU64,
     /// Most decoded bytes held at once (tests and the log).
@@ -53,7 +44,7 @@ impl DecodeCache {
     /// An empty cache holding at most `limit` decoded bytes.
     pub fn new(limit: u64) -> DecodeCache {
         DecodeCache {
-            lru: Mutex::new(Lru::default()),
+            lru: Mutex::new(ByteLru::default()),
             limit: AtomicU64::new(limit),
             next_owner: AtomicU64::new(1),
             peak: AtomicU64::new(0),
@@ -61,15 +52,15 @@ impl DecodeCache {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Lru> {
+    fn lock(&self) -> MutexGuard<'_, ByteLru<Key, Arc<Vec<u8>>>> {
         lock(&self.lru)
     }
 
     /// Sets the bound (evicting at once down to it).
     pub fn set_limit(&self, limit: u64) {
         self.limit.store(limit, Ordering::Relaxed);
-        let mut lru = self.lock();
-        self.shrink(&mut lru, limit);
+        let dropped = self.lock().shrink(limit);
+        self.evicted.fetch_add(dropped, Ordering::Relaxed);
     }
 
     /// The bound in bytes.
@@ -84,73 +75,27 @@ impl DecodeCache {
 
     /// Piece `index` of `owner`, if kept (it becomes the most recently used).
     pub fn get(&self, owner: u64, index: u64) -> Option<Arc<Vec<u8>>> {
-        let mut lru = self.lock();
-        let stamp = lru.next_stamp;
-        let (data, old) = {
-            let entry = lru.pieces.get_mut(&(owner, index))?;
-            let old = entry.1;
-            entry.1 = stamp;
-            (entry.0.clone(), old)
-        };
-        lru.next_stamp += 1;
-        lru.order.remove(&old);
-        lru.order.insert(stamp, (owner, index));
-        Some(data)
+        self.lock().get(&(owner, index))
     }
 
     /// Keeps piece `index` of `owner`, evicting the least recently used pieces to stay within
     /// the bound (a piece larger than the bound is not kept).
     pub fn insert(&self, owner: u64, index: u64, data: Arc<Vec<u8>>) {
-        let limit = self.limit();
         let size = data.len() as u64;
-        if size > limit {
-            return;
-        }
         let mut lru = self.lock();
-        let stamp = lru.next_stamp;
-        lru.next_stamp += 1;
-        if let Some((old, old_stamp)) = lru.pieces.insert((owner, index), (data, stamp)) {
-            lru.bytes -= old.len() as u64;
-            lru.order.remove(&old_stamp);
-        }
-        lru.order.insert(stamp, (owner, index));
-        lru.bytes += size;
-        self.shrink(&mut lru, limit);
-        self.peak.fetch_max(lru.bytes, Ordering::Relaxed);
-    }
-
-    fn shrink(&self, lru: &mut Lru, limit: u64) {
-        while lru.bytes > limit {
-            let Some((_, key)) = lru.order.pop_first() else {
-                break;
-            };
-            if let Some((old, _)) = lru.pieces.remove(&key) {
-                lru.bytes -= old.len() as u64;
-                self.evicted.fetch_add(1, Ordering::Relaxed);
-            }
-        }
+        let dropped = lru.insert((owner, index), data, size, self.limit());
+        self.evicted.fetch_add(dropped, Ordering::Relaxed);
+        self.peak.fetch_max(lru.bytes(), Ordering::Relaxed);
     }
 
     /// Drops every piece of `owner` (its blob is gone).
     pub fn forget(&self, owner: u64) {
-        let mut lru = self.lock();
-        let keys: Vec<(u64, Key)> = lru
-            .order
-            .iter()
-            .filter(|(_, k)| k.0 == owner)
-            .map(|(s, k)| (*s, *k))
-            .collect();
-        for (stamp, key) in keys {
-            lru.order.remove(&stamp);
-            if let Some((old, _)) = lru.pieces.remove(&key) {
-                lru.bytes -= old.len() as u64;
-            }
-        }
+        self.lock().remove_where(|key| key.0 == owner);
     }
 
     /// Decoded bytes kept now.
     pub fn bytes(&self) -> u64 {
-        self.lock().bytes
+        self.lock().bytes()
     }
 
     /// Most decoded bytes kept at once so far.

@@ -3,12 +3,13 @@
 //! `cache_size`, oldest written first out). A block is keyed by the object's URL *and* its
 //! validator (ETag or Last-Modified), so a changed object never reads an old block.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use super::lock;
+use super::lru::ByteLru;
 use super::Bytes;
 
 /// Size of a cached block (the last block of an object is shorter).
@@ -24,14 +25,6 @@ pub struct BlockKey {
 }
 
 #[derive(Default)]
-struct Memory {
-    blocks: HashMap<BlockKey, (Bytes, u64)>,
-    order: VecDeque<(BlockKey, u64)>,
-    used: u64,
-    tick: u64,
-}
-
-#[derive(Default)]
 struct Disk {
     files: VecDeque<(PathBuf, u64)>,
     used: u64,
@@ -39,7 +32,7 @@ struct Disk {
 
 /// Memory LRU and optional disk cache of blocks.
 pub struct BlockCache {
-    memory: Mutex<Memory>,
+    memory: Mutex<ByteLru<BlockKey, Bytes>>,
     memory_limit: u64,
     dir: Option<PathBuf>,
     disk: Mutex<Disk>,
@@ -55,7 +48,7 @@ impl BlockCache {
             }
         }
         BlockCache {
-            memory: Mutex::new(Memory::default()),
+            memory: Mutex::new(ByteLru::default()),
             memory_limit,
             dir,
             disk: Mutex::new(Disk::default()),
@@ -65,18 +58,8 @@ impl BlockCache {
 
     /// The block, from memory or disk.
     pub fn get(&self, key: &BlockKey) -> Option<Bytes> {
-        {
-            let mut memory = lock(&self.memory);
-            memory.tick += 1;
-            let tick = memory.tick;
-            if let Some((block, _)) = memory.blocks.get(key) {
-                let block = block.clone();
-                if let Some(entry) = memory.blocks.get_mut(key) {
-                    entry.1 = tick;
-                }
-                memory.order.push_back((key.clone(), tick));
-                return Some(block);
-            }
+        if let Some(block) = lock(&self.memory).get(key) {
+            return Some(block);
         }
         let path = self.disk_path(key)?;
         let block = Bytes::from_vec(std::fs::read(path).ok()?);
@@ -108,42 +91,13 @@ impl BlockCache {
     }
 
     fn remember(&self, key: &BlockKey, block: Bytes) {
-        let mut memory = lock(&self.memory);
-        memory.tick += 1;
-        let tick = memory.tick;
-        let len = block.len();
-        if let Some((_, old)) = memory.blocks.insert(key.clone(), (block.clone(), tick)) {
-            let _ = old;
-        } else {
-            memory.used += len;
-        }
-        memory.order.push_back((key.clone(), tick));
-        // Least recently used first; stale order entries (touched since) are skipped.
-        while memory.used > self.memory_limit {
-            let Some((old, at)) = memory.order.pop_front() else {
-                break;
-            };
-            if memory.blocks.get(&old).is_some_and(|(_, last)| *last == at) {
-                if let Some((gone, _)) = memory.blocks.remove(&old) {
-                    memory.used -= gone.len();
-                }
-            }
-        }
-        if memory.order.len() > 4 * memory.blocks.len() + 1024 {
-            let blocks = &memory.blocks;
-            let kept: VecDeque<_> = memory
-                .order
-                .iter()
-                .filter(|(k, at)| blocks.get(k).is_some_and(|(_, last)| last == at))
-                .cloned()
-                .collect();
-            memory.order = kept;
-        }
+        let size = block.len();
+        lock(&self.memory).insert(key.clone(), block, size, self.memory_limit);
     }
 
     /// Bytes held in memory.
     pub fn memory_used(&self) -> u64 {
-        lock(&self.memory).used
+        lock(&self.memory).bytes()
     }
 
     fn disk_path(&self, key: &BlockKey) -> Option<PathBuf> {

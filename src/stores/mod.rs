@@ -21,6 +21,7 @@ pub mod http_listing;
 pub mod http_object;
 pub mod http_store;
 pub mod http_zip;
+pub mod lru;
 pub mod parallel;
 pub mod range_check;
 pub mod store;

@@ -8,8 +8,6 @@ same session config and worker threads, FOPEN_KEEP_CACHE, 1 MiB readahead), side
 import os
 import statistics
 import subprocess
-import threading
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CEILING = os.path.join(ROOT, "target", "release", "examples", "fuse_ceiling")
@@ -37,16 +35,6 @@ class Ceiling:
             self.proc.kill()
             self.proc.wait()
         os.rmdir(self.path)
-
-
-def four(read):
-    threads = [threading.Thread(target=read) for _ in range(4)]
-    start = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return time.perf_counter() - start
 
 
 def ceiling_rows(bench, rounds, zip_path, row):
@@ -81,7 +69,8 @@ def ceiling_rows(bench, rounds, zip_path, row):
         view = os.path.join(m.path, "matrices/cell/gene/fraction.data")
         bench.dd(view)
         bench.dd(c.data)
-        t_m, t_c = bench.interleave(rounds, lambda: four(lambda: bench.dd(view)), lambda: four(lambda: bench.dd(c.data)))
+        t_m, t_c = bench.interleave(rounds, lambda: bench.four(lambda: bench.dd(view)),
+                                    lambda: bench.four(lambda: bench.dd(c.data)))
         row("ZIP source vs FUSE ceiling: four concurrent readers, warm (aggregate throughput ratio)",
             t_m, t_c, "s", ">= 0.9")
         bench.random_reads(view, 0, length)

@@ -23,16 +23,7 @@ CELLS = 65536
 CHUNK = "matrices/cell/gene/fraction/0.0"
 
 
-def _zarray(dtype, shape, strings=False):
-    return {"chunks": shape, "compressor": None, "dtype": dtype, "fill_value": None,
-            "filters": [{"id": "vlen-utf8"}] if strings else None, "order": "C", "shape": shape, "zarr_format": 2}
-
-
-def _vlen(items):
-    return len(items).to_bytes(4, "little") + b"".join(len(x).to_bytes(4, "little") + x for x in items)
-
-
-def make_remote_zarr(path, mib, props):
+def make_remote_zarr(bench, path, mib, props):
     """A seed ZarrDaf (Zarr v2) directory with a consolidated `.zmetadata`, as a web server would publish it: a
     `mib` MiB Float32 matrix cell x gene in one chunk, and `props` Float32 vectors on a 100-entry axis."""
     if os.path.exists(os.path.join(path, ".zmetadata")):
@@ -55,7 +46,7 @@ def make_remote_zarr(path, mib, props):
         doc((p + "/" if p else "") + ".zattrs", {})
 
     def array(p, dtype, shape, data, strings=False):
-        doc(p + "/.zarray", _zarray(dtype, shape, strings))
+        doc(p + "/.zarray", json.loads(bench.zarray(dtype, shape, strings)))
         doc(p + "/.zattrs", {})
         write(p + "/" + ".".join("0" * len(shape)), data)
 
@@ -68,11 +59,11 @@ def make_remote_zarr(path, mib, props):
         for c in ["cell", "gene", "item"]:
             group(f"matrices/{r}/{c}")
     for axis, n in [("cell", CELLS), ("gene", genes), ("item", 100)]:
-        array("axes/" + axis, "|O", [n], _vlen([(axis[0] + str(i)).encode() for i in range(n)]), strings=True)
+        array("axes/" + axis, "|O", [n], bench.vlen([(axis[0] + str(i)).encode() for i in range(n)]), strings=True)
     rng = np.random.default_rng(11)
     for i in range(props):
         array(f"vectors/item/p{i}", "<f4", [100], rng.random(100, dtype=np.float32).tobytes())
-    doc("matrices/cell/gene/fraction/.zarray", _zarray("<f4", [genes, CELLS]))
+    doc("matrices/cell/gene/fraction/.zarray", json.loads(bench.zarray("<f4", [genes, CELLS])))
     doc("matrices/cell/gene/fraction/.zattrs", {})
     chunk = os.path.join(path, CHUNK)
     with open(chunk + ".tmp", "wb") as f:
@@ -94,7 +85,7 @@ def curl(url):
 def http_rows(bench, work, rounds, mib, props, row, rows):
     """Measures the rows with scripts/bench.py's helpers (`bench`: Mount, dd, recache, interleave)."""
     name = f"remote{mib}m{props}.daf.zarr"
-    chunk = make_remote_zarr(os.path.join(work, "http", name), mib, props)
+    chunk = make_remote_zarr(bench, os.path.join(work, "http", name), mib, props)
     size = os.path.getsize(chunk)
     bench.recache(chunk)  # nginx serves from the page cache, as curl's side does
     with nginx(os.path.join(work, "http")) as base:

@@ -63,6 +63,9 @@ impl DafFs {
                 let written = handle.dirty || handle.passthrough;
                 handle.dirty = false;
                 handle.foreign_close = false;
+                if handle.passthrough {
+                    handle.closed_at = handle.file_stamp();
+                }
                 (handle.ino, written)
             }
             None => return Ok(()),
@@ -89,7 +92,7 @@ impl DafFs {
     /// committed now; a refusal is logged, as nothing can report it any more.
     pub fn release(&self, fh: u64) {
         let pending = match self.handles().get(&fh) {
-            Some(h) if h.writable && (h.dirty || h.foreign_close) => Some(h.ino),
+            Some(h) if h.foreign_close || h.writing() => Some(h.ino),
             _ => None,
         };
         if let Some(ino) = pending {
@@ -189,6 +192,41 @@ mod tests {
         assert!(!committed(&fs));
         fs.release(fh);
         assert!(committed(&fs), "not committed at the release");
+    }
+
+    /// The opener's close of a file the kernel wrote (passthrough) ends its writes: the release
+    /// that follows comes asynchronously, and the close of the item's other file, which may
+    /// arrive first, commits the item (it did not, and a `fsync` acknowledged an item that was
+    /// only staged: the crash campaign lost it).
+    #[test]
+    fn a_passthrough_file_its_opener_closed_does_not_hold_back_its_item() {
+        let (_tmp, fs, _) = writable();
+        let view = fs.lookup(ROOT, OsStr::new("files_v1_0.daf")).unwrap().ino;
+        let vectors = fs.lookup(view, OsStr::new("vectors")).unwrap().ino;
+        let cell = fs.lookup(vectors, OsStr::new("cell")).unwrap().ino;
+        let (_, data) = fs.create(cell, OsStr::new("new.data"), false).unwrap();
+        fs.opened_by(data, OPENER);
+        fs.written_by_kernel(data);
+        fs.write(data, 0, &[1, 2, 3]).unwrap();
+        fs.flush(data, Some(OPENER)).unwrap();
+        // The release of `new.data` is still on its way.
+        let (_, json) = fs.create(cell, OsStr::new("new.json"), false).unwrap();
+        fs.opened_by(json, OPENER);
+        fs.write(json, 0, br#"{"format":"dense","eltype":"UInt8"}"#)
+            .unwrap();
+        fs.flush(json, Some(OPENER)).unwrap();
+        let zarr = fs
+            .lookup(ROOT, OsStr::new("files_v1_0.daf.zarr"))
+            .unwrap()
+            .ino;
+        let zvectors = fs.lookup(zarr, OsStr::new("vectors")).unwrap().ino;
+        let zcell = fs.lookup(zvectors, OsStr::new("cell")).unwrap().ino;
+        assert!(
+            fs.lookup(zcell, OsStr::new("new")).is_ok(),
+            "not committed at the close of its last file"
+        );
+        fs.release(json);
+        fs.release(data);
     }
 
     #[test]

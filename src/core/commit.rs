@@ -223,7 +223,7 @@ impl DafFs {
         let writing: Vec<u64> = self
             .handles()
             .iter()
-            .filter(|(fh, h)| h.writable && (h.dirty || h.passthrough) && Some(**fh) != closing)
+            .filter(|(fh, h)| h.writing() && Some(**fh) != closing)
             .map(|(_, h)| h.ino)
             .collect();
         members

@@ -154,11 +154,33 @@ struct Handle {
     dirty: bool,
     /// Written by the kernel directly (passthrough): every flush may complete an item.
     passthrough: bool,
+    /// For a passthrough handle: the size and modification time of its file at its opener's
+    /// last close. Its writes are over while the file still has them (a write after that close
+    /// that changes neither, within the clock's tick, goes unseen).
+    closed_at: Option<(u64, SystemTime)>,
     /// The process that opened the handle, when known: only its closes commit.
     opener: Option<Process>,
     /// Another process closed the handle after writes the opener's closes have not committed
     /// yet: the release commits them if the opener does not.
     foreign_close: bool,
+}
+
+impl Handle {
+    /// Whether the handle may hold writes no close by its opener has seen: its file may be
+    /// incomplete, so its item is not committed meanwhile.
+    fn writing(&self) -> bool {
+        let unseen = || {
+            let now = self.file_stamp();
+            now.is_none() || now != self.closed_at
+        };
+        self.writable && (self.dirty || (self.passthrough && unseen()))
+    }
+
+    /// The size and modification time of the handle's staged file.
+    fn file_stamp(&self) -> Option<(u64, SystemTime)> {
+        let meta = self.file.as_ref()?.metadata().ok()?;
+        Some((meta.len(), meta.modified().ok()?))
+    }
 }
 
 /// A mounted tree of views over opened data sets.

@@ -45,6 +45,7 @@ impl DafFs {
             writable,
             dirty: false,
             passthrough: false,
+            closed_at: None,
             opener: None,
             foreign_close: false,
         };

@@ -395,20 +395,23 @@ impl DafFs {
             }
             set_aside.insert(key, aside);
         }
-        // Keep the entries of items still staged (appends queued again just now among them).
-        let staged: BTreeSet<String> = {
-            let state = self.lock_state();
-            state
-                .staged
-                .keys()
-                .filter_map(|path| {
-                    let (root, rel) = split_canonical(&state.roots, path)?;
+        // Forget the items whose staged files are gone. One appended again just now keeps its
+        // line until its files go (a daemon killed before that append finds it accepted); the
+        // next mount forgets it.
+        let on_disk: BTreeSet<String> = {
+            let state = self.read_state();
+            staging
+                .list()
+                .iter()
+                .filter(|s| !s.is_dir)
+                .filter_map(|s| {
+                    let (root, rel) = split_canonical(&state.roots, &s.path)?;
                     Some(item_key(&root.canonical, &root.layout().item_of(rel)?))
                 })
                 .collect()
         };
-        let keep = staging.accepted().intersection(&staged).cloned().collect();
-        if let Err(e) = staging.keep_accepted(&keep) {
+        let done = accepted.difference(&on_disk).cloned().collect();
+        if let Err(e) = staging.forget_accepted(&done) {
             log::warn!("rewriting the journal of accepted items: {e}");
         }
     }

@@ -453,3 +453,92 @@ fn recovery_leaves_alone_what_a_writer_stages_after_the_mount() {
     let state = fs.state.read().unwrap();
     assert!(state.stuck.is_empty(), "set aside: {:?}", state.stuck);
 }
+
+/// A writable mount (both views) of the ZIP `archive` whose next append pauses once written
+/// (before its staged files go): it says so on the receiver, and goes on when the sender says.
+fn zip_with_paused_append(
+    archive: &Path,
+) -> (
+    DafFs,
+    std::sync::mpsc::Receiver<()>,
+    std::sync::mpsc::Sender<()>,
+) {
+    let opened = open_source(archive.to_str().unwrap()).unwrap();
+    let staging = crate::staging::StagingArea::for_source(&opened.path);
+    let fs = DafFs::with_staging(
+        opened.datasets,
+        ViewSelection::Both,
+        SystemTime::UNIX_EPOCH,
+        Some(staging),
+    );
+    let (paused, in_append) = std::sync::mpsc::channel();
+    let (resume, resumed) = std::sync::mpsc::channel();
+    *fs.appender.pause.lock().unwrap() = Some((paused, resumed));
+    (fs, in_append, resume)
+}
+
+/// An item a killed daemon had accepted but not appended is committed again by the recovery; its
+/// line in the journal of accepted items stays until its staged files are gone, so a daemon
+/// killed again before that append still finds it accepted (the recovery used to keep only the
+/// items still staged in the tree, which an item queued for its append is not).
+#[test]
+fn recovery_keeps_an_item_accepted_until_its_append_is_done() {
+    let tmp = tempfile::tempdir().unwrap();
+    let archive = tmp.path().join("zarr_v2.daf.zarr.zip");
+    std::fs::copy(format!("{VECTORS}/zarr_v2.daf.zarr.zip"), &archive).unwrap();
+    let before = tmp.path().join("before.zip");
+    std::fs::copy(&archive, &before).unwrap();
+    let staging = crate::staging::StagingArea::for_source(&archive);
+    let journal = tmp.path().join(".zarr_v2.daf.zarr.zip.daf-mount.accepted");
+    let cp = |from: &Path, to: &Path| {
+        let copied = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(from)
+            .arg(to)
+            .status()
+            .unwrap();
+        assert!(copied.success());
+    };
+    // The first daemon accepts an item; what it leaves if killed before the append is kept.
+    {
+        let (fs, in_append, resume) = zip_with_paused_append(&archive);
+        let dir = fs.resolve("zarr_v2.daf/vectors/cell").unwrap();
+        for (name, bytes) in [
+            ("big.json", &br#"{"format":"dense","eltype":"Float32"}"#[..]),
+            ("big.data", &[1u8; 12][..]),
+        ] {
+            let (_, fh) = fs.create(dir, std::ffi::OsStr::new(name), false).unwrap();
+            fs.write(fh, 0, bytes).unwrap();
+            fs.flush(fh, None).unwrap();
+            fs.release(fh);
+        }
+        in_append
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the append never started");
+        assert!(journal.exists(), "the item was not recorded as accepted");
+        cp(staging.root(), &tmp.path().join("staged.kept"));
+        cp(&journal, &tmp.path().join("journal.kept"));
+        resume.send(()).unwrap();
+        fs.finalize("").unwrap();
+    }
+    std::fs::copy(&before, &archive).unwrap();
+    let _ = std::fs::remove_dir_all(staging.root());
+    cp(&tmp.path().join("staged.kept"), staging.root());
+    cp(&tmp.path().join("journal.kept"), &journal);
+    // The next daemon's recovery appends it again: held before its staged files go.
+    let (fs, in_append, resume) = zip_with_paused_append(&archive);
+    fs.recover();
+    in_append
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the recovery did not append the accepted item");
+    let accepted = staging.accepted();
+    resume.send(()).unwrap();
+    fs.finalize("").unwrap();
+    assert_eq!(
+        accepted.len(),
+        1,
+        "the journal forgot the item before its append ended: {accepted:?}"
+    );
+    let big = fs.resolve("zarr_v2.daf/vectors/cell/big.data").unwrap();
+    assert_eq!(fs.content(big).unwrap().as_slice(), [1u8; 12]);
+}

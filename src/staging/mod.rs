@@ -16,10 +16,13 @@ pub mod commit;
 pub mod dir_commit;
 pub mod zip_commit;
 
+use crate::stores::lock;
+
 use std::collections::BTreeSet;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 /// A staged path found on disk.
@@ -39,6 +42,9 @@ pub struct StagedPath {
 #[derive(Clone, Debug)]
 pub struct StagingArea {
     root: PathBuf,
+    /// Serialises the edits of the journal: a commit's line is never lost to the recovery's
+    /// rewrite running beside it.
+    journal_lock: Arc<Mutex<()>>,
 }
 
 impl StagingArea {
@@ -51,6 +57,7 @@ impl StagingArea {
         let parent = source.parent().unwrap_or(Path::new("/"));
         StagingArea {
             root: parent.join(format!(".{name}.daf-mount")),
+            journal_lock: Arc::default(),
         }
     }
 
@@ -67,6 +74,7 @@ impl StagingArea {
 
     /// Records that the item `key` was accepted (one line; read by [`StagingArea::accepted`]).
     pub fn record_accepted(&self, key: &str) -> std::io::Result<()> {
+        let _edit = lock(&self.journal_lock);
         let mut journal = fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -83,8 +91,11 @@ impl StagingArea {
             .collect()
     }
 
-    /// Rewrites the journal with only `keys` (atomically; removes it when there are none).
-    pub fn keep_accepted(&self, keys: &BTreeSet<String>) -> std::io::Result<()> {
+    /// Removes the items `done` from the journal (atomically; removes the journal when nothing
+    /// is left). Lines recorded meanwhile are kept.
+    pub fn forget_accepted(&self, done: &BTreeSet<String>) -> std::io::Result<()> {
+        let _edit = lock(&self.journal_lock);
+        let keys: BTreeSet<String> = self.accepted().difference(done).cloned().collect();
         let journal = self.journal();
         if keys.is_empty() {
             return match fs::remove_file(&journal) {

@@ -24,8 +24,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VENV = os.path.join(ROOT, ".venv", "peers")
 MEMBER = "matrices/cell/gene/fraction/0.0"
 MOUNT_LIMIT = 300  # seconds a peer may take to mount (archivemount needs about 100 s for 100,000 entries)
-READ_LIMIT = 30  # seconds a read of the 1 GiB member may take before it is stopped and extrapolated
-TOOL_BUDGET = 60  # seconds of rounds after which a tool gets no further round
+READ_LIMIT = 20  # seconds a read of the 1 GiB member may take before it is stopped and extrapolated
+TOOL_BUDGET = 45  # seconds of rounds after which a tool gets no further round
 PACKAGED = ("fuse-zip", "archivemount", "mount-zip", "fuse-archive")  # from the distribution, where it has them
 
 

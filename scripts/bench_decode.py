@@ -12,7 +12,6 @@ the read's bytes are checked at three places against the generator.
 """
 import os
 import sys
-import time
 import zipfile
 
 import numpy as np

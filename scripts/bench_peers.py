@@ -31,13 +31,16 @@ PACKAGED = ("fuse-zip", "archivemount", "mount-zip", "fuse-archive")  # from the
 
 def dd(path):
     """(seconds, extrapolated) to read `path` with dd. Past READ_LIMIT, dd is stopped and the time is extrapolated
-    from the bytes it had copied (a lower bound, if the read does not get faster): `extrapolated` is then True."""
+    from the bytes it had copied (a lower bound, if the read does not get faster): `extrapolated` is then True.
+    A read that fails raises RuntimeError."""
     size = os.path.getsize(path)
     proc = subprocess.Popen(["dd", f"if={path}", "of=/dev/null", "bs=1M"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     start = time.perf_counter()
     try:
-        proc.wait(timeout=READ_LIMIT)
+        _, err = proc.communicate(timeout=READ_LIMIT)
+        if proc.returncode != 0:
+            raise RuntimeError(f"the read failed: {err.strip().splitlines()[:1]}")
         return time.perf_counter() - start, False
     except subprocess.TimeoutExpired:
         proc.send_signal(signal.SIGINT)  # dd prints what it copied and exits
@@ -170,12 +173,18 @@ def peer_rows(bench, rounds, big_zip, zip100k, rows):
                     r["error"] = f"cannot mount {os.path.basename(big_zip)}: {' '.join(m.error)}"
                     break
                 for key in ("first", "second"):
-                    seconds, extrapolated = dd(os.path.join(m.path, member))
+                    try:
+                        seconds, extrapolated = dd(os.path.join(m.path, member))
+                    except RuntimeError as e:
+                        r["error"] = f"{os.path.basename(big_zip)}: {e}"
+                        break
                     r[key].append(seconds)
                     if extrapolated:
                         r["extrapolated"].add(key)
             finally:
                 m.close()
+            if "error" in r:
+                break
             # The 100k ZIP: mount until usable, ls -lR (each view), RssAnon after.
             probe = f"{name_100k}.daf/daf.json" if tool == "daf-mount" else "daf/.zarray"
             m = PeerMount(daf(None) if tool == "daf-mount" else argv, zip100k, probe)

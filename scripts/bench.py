@@ -122,6 +122,14 @@ def make_zarr_zip(files_path, path):
     os.rename(tmp, path)
 
 
+def regular(key):
+    """The ZipInfo of a regular file `key`, mode -rw-r--r-- as zip(1) writes it (zipfile.writestr with a name
+    writes a mode without a file type, and fuse-zip then gives EIO for the entry)."""
+    info = zipfile.ZipInfo(key, time.localtime()[:6])
+    info.external_attr = 0o100644 << 16
+    return info
+
+
 def make_entries_zip(path, vectors):
     """A ZarrDaf ZIP with about 3 entries per small vector (10,000 or 100,000 entries in all)."""
     if os.path.exists(path):
@@ -130,18 +138,18 @@ def make_entries_zip(path, vectors):
     with zipfile.ZipFile(path + ".tmp", "w", zipfile.ZIP_STORED) as z:
         for key, text in [(".zgroup", '{"zarr_format":2}'), (".zattrs", "{}"), ("daf/.zarray", zarray("|u1", [2])),
                           ("daf/.zattrs", "{}"), ("daf/0", bytes([1, 0]))]:
-            z.writestr(key, text)
+            z.writestr(regular(key), text)
         for g in ["scalars", "axes", "vectors", "matrices", "vectors/item", "matrices/item", "matrices/item/item"]:
-            z.writestr(g + "/.zgroup", '{"zarr_format":2}')
-            z.writestr(g + "/.zattrs", "{}")
-        z.writestr("axes/item/.zarray", zarray("|O", [4], True))
-        z.writestr("axes/item/.zattrs", "{}")
-        z.writestr("axes/item/0", vlen([b"a", b"b", b"c", b"d"]))
+            z.writestr(regular(g + "/.zgroup"), '{"zarr_format":2}')
+            z.writestr(regular(g + "/.zattrs"), "{}")
+        z.writestr(regular("axes/item/.zarray"), zarray("|O", [4], True))
+        z.writestr(regular("axes/item/.zattrs"), "{}")
+        z.writestr(regular("axes/item/0"), vlen([b"a", b"b", b"c", b"d"]))
         body = zarray("<f4", [4])
         for i in range(vectors):
-            z.writestr(f"vectors/item/p{i}/.zarray", body)
-            z.writestr(f"vectors/item/p{i}/.zattrs", "{}")
-            z.writestr(f"vectors/item/p{i}/0", struct.pack("<4f", i, i, i, i))
+            z.writestr(regular(f"vectors/item/p{i}/.zarray"), body)
+            z.writestr(regular(f"vectors/item/p{i}/.zattrs"), "{}")
+            z.writestr(regular(f"vectors/item/p{i}/0"), struct.pack("<4f", i, i, i, i))
     os.rename(path + ".tmp", path)
 
 
@@ -391,6 +399,9 @@ def main():
     # 14. The peers on the same ZIPs (issue 12: fuse-zip, archivemount, ratarmount; scripts/bench_peers.py).
     import bench_peers
     bench_peers.peer_rows(sys.modules[__name__], args.rounds, zip_path, zip100k, rows)
+    # 15. Decoded copies bounded (issue 12, point 4): RssAnon reading 1 GiB of compressed data (scripts/bench_decode.py).
+    import bench_decode
+    bench_decode.decode_rows(sys.modules[__name__], WORK, 1, rows)
     # 12. cp of the published ZIP (--zip, issue 13) vs cp of the native ZIP, warm (scripts/bench_publish.py).
     import bench_publish
     bench_publish.publish_row(sys.modules[__name__], WORK, args.rounds, zip_path, f"{gib:.0f} GiB", row)

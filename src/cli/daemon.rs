@@ -22,6 +22,10 @@ use super::mount::{
 };
 use super::{Args, CliError, MountOptions};
 
+/// Blocks of at least this size get their own memory map, returned when freed (decoded pieces
+/// of the decode cache, above the 1 MiB of a FUSE reply).
+const DECODED_BLOCK_MAP_THRESHOLD: usize = 2 << 20;
+
 fn system(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> CliError {
     let what = what.into();
     move |error| CliError::System { what, error }
@@ -77,6 +81,11 @@ pub fn run(args: Args) -> Result<(), CliError> {
         decode_cache.set_limit(limit);
     }
     log::info!("decode cache: at most {} MiB", decode_cache.limit() >> 20);
+    // Decoded pieces freed by the cache go back to the kernel (see `sys::map_large_blocks`);
+    // FUSE replies (at most 1 MiB) stay below the threshold.
+    if !crate::sys::map_large_blocks(DECODED_BLOCK_MAP_THRESHOLD) {
+        log::info!("the C library keeps freed decoded pieces: RssAnon may exceed the decode cache");
+    }
     let started = std::time::Instant::now();
     let source = if remote {
         let http = options

@@ -235,3 +235,93 @@ fn reads_go_on_while_an_append_to_a_zip_source_writes() {
     let big = fs.resolve("zarr_v2.daf/vectors/cell/big.data").unwrap();
     assert_eq!(fs.content(big).unwrap().as_slice(), [1u8; 12]);
 }
+
+/// A writable mount (both views) of a copy of the ZarrDaf v2 ZIP fixture: the temporary
+/// directory, the archive, the filesystem.
+fn writable_zip() -> (tempfile::TempDir, PathBuf, Arc<DafFs>) {
+    let tmp = tempfile::tempdir().unwrap();
+    let archive = tmp.path().join("zarr_v2.daf.zarr.zip");
+    std::fs::copy(format!("{VECTORS}/zarr_v2.daf.zarr.zip"), &archive).unwrap();
+    let opened = open_source(archive.to_str().unwrap()).unwrap();
+    let staging = crate::staging::StagingArea::for_source(&opened.path);
+    let fs = Arc::new(DafFs::with_staging(
+        opened.datasets,
+        ViewSelection::Both,
+        SystemTime::UNIX_EPOCH,
+        Some(staging),
+    ));
+    (tmp, archive, fs)
+}
+
+/// Writes file `name` of directory `dir` with `bytes` and closes it: the close's outcome.
+fn write_file(fs: &DafFs, dir: u64, name: &str, bytes: &[u8]) -> Result<(), FsError> {
+    let (_, fh) = fs.create(dir, OsStr::new(name), false).unwrap();
+    fs.write(fh, 0, bytes).unwrap();
+    let closed = fs.flush(fh, None);
+    fs.release(fh);
+    closed
+}
+
+#[test]
+fn reads_go_on_while_a_zip_commit_makes_and_appends_a_large_property() {
+    let (_tmp, archive, fs) = writable_zip();
+    // A new axis of 1 Mi entries, appended first (its commit is not paused).
+    const N: usize = 1 << 20;
+    let axes = fs.resolve("zarr_v2.daf/axes").unwrap();
+    let names: String = (0..N).map(|i| format!("e{i}\n")).collect();
+    write_file(&fs, axes, "big.txt", names.as_bytes()).unwrap();
+    fs.finalize("").unwrap();
+    // The next commit into the archive pauses in its slow part, once the append's bytes (4 MiB
+    // of Float32) are made.
+    let (paused, in_commit) = channel();
+    let (resume, resumed) = channel();
+    crate::staging::zip_commit::PAUSE_MADE
+        .lock()
+        .unwrap()
+        .push((archive.clone(), paused, resumed));
+    let dir = fs.resolve("zarr_v2.daf/vectors/big").unwrap();
+    let committer = {
+        let fs = fs.clone();
+        std::thread::spawn(move || {
+            write_file(
+                &fs,
+                dir,
+                "x.json",
+                br#"{"format":"dense","eltype":"Float32"}"#,
+            )?;
+            write_file(&fs, dir, "x.data", &vec![3u8; 4 * N])
+        })
+    };
+    in_commit
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the commit never made its append's bytes");
+    // Meanwhile, another thread looks up, opens and reads other files, in both views.
+    let (done, finished) = channel();
+    let reader = {
+        let fs = fs.clone();
+        std::thread::spawn(move || {
+            let dir = fs.resolve("zarr_v2.daf/vectors/cell").unwrap();
+            let attr = fs.lookup(dir, OsStr::new("score.data")).unwrap();
+            let fh = fs.open(attr.ino, false, false).unwrap();
+            let score = fs.read(attr.ino, fh, 0, 4096).unwrap();
+            fs.release(fh);
+            let zarr = fs
+                .resolve("zarr_v2.daf.zarr/vectors/cell/score/.zarray")
+                .unwrap();
+            let document = fs.content(zarr).unwrap().as_slice().to_vec();
+            let _ = done.send((score.len(), document));
+        })
+    };
+    let read = finished.recv_timeout(Duration::from_secs(10));
+    resume.send(()).unwrap();
+    reader.join().unwrap();
+    committer.join().unwrap().unwrap();
+    let (score, document) = read.expect("a read waited for the ZIP commit's slow part");
+    assert_eq!(score, 12);
+    assert!(document.starts_with(b"{"));
+    fs.finalize("").unwrap();
+    let x = fs.resolve("zarr_v2.daf/vectors/big/x.data").unwrap();
+    let content = fs.content(x).unwrap();
+    assert_eq!(content.len(), 4 * N as u64);
+    assert!(content.as_slice().iter().all(|b| *b == 3));
+}

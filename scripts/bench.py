@@ -391,6 +391,9 @@ def main():
     # 14. The peers on the same ZIPs (issue 12: fuse-zip, archivemount, ratarmount; scripts/bench_peers.py).
     import bench_peers
     bench_peers.peer_rows(sys.modules[__name__], args.rounds, zip_path, zip100k, rows)
+    # 15. Reads while a 1 GiB property is committed (issue 12, point 5; scripts/bench_commit.py).
+    import bench_commit
+    bench_commit.commit_rows(sys.modules[__name__], args.rounds, files_dir, rows)
     # 12. cp of the published ZIP (--zip, issue 13) vs cp of the native ZIP, warm (scripts/bench_publish.py).
     import bench_publish
     bench_publish.publish_row(sys.modules[__name__], WORK, args.rounds, zip_path, f"{gib:.0f} GiB", row)

@@ -91,7 +91,10 @@ fn reads_go_on_while_a_commit_writes_its_payloads() {
                 .resolve("files_v1_0.daf.zarr/vectors/cell/score/.zarray")
                 .unwrap();
             let document = fs.content(zarr).unwrap().as_slice().to_vec();
-            let _ = done.send((bytes.as_slice().to_vec(), document));
+            // The item itself is still its staged files until the swap.
+            let big = fs.resolve("files_v1_0.daf/vectors/cell/big.data").unwrap();
+            let big = fs.content(big).unwrap().as_slice().to_vec();
+            let _ = done.send((bytes.as_slice().to_vec(), document, big));
         })
     };
     let read = finished.recv_timeout(Duration::from_secs(10));
@@ -100,11 +103,12 @@ fn reads_go_on_while_a_commit_writes_its_payloads() {
     let staged = tmp
         .path()
         .join(".files_v1_0.daf.daf-mount/files_v1_0.daf/vectors/cell/big.data");
-    let staged_ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(staged).unwrap());
+    let staged_ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&staged).unwrap());
     resume.send(()).unwrap();
     let committed = committer.join().unwrap();
     reader.join().unwrap();
-    let (bytes, document) = read.expect("a read waited for the commit to end");
+    let (bytes, document, big) = read.expect("a read waited for the commit to end");
+    assert_eq!(big, [0u8; 12]);
     assert!(
         !swapped_early,
         "the payload was in the source before the swap"
@@ -117,10 +121,12 @@ fn reads_go_on_while_a_commit_writes_its_payloads() {
     committed.unwrap();
     let committed = source.join("vectors/cell/big.data");
     assert_eq!(std::fs::read(&committed).unwrap(), [0u8; 12]);
-    // The payload is a copy, never a second name of the staged file: a staged file left behind
-    // by a crash must not alias the source.
+    // Staging and source share a file system: the staged payload was renamed into the source at
+    // the swap (not copied), and moved, so no second name of it is left staged (a crash would
+    // have it alias the source).
     let ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&committed).unwrap());
-    assert_ne!(ino, staged_ino, "the payload was linked");
+    assert_eq!(ino, staged_ino, "the payload was copied, not renamed");
+    assert!(!staged.exists(), "the committed payload is still staged");
     let big = fs.resolve("files_v1_0.daf.zarr/vectors/cell/big/.zarray");
     assert!(big.is_ok(), "the committed property is not shown");
 }

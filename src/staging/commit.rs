@@ -141,7 +141,8 @@ pub fn commit(
     } else {
         Vec::new()
     };
-    PendingWrite::new(ds, root, id, item, stale).map(Outcome::Writing)
+    let staged = staged.iter().map(|f| f.disk.clone()).collect();
+    PendingWrite::new(ds, root, id, item, stale, staged).map(Outcome::Writing)
 }
 
 /// Judges the staged files of item `id` as [`commit`] does, writing nothing: the same reader,
@@ -366,7 +367,7 @@ pub fn touch_item(
 
 /// Rewrites the index documents a directory source keeps in step with its content
 /// (`.zmetadata`, the root `zarr.json`, `metadata.json`: see [`Layout::index_documents`]).
-pub(super) fn refresh_index_documents(ds: &NamedDataset) -> Result<(), CommitError> {
+pub fn refresh_index_documents(ds: &NamedDataset) -> Result<(), CommitError> {
     let Some(root) = ds.target.dir() else {
         return Ok(());
     };

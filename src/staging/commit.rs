@@ -6,8 +6,9 @@
 //!    ([`Outcome::Incomplete`]); anything inconsistent is [`CommitError::Invalid`].
 //! 3. The item is written into the source in the source's own layout (the views' per-item
 //!    entries are the serialiser), then read back from there, so the views show the source's
-//!    bytes and the staged files can go. For directory sources the copy runs after `commit`
-//!    returns, without the state lock, and only the swap holds it ([`super::dir_commit`]). For
+//!    bytes and the staged files can go. For directory sources the copy (or the `fsync` of a
+//!    staged file that is renamed into place) runs after `commit` returns, without the state
+//!    lock, and only the swap holds it ([`super::dir_commit`]). For
 //!    ZIP sources the write is a copy of every payload
 //!    into the archive: it happens after the commit returns ([`super::zip_commit`]), and the
 //!    item is served from its staged files until then.

@@ -3,15 +3,19 @@
 //!
 //! [`super::commit::commit`] validates the item under the filesystem's state lock and returns a
 //! [`PendingWrite`] (the item and its files in the source's layout; the data set is left as it
-//! was). [`PendingWrite::write`] then makes each file's bytes and copies them into a temporary
-//! file beside its final place and `fsync`s it (a copy, never a hard link of the staged file,
-//! which a crash could leave behind as a second name of the source file), **without** the lock: nothing a reader can
-//! see changes (the model still serves the old item, the temporary names are not part of it). Last, under the lock again,
-//! [`PendingWrite::swap`] renames the temporary files into place (payloads first, each rename
-//! made durable before the next, as before), writes the small documents that must change with
-//! the item, and puts the item, read back from the source, into the data set. The caller checks
-//! before the swap that the staged files are still the ones validated (nothing rewrote, removed
-//! or committed them meanwhile); if not, it drops the [`Written`] files, which deletes them.
+//! was). [`PendingWrite::write`] then, **without** the lock, makes each file's bytes and either
+//! `fsync`s the staged file that is that whole file (on the source's file system: it is renamed
+//! into place at the swap, not copied) or copies the bytes into a temporary file beside its final
+//! place and `fsync`s it (a copy, never a hard link of the staged file, which a crash could leave
+//! behind as a second name of the source file; a rename moves it): nothing a reader can see
+//! changes (the model still serves the old item, the staged files stay where they are, the
+//! temporary names are not part of it). Last, under the lock again, [`PendingWrite::swap`]
+//! records its steps when it moves a staged file ([`super::moves`]: a killed daemon's swap is
+//! finished by the next mount), renames the files into place (payloads first, each rename made
+//! durable before the next), writes the small documents that must change with the item, and puts
+//! the item, read back from the source, into the data set. The caller checks before the swap
+//! that the staged files are still the ones validated (nothing rewrote, removed or committed them
+//! meanwhile); if not, it drops the [`Written`] files, which deletes the copies.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
@@ -127,6 +131,9 @@ impl PendingWrite {
                 continue;
             }
             let path = self.root.join(rel);
+            if let Some(parent) = path.parent() {
+                fs::create_dir_all(parent).map_err(|e| StoreError::io(parent, e))?;
+            }
             if let Some(staged) = self.movable(blob, bytes.len(), &path) {
                 let synced = File::open(staged).and_then(|f| f.sync_all());
                 synced.map_err(|e| StoreError::io(staged, e))?;
@@ -136,9 +143,6 @@ impl PendingWrite {
                 continue;
             }
             let temp = temp_beside(&self.root, &path);
-            if let Some(parent) = temp.parent() {
-                fs::create_dir_all(parent).map_err(|e| StoreError::io(parent, e))?;
-            }
             // A copy, never a hard link: that would leave the staged file, after a crash between
             // the swap and its removal, as a second name of the source file.
             let copied = (|| {

@@ -252,7 +252,7 @@ impl PendingWrite {
                 .record_moves(&steps)
                 .map_err(|e| CommitError::Store(StoreError::io(&at, e)))
         });
-        let placed = recorded.and_then(|()| place(&self.root, &mut written));
+        let placed = recorded.and_then(|()| place(&self.root, &mut written, journal));
         let written = match placed {
             Ok(index) => index,
             Err(e) => {
@@ -284,33 +284,61 @@ impl PendingWrite {
     }
 }
 
-/// Renames the written files into place, in order, each rename made durable (`fsync` of its
-/// directory) before the next; returns what is in place, keyed relative to `root`. If one fails,
-/// the staged files already moved go back to the staging area and the copies are deleted.
-fn place(root: &Path, written: &mut Written) -> Result<StoreIndex, CommitError> {
+/// Renames the written files into place, in order; returns what is in place, keyed relative to
+/// `root`. Without a journal each rename is made durable (`fsync` of its directory) before the
+/// next, so a crash leaves a prefix of them (payloads first); with one (`journaled`: a crash's
+/// steps are finished by the next mount, whichever were done) each directory is `fsync`ed once,
+/// after the last. If one fails, the staged files already moved go back to the staging area and
+/// the copies are deleted.
+fn place(root: &Path, written: &mut Written, journaled: bool) -> Result<StoreIndex, CommitError> {
     let mut index = BTreeMap::new();
-    let mut moved_back = Vec::new();
     let steps = std::mem::take(&mut written.temps);
-    for (k, (rel, temp, _)) in steps.iter().enumerate() {
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    let mut done = 0;
+    let mut failed = None;
+    for (rel, temp, _) in &steps {
         let path = root.join(rel);
         let parent = path.parent().unwrap_or(root).to_path_buf();
-        let renamed = fs::rename(temp, &path).and_then(|()| File::open(&parent)?.sync_all());
-        if let Err(e) = renamed {
-            for (rel, from, moved) in &steps[..k] {
-                if *moved {
-                    moved_back.push((root.join(rel), from.clone()));
-                }
-            }
-            for (at, from) in moved_back {
-                let _ = fs::rename(at, from);
-            }
-            for (_, temp, moved) in &steps[k..] {
-                if !moved {
-                    let _ = fs::remove_file(temp);
-                }
-            }
-            return Err(StoreError::io(&path, e).into());
+        if let Err(e) = fs::rename(temp, &path) {
+            failed = Some(StoreError::io(&path, e));
+            break;
         }
+        done += 1;
+        if !journaled {
+            if let Err(e) = File::open(&parent).and_then(|d| d.sync_all()) {
+                failed = Some(StoreError::io(&parent, e));
+                break;
+            }
+        } else if !dirs.contains(&parent) {
+            dirs.push(parent);
+        }
+    }
+    if failed.is_none() {
+        failed = dirs
+            .iter()
+            .find_map(|dir| {
+                File::open(dir)
+                    .and_then(|d| d.sync_all())
+                    .err()
+                    .map(|e| (dir, e))
+            })
+            .map(|(dir, e)| StoreError::io(dir, e));
+    }
+    if let Some(e) = failed {
+        for (rel, from, moved) in &steps[..done] {
+            if *moved {
+                let _ = fs::rename(root.join(rel), from);
+            }
+        }
+        for (_, temp, moved) in &steps[done..] {
+            if !moved {
+                let _ = fs::remove_file(temp);
+            }
+        }
+        return Err(e.into());
+    }
+    for (rel, _, _) in &steps {
+        let path = root.join(rel);
         let meta = fs::metadata(&path).map_err(|e| StoreError::io(&path, e))?;
         let mtime = meta.modified().map_err(|e| StoreError::io(&path, e))?;
         let entry = Entry {

@@ -331,3 +331,30 @@ fn reads_go_on_while_a_zip_commit_makes_and_appends_a_large_property() {
     assert_eq!(content.len(), 4 * N as u64);
     assert!(content.as_slice().iter().all(|b| *b == 3));
 }
+
+#[test]
+fn a_staged_payload_with_a_second_name_is_copied_not_moved() {
+    let (tmp, source, fs) = writable_copy();
+    let dir = fs.resolve("files_v1_0.daf/vectors/cell").unwrap();
+    let (_, json) = fs.create(dir, OsStr::new("big.json"), false).unwrap();
+    fs.write(json, 0, br#"{"format":"dense","eltype":"Float32"}"#)
+        .unwrap();
+    fs.flush(json, None).unwrap();
+    fs.release(json);
+    let (attr, data) = fs.create(dir, OsStr::new("big.data"), false).unwrap();
+    fs.write(data, 0, &[5u8; 12]).unwrap();
+    // A second name, in the staging area, of the staged payload.
+    fs.link(attr.ino, dir, OsStr::new("twin.data")).unwrap();
+    fs.flush(data, None).unwrap();
+    fs.release(data);
+    let committed = source.join("vectors/cell/big.data");
+    assert_eq!(std::fs::read(&committed).unwrap(), [5u8; 12]);
+    let twin = tmp
+        .path()
+        .join(".files_v1_0.daf.daf-mount/files_v1_0.daf/vectors/cell/twin.data");
+    let ino =
+        |p: &std::path::Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
+    // Moved, the source file would still be staged under the other name.
+    assert_ne!(ino(&committed), ino(&twin), "the linked payload was moved");
+    assert_eq!(std::fs::read(&twin).unwrap(), [5u8; 12]);
+}

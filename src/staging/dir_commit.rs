@@ -157,14 +157,17 @@ impl PendingWrite {
     }
 
     /// The staged file that is, whole, the file of `len` bytes made from `blob` (the same
-    /// layout in view and source), if it is on the file system of `path`: it can be renamed there.
+    /// layout in view and source), if it is on the file system of `path` and has no other name
+    /// (a `link` made in the view would stay staged as a second name of the source file): it can
+    /// be renamed there.
     fn movable(&self, blob: &Blob, len: u64, path: &Path) -> Option<&Path> {
         use std::os::unix::fs::MetadataExt;
         let backing = blob.backing_file()?;
         let staged = self.staged.iter().find(|s| s.as_path() == backing)?;
         let meta = fs::metadata(staged).ok()?;
         let dir = path.ancestors().find_map(|p| fs::metadata(p).ok())?;
-        (meta.len() == len && meta.dev() == dir.dev()).then_some(staged.as_path())
+        let alone = meta.nlink() == 1;
+        (alone && meta.len() == len && meta.dev() == dir.dev()).then_some(staged.as_path())
     }
 
     /// Puts the written files in place and the item, read back from them, into `ds`: the swap,

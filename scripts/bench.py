@@ -402,6 +402,9 @@ def main():
     # 15. Decoded copies bounded (issue 12, point 4): RssAnon reading 1 GiB of compressed data (scripts/bench_decode.py).
     import bench_decode
     bench_decode.decode_rows(sys.modules[__name__], WORK, 1, rows)
+    # 16. Reads while a 1 GiB property is committed (issue 12, point 5; scripts/bench_commit.py).
+    import bench_commit
+    bench_commit.commit_rows(sys.modules[__name__], args.rounds, files_dir, rows)
     # 12. cp of the published ZIP (--zip, issue 13) vs cp of the native ZIP, warm (scripts/bench_publish.py).
     import bench_publish
     bench_publish.publish_row(sys.modules[__name__], WORK, args.rounds, zip_path, f"{gib:.0f} GiB", row)

@@ -9,7 +9,7 @@ use nix::sys::signal::{SigSet, Signal};
 
 use crate::core::DafFs;
 use crate::formats::remote::{is_url, open_remote};
-use crate::formats::source::open_source;
+use crate::formats::source::{open_source, Source};
 use crate::fuse::{mount_config, FuseAdapter, MountSettings};
 use crate::staging::StagingArea;
 use crate::stores::http::redact;
@@ -94,8 +94,10 @@ pub fn run(args: Args) -> Result<(), CliError> {
             .with_environment()
             .map_err(CliError::Option)?;
         open_remote(&source_arg, &http)?
-    } else {
+    } else if options.read_only {
         open_source(&source_arg)?
+    } else {
+        finish_interrupted_commit(open_source(&source_arg)?, &source_arg)?
     };
     // A URL is shown (log, fsname in /proc/mounts) without query string or user info.
     let shown = if remote {
@@ -293,4 +295,26 @@ fn detach() -> Result<(), CliError> {
             Ok(())
         }
     }
+}
+
+/// Finishes the swap of a commit that a killed daemon left half done (`staging::moves`: its
+/// payload was renamed into the source, not copied), then opens the source again and brings its
+/// index documents (`.zmetadata`, the root `zarr.json`, `metadata.json`) up to date.
+fn finish_interrupted_commit(source: Source, arg: &str) -> Result<Source, CliError> {
+    let staging = StagingArea::for_source(&source.path);
+    let replayed = staging.replay_moves().map_err(|error| CliError::System {
+        what: format!("finishing the commit left in {}", staging.root().display()),
+        error,
+    })?;
+    if !replayed {
+        return Ok(source);
+    }
+    drop(source);
+    let source = open_source(arg)?;
+    for ds in &source.datasets {
+        if let Err(e) = crate::staging::commit::refresh_index_documents(ds) {
+            log::warn!("updating the index documents of {}: {e}", ds.name);
+        }
+    }
+    Ok(source)
 }

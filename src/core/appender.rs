@@ -183,8 +183,9 @@ fn pause_once(pause: &Pause) {
     }
 }
 
-/// Appends `job`'s entries (without the state lock: the copy and its `fsync`s), then, under it,
-/// swaps the item over to them and deletes its staged files.
+/// Appends `job`'s entries (without the state lock: making their bytes, the copy, checksums and
+/// `fsync`s), then, under it, swaps the item over to them; last, under the lock taken shared
+/// (readers go on), deletes its staged files, and drops the item as it was served from them.
 fn run(
     job: &Job,
     state: &RwLock<State>,
@@ -193,21 +194,28 @@ fn run(
 ) -> Result<(), CommitError> {
     let written = job.append.write()?;
     before_swap();
-    let mut state = state.write().unwrap_or_else(|p| p.into_inner());
-    let ds = state
-        .datasets
-        .get_mut(job.dataset)
-        .ok_or_else(|| CommitError::Invalid("data set gone".into()))?;
-    job.append.serve_from(ds, &written)?;
-    state.rebuild();
+    let served_before = {
+        let mut state = state.write().unwrap_or_else(|p| p.into_inner());
+        let ds = state
+            .datasets
+            .get_mut(job.dataset)
+            .ok_or_else(|| CommitError::Invalid("data set gone".into()))?;
+        let served_before = job.append.serve_from(ds, &written)?;
+        state.rebuild();
+        served_before
+    };
     log::info!(
         "appended {} to {}",
         job.append.id.path(),
         job.append.archive.display()
     );
+    drop(served_before);
+    let state = state.read().unwrap_or_else(|p| p.into_inner());
+    // Staged anew meanwhile (never, as a ZIP source's items cannot be rewritten): kept.
     let files = job
         .staged
         .iter()
+        .filter(|(p, _)| !state.staged.contains_key(p))
         .map(|(p, disk)| (p.as_str(), disk.as_path()));
     super::commit::discard_staged(&state, staging, files);
     Ok(())

@@ -130,7 +130,7 @@ impl DafFs {
                     return Ok(());
                 }
                 pending
-                    .swap(&mut state.datasets[root.dataset], written)
+                    .swap(&mut state.datasets[root.dataset], written, staging)
                     .map_err(|e| self.commit_error(staging, &root.canonical, &id, &files, e))?;
                 None
             }

@@ -91,7 +91,10 @@ fn reads_go_on_while_a_commit_writes_its_payloads() {
                 .resolve("files_v1_0.daf.zarr/vectors/cell/score/.zarray")
                 .unwrap();
             let document = fs.content(zarr).unwrap().as_slice().to_vec();
-            let _ = done.send((bytes.as_slice().to_vec(), document));
+            // The item itself is still its staged files until the swap.
+            let big = fs.resolve("files_v1_0.daf/vectors/cell/big.data").unwrap();
+            let big = fs.content(big).unwrap().as_slice().to_vec();
+            let _ = done.send((bytes.as_slice().to_vec(), document, big));
         })
     };
     let read = finished.recv_timeout(Duration::from_secs(10));
@@ -100,11 +103,12 @@ fn reads_go_on_while_a_commit_writes_its_payloads() {
     let staged = tmp
         .path()
         .join(".files_v1_0.daf.daf-mount/files_v1_0.daf/vectors/cell/big.data");
-    let staged_ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(staged).unwrap());
+    let staged_ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&staged).unwrap());
     resume.send(()).unwrap();
     let committed = committer.join().unwrap();
     reader.join().unwrap();
-    let (bytes, document) = read.expect("a read waited for the commit to end");
+    let (bytes, document, big) = read.expect("a read waited for the commit to end");
+    assert_eq!(big, [0u8; 12]);
     assert!(
         !swapped_early,
         "the payload was in the source before the swap"
@@ -117,10 +121,12 @@ fn reads_go_on_while_a_commit_writes_its_payloads() {
     committed.unwrap();
     let committed = source.join("vectors/cell/big.data");
     assert_eq!(std::fs::read(&committed).unwrap(), [0u8; 12]);
-    // The payload is a copy, never a second name of the staged file: a staged file left behind
-    // by a crash must not alias the source.
+    // Staging and source share a file system: the staged payload was renamed into the source at
+    // the swap (not copied), and moved, so no second name of it is left staged (a crash would
+    // have it alias the source).
     let ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&committed).unwrap());
-    assert_ne!(ino, staged_ino, "the payload was linked");
+    assert_eq!(ino, staged_ino, "the payload was copied, not renamed");
+    assert!(!staged.exists(), "the committed payload is still staged");
     let big = fs.resolve("files_v1_0.daf.zarr/vectors/cell/big/.zarray");
     assert!(big.is_ok(), "the committed property is not shown");
 }
@@ -234,4 +240,121 @@ fn reads_go_on_while_an_append_to_a_zip_source_writes() {
     fs.finalize("").unwrap();
     let big = fs.resolve("zarr_v2.daf/vectors/cell/big.data").unwrap();
     assert_eq!(fs.content(big).unwrap().as_slice(), [1u8; 12]);
+}
+
+/// A writable mount (both views) of a copy of the ZarrDaf v2 ZIP fixture: the temporary
+/// directory, the archive, the filesystem.
+fn writable_zip() -> (tempfile::TempDir, PathBuf, Arc<DafFs>) {
+    let tmp = tempfile::tempdir().unwrap();
+    let archive = tmp.path().join("zarr_v2.daf.zarr.zip");
+    std::fs::copy(format!("{VECTORS}/zarr_v2.daf.zarr.zip"), &archive).unwrap();
+    let opened = open_source(archive.to_str().unwrap()).unwrap();
+    let staging = crate::staging::StagingArea::for_source(&opened.path);
+    let fs = Arc::new(DafFs::with_staging(
+        opened.datasets,
+        ViewSelection::Both,
+        SystemTime::UNIX_EPOCH,
+        Some(staging),
+    ));
+    (tmp, archive, fs)
+}
+
+/// Writes file `name` of directory `dir` with `bytes` and closes it: the close's outcome.
+fn write_file(fs: &DafFs, dir: u64, name: &str, bytes: &[u8]) -> Result<(), FsError> {
+    let (_, fh) = fs.create(dir, OsStr::new(name), false).unwrap();
+    fs.write(fh, 0, bytes).unwrap();
+    let closed = fs.flush(fh, None);
+    fs.release(fh);
+    closed
+}
+
+#[test]
+fn reads_go_on_while_a_zip_commit_makes_and_appends_a_large_property() {
+    let (_tmp, archive, fs) = writable_zip();
+    // A new axis of 1 Mi entries, appended first (its commit is not paused).
+    const N: usize = 1 << 20;
+    let axes = fs.resolve("zarr_v2.daf/axes").unwrap();
+    let names: String = (0..N).map(|i| format!("e{i}\n")).collect();
+    write_file(&fs, axes, "big.txt", names.as_bytes()).unwrap();
+    fs.finalize("").unwrap();
+    // The next commit into the archive pauses in its slow part, once the append's bytes (4 MiB
+    // of Float32) are made.
+    let (paused, in_commit) = channel();
+    let (resume, resumed) = channel();
+    crate::staging::zip_commit::PAUSE_MADE
+        .lock()
+        .unwrap()
+        .push((archive.clone(), paused, resumed));
+    let dir = fs.resolve("zarr_v2.daf/vectors/big").unwrap();
+    let committer = {
+        let fs = fs.clone();
+        std::thread::spawn(move || {
+            write_file(
+                &fs,
+                dir,
+                "x.json",
+                br#"{"format":"dense","eltype":"Float32"}"#,
+            )?;
+            write_file(&fs, dir, "x.data", &vec![3u8; 4 * N])
+        })
+    };
+    in_commit
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the commit never made its append's bytes");
+    // Meanwhile, another thread looks up, opens and reads other files, in both views.
+    let (done, finished) = channel();
+    let reader = {
+        let fs = fs.clone();
+        std::thread::spawn(move || {
+            let dir = fs.resolve("zarr_v2.daf/vectors/cell").unwrap();
+            let attr = fs.lookup(dir, OsStr::new("score.data")).unwrap();
+            let fh = fs.open(attr.ino, false, false).unwrap();
+            let score = fs.read(attr.ino, fh, 0, 4096).unwrap();
+            fs.release(fh);
+            let zarr = fs
+                .resolve("zarr_v2.daf.zarr/vectors/cell/score/.zarray")
+                .unwrap();
+            let document = fs.content(zarr).unwrap().as_slice().to_vec();
+            let _ = done.send((score.len(), document));
+        })
+    };
+    let read = finished.recv_timeout(Duration::from_secs(10));
+    resume.send(()).unwrap();
+    reader.join().unwrap();
+    committer.join().unwrap().unwrap();
+    let (score, document) = read.expect("a read waited for the ZIP commit's slow part");
+    assert_eq!(score, 12);
+    assert!(document.starts_with(b"{"));
+    fs.finalize("").unwrap();
+    let x = fs.resolve("zarr_v2.daf/vectors/big/x.data").unwrap();
+    let content = fs.content(x).unwrap();
+    assert_eq!(content.len(), 4 * N as u64);
+    assert!(content.as_slice().iter().all(|b| *b == 3));
+}
+
+#[test]
+fn a_staged_payload_with_a_second_name_is_copied_not_moved() {
+    let (tmp, source, fs) = writable_copy();
+    let dir = fs.resolve("files_v1_0.daf/vectors/cell").unwrap();
+    let (_, json) = fs.create(dir, OsStr::new("big.json"), false).unwrap();
+    fs.write(json, 0, br#"{"format":"dense","eltype":"Float32"}"#)
+        .unwrap();
+    fs.flush(json, None).unwrap();
+    fs.release(json);
+    let (attr, data) = fs.create(dir, OsStr::new("big.data"), false).unwrap();
+    fs.write(data, 0, &[5u8; 12]).unwrap();
+    // A second name, in the staging area, of the staged payload.
+    fs.link(attr.ino, dir, OsStr::new("twin.data")).unwrap();
+    fs.flush(data, None).unwrap();
+    fs.release(data);
+    let committed = source.join("vectors/cell/big.data");
+    assert_eq!(std::fs::read(&committed).unwrap(), [5u8; 12]);
+    let twin = tmp
+        .path()
+        .join(".files_v1_0.daf.daf-mount/files_v1_0.daf/vectors/cell/twin.data");
+    let ino =
+        |p: &std::path::Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
+    // Moved, the source file would still be staged under the other name.
+    assert_ne!(ino(&committed), ino(&twin), "the linked payload was moved");
+    assert_eq!(std::fs::read(&twin).unwrap(), [5u8; 12]);
 }

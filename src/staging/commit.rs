@@ -6,8 +6,9 @@
 //!    ([`Outcome::Incomplete`]); anything inconsistent is [`CommitError::Invalid`].
 //! 3. The item is written into the source in the source's own layout (the views' per-item
 //!    entries are the serialiser), then read back from there, so the views show the source's
-//!    bytes and the staged files can go. For directory sources the copy runs after `commit`
-//!    returns, without the state lock, and only the swap holds it ([`super::dir_commit`]). For
+//!    bytes and the staged files can go. For directory sources the copy (or the `fsync` of a
+//!    staged file that is renamed into place) runs after `commit` returns, without the state
+//!    lock, and only the swap holds it ([`super::dir_commit`]). For
 //!    ZIP sources the write is a copy of every payload
 //!    into the archive: it happens after the commit returns ([`super::zip_commit`]), and the
 //!    item is served from its staged files until then.
@@ -141,7 +142,8 @@ pub fn commit(
     } else {
         Vec::new()
     };
-    PendingWrite::new(ds, root, id, item, stale).map(Outcome::Writing)
+    let staged = staged.iter().map(|f| f.disk.clone()).collect();
+    PendingWrite::new(ds, root, id, item, stale, staged).map(Outcome::Writing)
 }
 
 /// Judges the staged files of item `id` as [`commit`] does, writing nothing: the same reader,
@@ -366,7 +368,7 @@ pub fn touch_item(
 
 /// Rewrites the index documents a directory source keeps in step with its content
 /// (`.zmetadata`, the root `zarr.json`, `metadata.json`: see [`Layout::index_documents`]).
-pub(super) fn refresh_index_documents(ds: &NamedDataset) -> Result<(), CommitError> {
+pub fn refresh_index_documents(ds: &NamedDataset) -> Result<(), CommitError> {
     let Some(root) = ds.target.dir() else {
         return Ok(());
     };

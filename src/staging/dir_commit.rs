@@ -3,15 +3,19 @@
 //!
 //! [`super::commit::commit`] validates the item under the filesystem's state lock and returns a
 //! [`PendingWrite`] (the item and its files in the source's layout; the data set is left as it
-//! was). [`PendingWrite::write`] then makes each file's bytes and copies them into a temporary
-//! file beside its final place and `fsync`s it (a copy, never a hard link of the staged file,
-//! which a crash could leave behind as a second name of the source file), **without** the lock: nothing a reader can
-//! see changes (the model still serves the old item, the temporary names are not part of it). Last, under the lock again,
-//! [`PendingWrite::swap`] renames the temporary files into place (payloads first, each rename
-//! made durable before the next, as before), writes the small documents that must change with
-//! the item, and puts the item, read back from the source, into the data set. The caller checks
-//! before the swap that the staged files are still the ones validated (nothing rewrote, removed
-//! or committed them meanwhile); if not, it drops the [`Written`] files, which deletes them.
+//! was). [`PendingWrite::write`] then, **without** the lock, makes each file's bytes and either
+//! `fsync`s the staged file that is that whole file (on the source's file system: it is renamed
+//! into place at the swap, not copied) or copies the bytes into a temporary file beside its final
+//! place and `fsync`s it (a copy, never a hard link of the staged file, which a crash could leave
+//! behind as a second name of the source file; a rename moves it): nothing a reader can see
+//! changes (the model still serves the old item, the staged files stay where they are, the
+//! temporary names are not part of it). Last, under the lock again, [`PendingWrite::swap`]
+//! records its steps when it moves a staged file ([`super::moves`]: a killed daemon's swap is
+//! finished by the next mount), renames the files into place (payloads first, each rename made
+//! durable before the next), writes the small documents that must change with the item, and puts
+//! the item, read back from the source, into the data set. The caller checks before the swap
+//! that the staged files are still the ones validated (nothing rewrote, removed or committed them
+//! meanwhile); if not, it drops the [`Written`] files, which deletes the copies.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
@@ -26,6 +30,8 @@ use crate::views::layout::layout;
 use crate::views::{ViewEntry, ViewNode};
 
 use super::commit::{read_back_error, refresh_index_documents, CommitError};
+use super::moves::Move;
+use super::StagingArea;
 
 /// A validated item of a directory source whose files are still to be written.
 #[derive(Debug)]
@@ -42,19 +48,26 @@ pub struct PendingWrite {
     /// The item's directories (`None`) and files, in write order (payloads first); their bytes
     /// are made (a multi-chunk array assembled, say) by [`PendingWrite::write`], without the lock.
     files: Vec<(String, Option<Arc<Blob>>)>,
+    /// The item's staged files: one that is, whole, a file of the item in the source, on the
+    /// source's file system, is renamed into place at the swap instead of copied.
+    staged: Vec<PathBuf>,
 }
 
-/// Files written by [`PendingWrite::write`] under temporary names; deleted when dropped
-/// unless [`PendingWrite::swap`] renamed them into place.
+/// What [`PendingWrite::write`] made ready, in write order: for each file, where it is now
+/// (`rel`, path, whether it is the staged file itself, to be moved, rather than a copy under a
+/// temporary name). Copies are deleted when dropped unless [`PendingWrite::swap`] renamed them
+/// into place; staged files stay staged.
 #[derive(Debug)]
 pub struct Written {
-    temps: Vec<(String, PathBuf)>,
+    temps: Vec<(String, PathBuf, bool)>,
 }
 
 impl Drop for Written {
     fn drop(&mut self) {
-        for (_, temp) in &self.temps {
-            let _ = fs::remove_file(temp);
+        for (_, temp, moved) in &self.temps {
+            if !moved {
+                let _ = fs::remove_file(temp);
+            }
         }
     }
 }
@@ -68,6 +81,7 @@ impl PendingWrite {
         id: &PropertyId,
         item: Item,
         stale: Vec<String>,
+        staged: Vec<PathBuf>,
     ) -> Result<PendingWrite, CommitError> {
         let source = layout(ds.target.format);
         let previous = ds.dataset.take(id);
@@ -96,11 +110,14 @@ impl PendingWrite {
             item,
             stale,
             files,
+            staged,
         })
     }
 
-    /// Copies the item's files beside their places in the source under temporary names, each
-    /// made durable (`fsync`). The slow part of a commit: run it without the state lock.
+    /// Makes the item's files durable (`fsync`) without the state lock, the slow part of a
+    /// commit: a staged file that is a whole file of the item, on the source's file system, stays
+    /// where it is (it is renamed into place at the swap); any other is copied beside its place
+    /// under a temporary name.
     pub fn write(&self) -> Result<Written, CommitError> {
         let mut written = Written { temps: Vec::new() };
         let source = layout(self.format);
@@ -114,15 +131,23 @@ impl PendingWrite {
                 continue;
             }
             let path = self.root.join(rel);
-            let temp = temp_beside(&self.root, &path);
-            if let Some(parent) = temp.parent() {
+            if let Some(parent) = path.parent() {
                 fs::create_dir_all(parent).map_err(|e| StoreError::io(parent, e))?;
             }
-            // Always a copy: a hard link would leave the staged file, after a crash between
+            if let Some(staged) = self.movable(blob, bytes.len(), &path) {
+                let synced = File::open(staged).and_then(|f| f.sync_all());
+                synced.map_err(|e| StoreError::io(staged, e))?;
+                written
+                    .temps
+                    .push((rel.clone(), staged.to_path_buf(), true));
+                continue;
+            }
+            let temp = temp_beside(&self.root, &path);
+            // A copy, never a hard link: that would leave the staged file, after a crash between
             // the swap and its removal, as a second name of the source file.
             let copied = (|| {
                 let mut file = File::create(&temp)?;
-                written.temps.push((rel.clone(), temp.clone()));
+                written.temps.push((rel.clone(), temp.clone(), false));
                 std::io::Write::write_all(&mut file, bytes.as_slice())?;
                 file.sync_all()
             })();
@@ -131,9 +156,30 @@ impl PendingWrite {
         Ok(written)
     }
 
+    /// The staged file that is, whole, the file of `len` bytes made from `blob` (the same
+    /// layout in view and source), if it is on the file system of `path` and has no other name
+    /// (a `link` made in the view would stay staged as a second name of the source file): it can
+    /// be renamed there.
+    fn movable(&self, blob: &Blob, len: u64, path: &Path) -> Option<&Path> {
+        use std::os::unix::fs::MetadataExt;
+        let backing = blob.backing_file()?;
+        let staged = self.staged.iter().find(|s| s.as_path() == backing)?;
+        let meta = fs::metadata(staged).ok()?;
+        let dir = path.ancestors().find_map(|p| fs::metadata(p).ok())?;
+        let alone = meta.nlink() == 1;
+        (alone && meta.len() == len && meta.dev() == dir.dev()).then_some(staged.as_path())
+    }
+
     /// Puts the written files in place and the item, read back from them, into `ds`: the swap,
-    /// to run under the state lock. The data set gets its old item back if this fails.
-    pub fn swap(self, ds: &mut NamedDataset, mut written: Written) -> Result<(), CommitError> {
+    /// to run under the state lock. The data set gets its old item back if this fails. When a
+    /// staged file is renamed into place, `staging` records the swap's steps first (and the next
+    /// mount finishes them if the daemon dies meanwhile: [`super::moves`]).
+    pub fn swap(
+        self,
+        ds: &mut NamedDataset,
+        mut written: Written,
+        staging: &StagingArea,
+    ) -> Result<(), CommitError> {
         let id = &self.id;
         // Other items committed while this one was written must not have made it inconsistent:
         // an axis of the property replaced by one of another length, or this axis, now used by
@@ -157,9 +203,10 @@ impl PendingWrite {
             ds.dataset.restore(id, previous);
             return Err(CommitError::Invalid(why));
         }
-        let placed = place(&self.root, &mut written).and_then(|index| {
-            let source = layout(ds.target.format);
-            let (documents, dirs) = source.implied(&ds.dataset, id);
+        // The groups the item lives in first: harmless without it, and then the swap's steps
+        // are all renames and removals, which a later mount can finish.
+        let implied = (|| -> Result<(), CommitError> {
+            let (documents, dirs) = layout(ds.target.format).implied(&ds.dataset, id);
             for dir in dirs {
                 ensure_dir(&self.root, &dir)?;
             }
@@ -168,27 +215,69 @@ impl PendingWrite {
                     write_atomic(&self.root, &key, &bytes)?;
                 }
             }
-            refresh_index_documents(ds)?;
-            Ok(index)
+            Ok(())
+        })();
+        // Files of the replaced item that the new one does not have (a sparse property made dense).
+        let removed: Vec<PathBuf> = self
+            .stale
+            .iter()
+            .filter(|rel| !written.temps.iter().any(|(w, _, _)| w == *rel))
+            .map(|rel| self.root.join(rel))
+            .collect();
+        let journal = written.temps.iter().any(|(_, _, moved)| *moved);
+        // With a journal, the item's other staged files go in the swap too (else the next mount
+        // would find them staged beside the item it finished).
+        let leftovers: Vec<PathBuf> = match journal {
+            true => self
+                .staged
+                .iter()
+                .filter(|s| !written.temps.iter().any(|(_, from, _)| from == *s))
+                .cloned()
+                .collect(),
+            false => Vec::new(),
+        };
+        let recorded = implied.and_then(|()| {
+            if !journal {
+                return Ok(());
+            }
+            let steps = written
+                .temps
+                .iter()
+                .map(|(rel, from, _)| Move::Rename {
+                    from: from.clone(),
+                    to: self.root.join(rel),
+                })
+                .chain(removed.iter().cloned().map(Move::Remove))
+                .chain(leftovers.iter().cloned().map(Move::Remove))
+                .collect::<Vec<_>>();
+            let at = staging.root().to_path_buf();
+            staging
+                .record_moves(&steps)
+                .map_err(|e| CommitError::Store(StoreError::io(&at, e)))
         });
+        let placed = recorded.and_then(|()| place(&self.root, &mut written, journal));
         let written = match placed {
             Ok(index) => index,
             Err(e) => {
+                if journal {
+                    let _ = staging.clear_moves();
+                }
                 ds.dataset.restore(id, previous);
                 return Err(e);
             }
         };
-        // Files of the replaced item that the new one does not have (a sparse property made dense).
-        let removed: Vec<&String> = self
-            .stale
-            .iter()
-            .filter(|rel| !written.contains(rel))
-            .collect();
-        for rel in &removed {
-            let _ = fs::remove_file(self.root.join(rel));
+        for path in removed.iter().chain(&leftovers) {
+            let _ = fs::remove_file(path);
         }
-        if !removed.is_empty() {
-            refresh_index_documents(ds)?;
+        let refreshed = refresh_index_documents(ds);
+        if journal {
+            if let Err(e) = staging.clear_moves() {
+                log::warn!("removing the journal of a commit's moves: {e}");
+            }
+        }
+        if let Err(e) = refreshed {
+            ds.dataset.restore(id, previous);
+            return Err(e);
         }
         // Serve the source's bytes from now on, not the staged files'.
         let stored = layout(self.format)
@@ -198,25 +287,68 @@ impl PendingWrite {
     }
 }
 
-/// Renames the written files into place, in order, each rename made durable (`fsync` of its
-/// directory) before the next; returns what is in place, keyed relative to `root`.
-fn place(root: &Path, written: &mut Written) -> Result<StoreIndex, CommitError> {
+/// Renames the written files into place, in order; returns what is in place, keyed relative to
+/// `root`. Without a journal each rename is made durable (`fsync` of its directory) before the
+/// next, so a crash leaves a prefix of them (payloads first); with one (`journaled`: a crash's
+/// steps are finished by the next mount, whichever were done) each directory is `fsync`ed once,
+/// after the last. If one fails, the staged files already moved go back to the staging area and
+/// the copies are deleted.
+fn place(root: &Path, written: &mut Written, journaled: bool) -> Result<StoreIndex, CommitError> {
     let mut index = BTreeMap::new();
-    for (rel, temp) in std::mem::take(&mut written.temps) {
-        let path = root.join(&rel);
+    let steps = std::mem::take(&mut written.temps);
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    let mut done = 0;
+    let mut failed = None;
+    for (rel, temp, _) in &steps {
+        let path = root.join(rel);
         let parent = path.parent().unwrap_or(root).to_path_buf();
-        let renamed = fs::rename(&temp, &path).and_then(|()| File::open(&parent)?.sync_all());
-        if let Err(e) = renamed {
-            let _ = fs::remove_file(&temp);
-            return Err(StoreError::io(&path, e).into());
+        if let Err(e) = fs::rename(temp, &path) {
+            failed = Some(StoreError::io(&path, e));
+            break;
         }
+        done += 1;
+        if !journaled {
+            if let Err(e) = File::open(&parent).and_then(|d| d.sync_all()) {
+                failed = Some(StoreError::io(&parent, e));
+                break;
+            }
+        } else if !dirs.contains(&parent) {
+            dirs.push(parent);
+        }
+    }
+    if failed.is_none() {
+        failed = dirs
+            .iter()
+            .find_map(|dir| {
+                File::open(dir)
+                    .and_then(|d| d.sync_all())
+                    .err()
+                    .map(|e| (dir, e))
+            })
+            .map(|(dir, e)| StoreError::io(dir, e));
+    }
+    if let Some(e) = failed {
+        for (rel, from, moved) in &steps[..done] {
+            if *moved {
+                let _ = fs::rename(root.join(rel), from);
+            }
+        }
+        for (_, temp, moved) in &steps[done..] {
+            if !moved {
+                let _ = fs::remove_file(temp);
+            }
+        }
+        return Err(e.into());
+    }
+    for (rel, _, _) in &steps {
+        let path = root.join(rel);
         let meta = fs::metadata(&path).map_err(|e| StoreError::io(&path, e))?;
         let mtime = meta.modified().map_err(|e| StoreError::io(&path, e))?;
         let entry = Entry {
             blob: file_blob(path, meta.len()),
             mtime,
         };
-        index.insert(rel, entry);
+        index.insert(rel.clone(), entry);
     }
     Ok(StoreIndex::new(index, None))
 }

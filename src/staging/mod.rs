@@ -14,6 +14,7 @@
 
 pub mod commit;
 pub mod dir_commit;
+pub mod moves;
 pub mod zip_commit;
 
 use crate::stores::lock;

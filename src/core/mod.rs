@@ -302,7 +302,7 @@ impl DafFs {
         };
         presence::settle(
             &ns,
-            std::iter::once(ino).chain(children.iter().map(|c| c.1)),
+            std::iter::once(ino).chain(children.iter().copied()),
         )?;
         if ns.present(ino) == Some(false) {
             return Err(FsError::NotFound);
@@ -375,9 +375,12 @@ impl DafFs {
                 Kind::File
             }
         };
-        let dots = [(".".to_string(), ino), ("..".to_string(), node.parent)];
+        let dots = [(".", ino), ("..", node.parent)];
         let len = children.len() + 2;
-        let at = |i: usize| if i < 2 { &dots[i] } else { &children[i - 2] };
+        let at = |i: usize| match dots.get(i) {
+            Some(&dot) => dot,
+            None => (ns.name(children[i - 2]), children[i - 2]),
+        };
         // Offsets count hidden children too, so they stay valid whatever is learnt meanwhile.
         // Presence is settled a batch at a time (a listing of a large directory asks for many
         // batches), and a batch is filled past hidden children: an empty one ends the listing.
@@ -388,11 +391,11 @@ impl DafFs {
             presence::settle(&ns, batch.clone().map(|i| at(i).1))?;
             for (name, child) in batch.map(at) {
                 next += 1;
-                if next <= 2 || ns.present(*child) != Some(false) {
+                if next <= 2 || ns.present(child) != Some(false) {
                     out.push(DirEntry {
-                        ino: *child,
-                        kind: kind_of(*child),
-                        name: name.clone(),
+                        ino: child,
+                        kind: kind_of(child),
+                        name: name.to_string(),
                         next_offset: next as u64,
                     });
                     if out.len() == limit {

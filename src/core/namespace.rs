@@ -11,49 +11,152 @@
 //! or when one of its children is (a directory). The tree itself never does I/O: it tells which
 //! blobs still need asking ([`Namespace::unresolved`]) and answers from what is known.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::SystemTime;
+
+use std::hash::BuildHasher;
+
+use hashbrown::HashTable;
 
 use crate::stores::Blob;
 
 /// Inode number of the mount root.
 pub const ROOT: u64 = 1;
 
-/// Path → inode number, for the life of the mount.
+/// Where an inode sits: its parent and its name (a range of [`InodeTable::names`]).
+#[derive(Clone, Copy, Debug)]
+struct Link {
+    parent: u64,
+    start: usize,
+    len: usize,
+}
+
+/// Path → inode number, for the life of the mount. Stored by (parent inode, name), the names
+/// back to back in one string, so a path costs its last component and about 30 bytes however
+/// deep it is (a million paths: about 40 MB less than a map of full paths).
 #[derive(Debug)]
 pub struct InodeTable {
-    /// Hashed with foldhash: several times faster than SipHash on paths, still seeded per process.
-    by_path: HashMap<String, u64, foldhash::fast::RandomState>,
-    next: u64,
+    /// Every name given an inode, back to back (a renamed inode's old name stays, unused).
+    names: String,
+    /// By inode number (index 0 unused; the root is its own parent, with no name).
+    links: Vec<Link>,
+    /// Inode numbers by (parent, name), hashed with foldhash (seeded per process).
+    by_link: HashTable<u64>,
+    hasher: foldhash::fast::RandomState,
 }
 
 impl Default for InodeTable {
     fn default() -> InodeTable {
+        let root = Link {
+            parent: ROOT,
+            start: 0,
+            len: 0,
+        };
         InodeTable {
-            by_path: [(String::new(), ROOT)].into_iter().collect(),
-            next: ROOT + 1,
+            names: String::new(),
+            links: vec![root, root],
+            by_link: HashTable::new(),
+            hasher: foldhash::fast::RandomState::default(),
         }
     }
 }
 
 impl InodeTable {
-    /// The inode number of `path`, assigned on first use.
+    /// The inode number of `path`, assigned on first use (with its parents').
     pub fn ino(&mut self, path: &str) -> u64 {
-        if let Some(&ino) = self.by_path.get(path) {
+        path.split('/')
+            .filter(|c| !c.is_empty())
+            .fold(ROOT, |dir, name| self.child(dir, name))
+    }
+
+    /// The inode number of `name` in directory `parent`, assigned on first use.
+    pub fn child(&mut self, parent: u64, name: &str) -> u64 {
+        if let Some(ino) = self.find(parent, name) {
             return ino;
         }
-        let ino = self.next;
-        self.next += 1;
-        self.by_path.insert(path.to_string(), ino);
+        let ino = self.links.len() as u64;
+        let start = self.names.len();
+        self.names.push_str(name);
+        self.links.push(Link {
+            parent,
+            start,
+            len: name.len(),
+        });
+        self.insert(ino);
         ino
     }
 
     /// Gives `to` the inode number of `from` (a rename: the kernel keeps the inode).
     pub fn rename(&mut self, from: &str, to: &str) {
-        if let Some(ino) = self.by_path.remove(from) {
-            self.by_path.insert(to.to_string(), ino);
+        let Some(ino) = self.resolve(from).filter(|&ino| ino != ROOT) else {
+            return;
+        };
+        let (dir, name) = to.rsplit_once('/').unwrap_or(("", to));
+        if name.is_empty() {
+            return;
+        }
+        self.unlink(ino);
+        let parent = self.ino(dir);
+        if let Some(displaced) = self.find(parent, name) {
+            self.unlink(displaced);
+        }
+        let start = self.names.len();
+        self.names.push_str(name);
+        if let Some(link) = usize::try_from(ino).ok().and_then(|i| self.links.get_mut(i)) {
+            *link = Link {
+                parent,
+                start,
+                len: name.len(),
+            };
+        }
+        self.insert(ino);
+    }
+
+    /// The inode number of `path` if it has one.
+    fn resolve(&self, path: &str) -> Option<u64> {
+        path.split('/')
+            .filter(|c| !c.is_empty())
+            .try_fold(ROOT, |dir, name| self.find(dir, name))
+    }
+
+    fn link(&self, ino: u64) -> Option<(u64, &str)> {
+        let link = self.links.get(usize::try_from(ino).ok()?)?;
+        Some((link.parent, self.names.get(link.start..link.start + link.len)?))
+    }
+
+    fn hash(&self, parent: u64, name: &str) -> u64 {
+        self.hasher.hash_one((parent, name))
+    }
+
+    fn find(&self, parent: u64, name: &str) -> Option<u64> {
+        let hash = self.hash(parent, name);
+        self.by_link
+            .find(hash, |&ino| self.link(ino) == Some((parent, name)))
+            .copied()
+    }
+
+    fn insert(&mut self, ino: u64) {
+        let Some((parent, name)) = self.link(ino) else {
+            return;
+        };
+        let hash = self.hash(parent, name);
+        let (links, names, hasher) = (&self.links, &self.names, &self.hasher);
+        self.by_link.insert_unique(hash, ino, |&other| {
+            let link = usize::try_from(other).ok().and_then(|i| links.get(i));
+            let name = link.and_then(|l| names.get(l.start..l.start + l.len));
+            hasher.hash_one((link.map_or(0, |l| l.parent), name.unwrap_or("")))
+        });
+    }
+
+    /// Takes `ino` out of the map (its link stays until it is given another).
+    fn unlink(&mut self, ino: u64) {
+        let Some((parent, name)) = self.link(ino) else {
+            return;
+        };
+        let hash = self.hash(parent, name);
+        if let Ok(entry) = self.by_link.find_entry(hash, |&other| other == ino) {
+            entry.remove();
         }
     }
 }
@@ -85,10 +188,10 @@ pub struct Entry {
 /// What an inode is.
 #[derive(Debug)]
 pub enum NodeKind {
-    /// A directory with its children, sorted by name.
+    /// A directory with its children's inodes, sorted by name.
     Dir {
-        /// `(name, inode)` pairs, sorted by name.
-        children: Vec<(String, u64)>,
+        /// Inode numbers, sorted by name ([`Namespace::name`]).
+        children: Vec<u64>,
     },
     /// A committed file.
     File(Arc<Blob>),
@@ -96,13 +199,14 @@ pub enum NodeKind {
     Staged(PathBuf),
 }
 
-/// One inode.
+/// One inode. Its name is [`Namespace::name`], its path [`Namespace::path`] (rebuilt from its
+/// parents: a path is stored once per tree, as its last component).
 #[derive(Debug)]
 pub struct Node {
     /// Parent inode (the root is its own parent).
     pub parent: u64,
-    /// Path from the mount root ("" for the root).
-    pub path: String,
+    /// Where its name is in the tree's names.
+    name: (usize, usize),
     /// Modification time.
     pub mtime: SystemTime,
     /// Directory or file.
@@ -122,6 +226,8 @@ impl Node {
 #[derive(Debug)]
 pub struct Namespace {
     nodes: NodeTable,
+    /// The names of all nodes, back to back.
+    names: String,
 }
 
 impl Namespace {
@@ -129,13 +235,13 @@ impl Namespace {
     /// same path (a staged file hides the committed one it is replacing); a path used both as a
     /// file and as a directory keeps its first use (the conflict is logged).
     pub fn build(
-        entries: Vec<Entry>,
+        entries: impl IntoIterator<Item = Entry>,
         root_mtime: SystemTime,
         inodes: &mut InodeTable,
     ) -> Namespace {
         let root = Node {
             parent: ROOT,
-            path: String::new(),
+            name: (0, 0),
             mtime: root_mtime,
             kind: NodeKind::Dir {
                 children: Vec::new(),
@@ -146,6 +252,7 @@ impl Namespace {
         nodes.insert(ROOT, root);
         let mut builder = Builder {
             nodes,
+            names: String::new(),
             inodes,
             depth: vec![vec![ROOT]],
             last_dir: (String::new(), Some(ROOT), false),
@@ -154,11 +261,26 @@ impl Namespace {
             builder.add(entry);
         }
         let Builder {
-            mut nodes, depth, ..
+            mut nodes,
+            mut names,
+            depth,
+            ..
         } = builder;
-        for node in nodes.slots.iter_mut().flatten() {
-            if let NodeKind::Dir { children } = &mut node.kind {
-                children.sort_unstable();
+        names.shrink_to_fit();
+        nodes.slots.shrink_to_fit();
+        // Children sorted by name: taken out of the table while sorting (the sort reads names).
+        for at in 0..nodes.slots.len() {
+            let mut children = match nodes.slots[at].as_mut().map(|n| &mut n.kind) {
+                Some(NodeKind::Dir { children }) => std::mem::take(children),
+                _ => continue,
+            };
+            let name = |ino: &u64| nodes.get(*ino).map_or("", |n| name_in(&names, n));
+            children.sort_unstable_by(|a, b| name(a).cmp(name(b)));
+            children.shrink_to_fit();
+            if let Some(NodeKind::Dir { children: slot }) =
+                nodes.slots[at].as_mut().map(|n| &mut n.kind)
+            {
+                *slot = children;
             }
         }
         // Deepest first: propagate mtimes upward.
@@ -170,7 +292,7 @@ impl Namespace {
                 parent.mtime = parent.mtime.max(mtime);
             }
         }
-        Namespace { nodes }
+        Namespace { nodes, names }
     }
 
     /// The inode `ino`.
@@ -178,13 +300,31 @@ impl Namespace {
         self.nodes.get(ino)
     }
 
+    /// The name of inode `ino` in its directory ("" for the root or an unknown inode).
+    pub fn name(&self, ino: u64) -> &str {
+        self.node(ino).map_or("", |n| name_in(&self.names, n))
+    }
+
+    /// The `/`-separated path of inode `ino` from the mount root ("" for the root).
+    pub fn path(&self, ino: u64) -> Option<String> {
+        let mut names = Vec::new();
+        let mut at = ino;
+        while at != ROOT {
+            let node = self.node(at)?;
+            names.push(name_in(&self.names, node));
+            at = node.parent;
+        }
+        names.reverse();
+        Some(names.join("/"))
+    }
+
     /// The child `name` of directory `parent`: `None` if absent, `Err(())` if `parent` is a file.
     pub fn child(&self, parent: u64, name: &str) -> Option<Result<u64, ()>> {
         match &self.node(parent)?.kind {
             NodeKind::Dir { children } => children
-                .binary_search_by(|(n, _)| n.as_str().cmp(name))
+                .binary_search_by(|c| self.name(*c).cmp(name))
                 .ok()
-                .map(|i| Ok(children[i].1)),
+                .map(|i| Ok(children[i])),
             NodeKind::File(_) | NodeKind::Staged(_) => Some(Err(())),
         }
     }
@@ -201,7 +341,7 @@ impl Namespace {
             NodeKind::Staged(_) => Some(true),
             NodeKind::Dir { children } => {
                 let mut unknown = false;
-                for (_, child) in children {
+                for child in children {
                     match self.present(*child) {
                         Some(true) => return Some(true),
                         Some(false) => {}
@@ -221,7 +361,7 @@ impl Namespace {
         match &node.kind {
             NodeKind::File(blob) if blob.presence().is_none() => out.push(blob.clone()),
             NodeKind::Dir { children } => {
-                for (_, child) in children {
+                for child in children {
                     self.unresolved(*child, out);
                 }
             }
@@ -252,13 +392,19 @@ impl Namespace {
         match &node.kind {
             NodeKind::Dir { children } => children
                 .iter()
-                .filter(|(_, ino)| {
-                    self.node(*ino).is_some_and(Node::is_dir) && self.present(*ino) != Some(false)
+                .filter(|ino| {
+                    self.node(**ino).is_some_and(Node::is_dir) && self.present(**ino) != Some(false)
                 })
                 .count() as u32,
             _ => 0,
         }
     }
+}
+
+/// The name of `node` in `names`.
+fn name_in<'a>(names: &'a str, node: &Node) -> &'a str {
+    let (start, len) = node.name;
+    names.get(start..start + len).unwrap_or("")
 }
 
 /// Nodes by inode number: inode numbers are small and dense (see [`InodeTable`]).
@@ -293,6 +439,7 @@ impl NodeTable {
 /// The state of one [`Namespace::build`].
 struct Builder<'a> {
     nodes: NodeTable,
+    names: String,
     inodes: &'a mut InodeTable,
     /// Inodes by depth (the root is depth 0), for the mtime pass.
     depth: Vec<Vec<u64>>,
@@ -327,6 +474,10 @@ impl Builder<'_> {
             self.last_dir = (dir.to_string(), parent, entry.elidable);
             parent
         };
+        let Some(parent) = parent else {
+            log::warn!("{path}: shown both as a file and a directory, keeping the first");
+            return;
+        };
         let kind = match entry.kind {
             EntryKind::Dir => NodeKind::Dir {
                 children: Vec::new(),
@@ -334,20 +485,19 @@ impl Builder<'_> {
             EntryKind::Blob(blob) => NodeKind::File(blob),
             EntryKind::Staged(path) => NodeKind::Staged(path),
         };
-        let ino = self.inodes.ino(&path);
+        let ino = self.inodes.child(parent, name);
         let existing = self.nodes.get(ino).map(Node::is_dir);
-        match (parent, existing, &kind) {
-            (None, ..)
-            | (_, Some(true), NodeKind::File(_) | NodeKind::Staged(_))
-            | (_, Some(false), NodeKind::Dir { .. }) => {
+        match (existing, &kind) {
+            (Some(true), NodeKind::File(_) | NodeKind::Staged(_))
+            | (Some(false), NodeKind::Dir { .. }) => {
                 log::warn!("{path}: shown both as a file and a directory, keeping the first");
             }
-            (_, Some(true), NodeKind::Dir { .. }) => {
+            (Some(true), NodeKind::Dir { .. }) => {
                 if let Some(node) = self.nodes.get_mut(ino) {
                     node.elidable &= entry.elidable;
                 }
             }
-            (_, Some(false), _) => {
+            (Some(false), _) => {
                 // A file replacing a file: keep its place among the parent's children.
                 if let Some(node) = self.nodes.get_mut(ino) {
                     node.kind = kind;
@@ -355,9 +505,9 @@ impl Builder<'_> {
                     node.elidable = entry.elidable;
                 }
             }
-            (Some(parent), None, _) => {
-                let name = name.to_string();
-                self.insert(ino, parent, name, path, entry.mtime, kind, entry.elidable);
+            (None, _) => {
+                let depth = path.matches('/').count() + 1;
+                self.insert(ino, parent, name, depth, entry.mtime, kind, entry.elidable);
             }
         }
     }
@@ -367,15 +517,8 @@ impl Builder<'_> {
     /// needs them.
     fn directory(&mut self, dir: &str, mtime: SystemTime, elidable: bool) -> Option<u64> {
         let mut parent = ROOT;
-        let mut end = 0;
-        for component in dir.split('/').filter(|c| !c.is_empty()) {
-            end = if end == 0 {
-                component.len()
-            } else {
-                end + 1 + component.len()
-            };
-            let walked = &dir[..end];
-            let ino = self.inodes.ino(walked);
+        for (depth, component) in dir.split('/').filter(|c| !c.is_empty()).enumerate() {
+            let ino = self.inodes.child(parent, component);
             match self.nodes.get_mut(ino) {
                 Some(node) if node.is_dir() => node.elidable &= elidable,
                 Some(_) => return None,
@@ -383,15 +526,7 @@ impl Builder<'_> {
                     let kind = NodeKind::Dir {
                         children: Vec::new(),
                     };
-                    self.insert(
-                        ino,
-                        parent,
-                        component.to_string(),
-                        walked.to_string(),
-                        mtime,
-                        kind,
-                        elidable,
-                    );
+                    self.insert(ino, parent, component, depth + 1, mtime, kind, elidable);
                 }
             }
             parent = ino;
@@ -404,29 +539,30 @@ impl Builder<'_> {
         &mut self,
         ino: u64,
         parent: u64,
-        name: String,
-        path: String,
+        name: &str,
+        depth: usize,
         mtime: SystemTime,
         kind: NodeKind,
         elidable: bool,
     ) {
-        let depth = path.matches('/').count() + 1;
         if self.depth.len() <= depth {
             self.depth.resize_with(depth + 1, Vec::new);
         }
         self.depth[depth].push(ino);
+        let start = self.names.len();
+        self.names.push_str(name);
         self.nodes.insert(
             ino,
             Node {
                 parent,
-                path,
+                name: (start, name.len()),
                 mtime,
                 kind,
                 elidable,
             },
         );
         if let Some(NodeKind::Dir { children }) = self.nodes.get_mut(parent).map(|p| &mut p.kind) {
-            children.push((name, ino));
+            children.push(ino);
         }
     }
 }

@@ -27,7 +27,7 @@ struct ZarrBuilder {
 
 impl ZarrBuilder {
     fn document(&mut self, path: String, text: String, mtime: SystemTime) {
-        let blob = Blob::ready(Bytes::from_vec(text.into_bytes()));
+        let (_, blob) = self.view.document(text.into_bytes());
         self.metadata.push((path.clone(), blob.clone()));
         self.view.file(&path, blob, mtime);
     }

@@ -225,14 +225,18 @@ impl V3Builder {
         self.dimensions.as_ref().and_then(|d| d.of(path))
     }
 
-    fn document(&mut self, node: &str, bytes: Bytes, mtime: SystemTime) {
+    /// The `zarr.json` of `node` (shared with every equal one, see `ViewBuilder::document`);
+    /// returns its bytes.
+    fn document(&mut self, node: &str, content: Vec<u8>, mtime: SystemTime) -> Bytes {
         let path = super::join(node, "zarr.json");
-        self.view.file(&path, Blob::ready(bytes), mtime);
+        let (bytes, blob) = self.view.document(content);
+        self.view.file(&path, blob, mtime);
+        bytes
     }
 
     fn group(&mut self, path: &str, mtime: SystemTime) {
         self.view.dir(path, mtime);
-        self.document(path, Bytes::from_vec(GROUP.into()), mtime);
+        self.document(path, GROUP.into(), mtime);
         let entry = self.group_entry.clone();
         self.metadata.insert(path.to_string(), entry);
     }
@@ -248,8 +252,7 @@ impl V3Builder {
         mtime: SystemTime,
     ) {
         self.view.dir(path, mtime);
-        let doc = Bytes::from_vec(doc.into_bytes());
-        self.document(path, doc.clone(), mtime);
+        let doc = self.document(path, doc.into_bytes(), mtime);
         // A fill blob (an array the source stored without chunks) is not listed, as Julia
         // does not store such chunks; a chunk that may be absent (a remote one a 404 would
         // make the fill) is listed only once it is known present.

@@ -4,162 +4,23 @@
 //! from an [`InodeTable`] that outlives the trees, so a path keeps its inode number for the whole
 //! mount, whichever tree it is in. Directories keep their children sorted, so `readdir` offsets
 //! are plain indices and lookups are binary searches. A directory's mtime is the latest of its own
-//! and its descendants'.
+//! and its descendants'. A node stores no path: its name (in one string of the tree's names), its
+//! parent, and an index into the tree's few distinct times, 48 bytes in all; paths are rebuilt
+//! from parents when asked ([`Namespace::path`]).
 //!
 //! An *elidable* file (a view entry shown only if its blob exists, see `Blob::presence`) makes
 //! its implied parent directories elidable too; such a node is present when its blob is (a file)
 //! or when one of its children is (a directory). The tree itself never does I/O: it tells which
 //! blobs still need asking ([`Namespace::unresolved`]) and answers from what is known.
 
-use std::path::PathBuf;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use std::hash::BuildHasher;
-
-use hashbrown::HashTable;
-
 use crate::stores::Blob;
 
-/// Inode number of the mount root.
-pub const ROOT: u64 = 1;
-
-/// Where an inode sits: its parent and its name (a range of [`InodeTable::names`]).
-#[derive(Clone, Copy, Debug)]
-struct Link {
-    parent: u64,
-    start: usize,
-    len: usize,
-}
-
-/// Path → inode number, for the life of the mount. Stored by (parent inode, name), the names
-/// back to back in one string, so a path costs its last component and about 30 bytes however
-/// deep it is (a million paths: about 40 MB less than a map of full paths).
-#[derive(Debug)]
-pub struct InodeTable {
-    /// Every name given an inode, back to back (a renamed inode's old name stays, unused).
-    names: String,
-    /// By inode number (index 0 unused; the root is its own parent, with no name).
-    links: Vec<Link>,
-    /// Inode numbers by (parent, name), hashed with foldhash (seeded per process).
-    by_link: HashTable<u64>,
-    hasher: foldhash::fast::RandomState,
-}
-
-impl Default for InodeTable {
-    fn default() -> InodeTable {
-        let root = Link {
-            parent: ROOT,
-            start: 0,
-            len: 0,
-        };
-        InodeTable {
-            names: String::new(),
-            links: vec![root, root],
-            by_link: HashTable::new(),
-            hasher: foldhash::fast::RandomState::default(),
-        }
-    }
-}
-
-impl InodeTable {
-    /// The inode number of `path`, assigned on first use (with its parents').
-    pub fn ino(&mut self, path: &str) -> u64 {
-        path.split('/')
-            .filter(|c| !c.is_empty())
-            .fold(ROOT, |dir, name| self.child(dir, name))
-    }
-
-    /// The inode number of `name` in directory `parent`, assigned on first use.
-    pub fn child(&mut self, parent: u64, name: &str) -> u64 {
-        if let Some(ino) = self.find(parent, name) {
-            return ino;
-        }
-        let ino = self.links.len() as u64;
-        let start = self.names.len();
-        self.names.push_str(name);
-        self.links.push(Link {
-            parent,
-            start,
-            len: name.len(),
-        });
-        self.insert(ino);
-        ino
-    }
-
-    /// Gives `to` the inode number of `from` (a rename: the kernel keeps the inode).
-    pub fn rename(&mut self, from: &str, to: &str) {
-        let Some(ino) = self.resolve(from).filter(|&ino| ino != ROOT) else {
-            return;
-        };
-        let (dir, name) = to.rsplit_once('/').unwrap_or(("", to));
-        if name.is_empty() {
-            return;
-        }
-        self.unlink(ino);
-        let parent = self.ino(dir);
-        if let Some(displaced) = self.find(parent, name) {
-            self.unlink(displaced);
-        }
-        let start = self.names.len();
-        self.names.push_str(name);
-        if let Some(link) = usize::try_from(ino).ok().and_then(|i| self.links.get_mut(i)) {
-            *link = Link {
-                parent,
-                start,
-                len: name.len(),
-            };
-        }
-        self.insert(ino);
-    }
-
-    /// The inode number of `path` if it has one.
-    fn resolve(&self, path: &str) -> Option<u64> {
-        path.split('/')
-            .filter(|c| !c.is_empty())
-            .try_fold(ROOT, |dir, name| self.find(dir, name))
-    }
-
-    fn link(&self, ino: u64) -> Option<(u64, &str)> {
-        let link = self.links.get(usize::try_from(ino).ok()?)?;
-        Some((link.parent, self.names.get(link.start..link.start + link.len)?))
-    }
-
-    fn hash(&self, parent: u64, name: &str) -> u64 {
-        self.hasher.hash_one((parent, name))
-    }
-
-    fn find(&self, parent: u64, name: &str) -> Option<u64> {
-        let hash = self.hash(parent, name);
-        self.by_link
-            .find(hash, |&ino| self.link(ino) == Some((parent, name)))
-            .copied()
-    }
-
-    fn insert(&mut self, ino: u64) {
-        let Some((parent, name)) = self.link(ino) else {
-            return;
-        };
-        let hash = self.hash(parent, name);
-        let (links, names, hasher) = (&self.links, &self.names, &self.hasher);
-        self.by_link.insert_unique(hash, ino, |&other| {
-            let link = usize::try_from(other).ok().and_then(|i| links.get(i));
-            let name = link.and_then(|l| names.get(l.start..l.start + l.len));
-            hasher.hash_one((link.map_or(0, |l| l.parent), name.unwrap_or("")))
-        });
-    }
-
-    /// Takes `ino` out of the map (its link stays until it is given another).
-    fn unlink(&mut self, ino: u64) {
-        let Some((parent, name)) = self.link(ino) else {
-            return;
-        };
-        let hash = self.hash(parent, name);
-        if let Ok(entry) = self.by_link.find_entry(hash, |&other| other == ino) {
-            entry.remove();
-        }
-    }
-}
+pub use super::inodes::{InodeTable, ROOT};
 
 /// What a path of the tree is made of.
 #[derive(Clone, Debug)]
@@ -191,28 +52,29 @@ pub enum NodeKind {
     /// A directory with its children's inodes, sorted by name.
     Dir {
         /// Inode numbers, sorted by name ([`Namespace::name`]).
-        children: Vec<u64>,
+        children: Box<[u64]>,
     },
     /// A committed file.
     File(Arc<Blob>),
     /// A staged file on disk.
-    Staged(PathBuf),
+    Staged(Box<Path>),
 }
 
-/// One inode. Its name is [`Namespace::name`], its path [`Namespace::path`] (rebuilt from its
-/// parents: a path is stored once per tree, as its last component).
+/// One inode (48 bytes). Its name is [`Namespace::name`], its path [`Namespace::path`] (rebuilt
+/// from its parents: a path is stored once per tree, as its last component), its modification
+/// time [`Namespace::mtime`] (one of the tree's few distinct times).
 #[derive(Debug)]
 pub struct Node {
     /// Parent inode (the root is its own parent).
     pub parent: u64,
-    /// Where its name is in the tree's names.
-    name: (usize, usize),
-    /// Modification time.
-    pub mtime: SystemTime,
-    /// Directory or file.
-    pub kind: NodeKind,
+    /// Where its name is in the tree's names (a tree's names are far below 4 GiB).
+    name: (u32, u32),
+    /// Its modification time, an index into the tree's times.
+    mtime: u32,
     /// Present only if its blob (a file) or one of its children (a directory) is.
     pub elidable: bool,
+    /// Directory or file.
+    pub kind: NodeKind,
 }
 
 impl Node {
@@ -228,6 +90,8 @@ pub struct Namespace {
     nodes: NodeTable,
     /// The names of all nodes, back to back.
     names: String,
+    /// The distinct modification times of the nodes.
+    mtimes: Vec<SystemTime>,
 }
 
 impl Namespace {
@@ -239,60 +103,86 @@ impl Namespace {
         root_mtime: SystemTime,
         inodes: &mut InodeTable,
     ) -> Namespace {
-        let root = Node {
-            parent: ROOT,
-            name: (0, 0),
-            mtime: root_mtime,
-            kind: NodeKind::Dir {
-                children: Vec::new(),
-            },
-            elidable: false,
-        };
-        let mut nodes = NodeTable::default();
-        nodes.insert(ROOT, root);
         let mut builder = Builder {
-            nodes,
+            nodes: NodeTable::default(),
             names: String::new(),
+            mtimes: Vec::new(),
+            mtime_index: HashMap::default(),
+            edges: Vec::new(),
             inodes,
             depth: vec![vec![ROOT]],
             last_dir: (String::new(), Some(ROOT), false),
         };
+        let mtime = builder.mtime(root_mtime);
+        let root = Node {
+            parent: ROOT,
+            name: (0, 0),
+            mtime,
+            elidable: false,
+            kind: NodeKind::Dir {
+                children: Box::default(),
+            },
+        };
+        builder.nodes.insert(ROOT, root);
         for entry in entries {
             builder.add(entry);
+        }
+        // Deepest first: propagate mtimes upward.
+        for ino in std::mem::take(&mut builder.depth)
+            .iter()
+            .skip(1)
+            .rev()
+            .flatten()
+        {
+            let Some((mtime, parent)) = builder.nodes.get(*ino).map(|n| (n.mtime, n.parent)) else {
+                continue;
+            };
+            let Some(parent_mtime) = builder.nodes.get(parent).map(|n| n.mtime) else {
+                continue;
+            };
+            let (time, parent_time) = (
+                builder.mtimes[mtime as usize],
+                builder.mtimes[parent_mtime as usize],
+            );
+            if time > parent_time {
+                if let Some(parent) = builder.nodes.get_mut(parent) {
+                    parent.mtime = mtime;
+                }
+            }
         }
         let Builder {
             mut nodes,
             mut names,
-            depth,
+            mut edges,
+            mtimes,
             ..
         } = builder;
         names.shrink_to_fit();
         nodes.slots.shrink_to_fit();
-        // Children sorted by name: taken out of the table while sorting (the sort reads names).
-        for at in 0..nodes.slots.len() {
-            let mut children = match nodes.slots[at].as_mut().map(|n| &mut n.kind) {
-                Some(NodeKind::Dir { children }) => std::mem::take(children),
-                _ => continue,
-            };
-            let name = |ino: &u64| nodes.get(*ino).map_or("", |n| name_in(&names, n));
-            children.sort_unstable_by(|a, b| name(a).cmp(name(b)));
-            children.shrink_to_fit();
-            if let Some(NodeKind::Dir { children: slot }) =
-                nodes.slots[at].as_mut().map(|n| &mut n.kind)
+        // Each directory's children, sorted by name.
+        let name = |ino: u64| nodes.get(ino).map_or("", |n| name_in(&names, n));
+        edges.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| name(a.1).cmp(name(b.1))));
+        for siblings in edges.chunk_by(|a, b| a.0 == b.0) {
+            if let Some(NodeKind::Dir { children }) =
+                nodes.get_mut(siblings[0].0).map(|n| &mut n.kind)
             {
-                *slot = children;
+                *children = siblings.iter().map(|e| e.1).collect();
             }
         }
-        // Deepest first: propagate mtimes upward.
-        for ino in depth.iter().skip(1).rev().flatten() {
-            let Some((mtime, parent)) = nodes.get(*ino).map(|n| (n.mtime, n.parent)) else {
-                continue;
-            };
-            if let Some(parent) = nodes.get_mut(parent) {
-                parent.mtime = parent.mtime.max(mtime);
-            }
+        drop(edges);
+        Namespace {
+            nodes,
+            names,
+            mtimes,
         }
-        Namespace { nodes, names }
+    }
+
+    /// The modification time of `node`.
+    pub fn mtime(&self, node: &Node) -> SystemTime {
+        self.mtimes
+            .get(node.mtime as usize)
+            .copied()
+            .unwrap_or(SystemTime::UNIX_EPOCH)
     }
 
     /// The inode `ino`.
@@ -403,7 +293,7 @@ impl Namespace {
 
 /// The name of `node` in `names`.
 fn name_in<'a>(names: &'a str, node: &Node) -> &'a str {
-    let (start, len) = node.name;
+    let (start, len) = (node.name.0 as usize, node.name.1 as usize);
     names.get(start..start + len).unwrap_or("")
 }
 
@@ -440,6 +330,10 @@ impl NodeTable {
 struct Builder<'a> {
     nodes: NodeTable,
     names: String,
+    mtimes: Vec<SystemTime>,
+    mtime_index: HashMap<SystemTime, u32, foldhash::fast::RandomState>,
+    /// (directory, child) of every node but the root, sorted into the directories at the end.
+    edges: Vec<(u64, u64)>,
     inodes: &'a mut InodeTable,
     /// Inodes by depth (the root is depth 0), for the mtime pass.
     depth: Vec<Vec<u64>>,
@@ -461,8 +355,12 @@ impl Builder<'_> {
             entry.path
         };
         if path.is_empty() {
-            if let Some(root) = self.nodes.get_mut(ROOT) {
-                root.mtime = root.mtime.max(entry.mtime);
+            let root = self.nodes.get(ROOT).map(|r| self.mtimes[r.mtime as usize]);
+            if root.is_some_and(|root| entry.mtime > root) {
+                let mtime = self.mtime(entry.mtime);
+                if let Some(root) = self.nodes.get_mut(ROOT) {
+                    root.mtime = mtime;
+                }
             }
             return;
         }
@@ -480,10 +378,10 @@ impl Builder<'_> {
         };
         let kind = match entry.kind {
             EntryKind::Dir => NodeKind::Dir {
-                children: Vec::new(),
+                children: Box::default(),
             },
             EntryKind::Blob(blob) => NodeKind::File(blob),
-            EntryKind::Staged(path) => NodeKind::Staged(path),
+            EntryKind::Staged(path) => NodeKind::Staged(path.into_boxed_path()),
         };
         let ino = self.inodes.child(parent, name);
         let existing = self.nodes.get(ino).map(Node::is_dir);
@@ -499,9 +397,10 @@ impl Builder<'_> {
             }
             (Some(false), _) => {
                 // A file replacing a file: keep its place among the parent's children.
+                let mtime = self.mtime(entry.mtime);
                 if let Some(node) = self.nodes.get_mut(ino) {
                     node.kind = kind;
-                    node.mtime = entry.mtime;
+                    node.mtime = mtime;
                     node.elidable = entry.elidable;
                 }
             }
@@ -524,7 +423,7 @@ impl Builder<'_> {
                 Some(_) => return None,
                 None => {
                     let kind = NodeKind::Dir {
-                        children: Vec::new(),
+                        children: Box::default(),
                     };
                     self.insert(ino, parent, component, depth + 1, mtime, kind, elidable);
                 }
@@ -551,18 +450,30 @@ impl Builder<'_> {
         self.depth[depth].push(ino);
         let start = self.names.len();
         self.names.push_str(name);
+        let name = (
+            u32::try_from(start).unwrap_or(u32::MAX),
+            u32::try_from(name.len()).unwrap_or(0),
+        );
+        let mtime = self.mtime(mtime);
         self.nodes.insert(
             ino,
             Node {
                 parent,
-                name: (start, name.len()),
+                name,
                 mtime,
-                kind,
                 elidable,
+                kind,
             },
         );
-        if let Some(NodeKind::Dir { children }) = self.nodes.get_mut(parent).map(|p| &mut p.kind) {
-            children.push(ino);
-        }
+        self.edges.push((parent, ino));
+    }
+
+    /// The index of `time` among the tree's times.
+    fn mtime(&mut self, time: SystemTime) -> u32 {
+        let next = u32::try_from(self.mtimes.len()).unwrap_or(u32::MAX);
+        *self.mtime_index.entry(time).or_insert_with(|| {
+            self.mtimes.push(time);
+            next
+        })
     }
 }

@@ -580,5 +580,5 @@ fn same_document(new: &[u8], old: &[u8]) -> bool {
 
 /// Whether inode `ino` is still the staged file `disk`.
 fn still_staged(state: &State, ino: u64, disk: &std::path::Path) -> bool {
-    matches!(state.namespace.node(ino).map(|n| &n.kind), Some(NodeKind::Staged(d)) if d == disk)
+    matches!(state.namespace.node(ino).map(|n| &n.kind), Some(NodeKind::Staged(d)) if **d == *disk)
 }

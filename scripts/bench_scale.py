@@ -8,7 +8,8 @@ ZarrDaf v3 ZIP, generated once and cached under the bench directory (DAF_BENCH_D
 Both have one axis `item` of 4 entries and every vector is 4 float32 (pN holds N four times). Written with Python's
 zipfile, ZIP_STORED, no fsync per entry: a few seconds each.
 
-    python scripts/bench_scale.py [--entries N]     (alone: builds both, prints their paths)
+    python scripts/bench_scale.py [--entries N] [--measure]   (alone: builds both, prints their paths; --measure
+        mounts each with DAF_MOUNT_BIN and prints mount time, RssAnon after the mount and after `ls -lR`)
 """
 import argparse
 import json
@@ -72,12 +73,30 @@ def v3_path(bench, entries=SCALE_ENTRIES):
     return path
 
 
+def measure(bench, source, *options):
+    """Mount `source`, and return mount seconds and the daemon's RssAnon (MiB) after the mount, after `ls -lR` of
+    the mount (both views under --view both) and the seconds of that listing."""
+    import subprocess
+    import time
+    mount = bench.Mount(source, *options)
+    try:
+        out = {"mount_s": mount.seconds, "rss_mount_mib": mount.rss_anon_kib() / 1024}
+        start = time.perf_counter()
+        subprocess.run(["ls", "-lR", mount.path], check=True, stdout=subprocess.DEVNULL)
+        out["ls_lR_s"] = time.perf_counter() - start
+        out["rss_ls_mib"] = mount.rss_anon_kib() / 1024
+        return out
+    finally:
+        mount.close()
+
+
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import bench as _bench
     parser = argparse.ArgumentParser()
     parser.add_argument("--entries", type=int, default=SCALE_ENTRIES)
+    parser.add_argument("--measure", action="store_true", help="mount each (DAF_MOUNT_BIN) and print its figures")
     args = parser.parse_args()
     os.makedirs(_bench.WORK, exist_ok=True)
-    print(v2_path(_bench, args.entries))
-    print(v3_path(_bench, args.entries))
+    for path in (v2_path(_bench, args.entries), v3_path(_bench, args.entries)):
+        print(path, json.dumps(measure(_bench, path)) if args.measure else "", flush=True)

@@ -13,13 +13,14 @@ pub const ROOT: u64 = 1;
 #[derive(Clone, Copy, Debug)]
 struct Link {
     parent: u64,
-    start: usize,
-    len: usize,
+    start: u32,
+    len: u32,
 }
 
 /// Path → inode number, for the life of the mount. Stored by (parent inode, name), the names
-/// back to back in one string, so a path costs its last component and about 30 bytes however
-/// deep it is (a million paths: about 40 MB less than a map of full paths).
+/// back to back in one string, so a path costs its last component and about 26 bytes however
+/// deep it is, where a map of full paths cost the path twice and about 60 bytes. The names of a
+/// mount's life must stay under 4 GiB (hundreds of millions of paths: far beyond memory).
 #[derive(Debug)]
 pub struct InodeTable {
     /// Every name given an inode, back to back (a renamed inode's old name stays, unused).
@@ -61,13 +62,8 @@ impl InodeTable {
             return ino;
         }
         let ino = self.links.len() as u64;
-        let start = self.names.len();
-        self.names.push_str(name);
-        self.links.push(Link {
-            parent,
-            start,
-            len: name.len(),
-        });
+        let link = self.push_name(parent, name);
+        self.links.push(link);
         self.insert(ino);
         ino
     }
@@ -86,17 +82,12 @@ impl InodeTable {
         if let Some(displaced) = self.find(parent, name) {
             self.unlink(displaced);
         }
-        let start = self.names.len();
-        self.names.push_str(name);
+        let new = self.push_name(parent, name);
         if let Some(link) = usize::try_from(ino)
             .ok()
             .and_then(|i| self.links.get_mut(i))
         {
-            *link = Link {
-                parent,
-                start,
-                len: name.len(),
-            };
+            *link = new;
         }
         self.insert(ino);
     }
@@ -108,12 +99,20 @@ impl InodeTable {
             .try_fold(ROOT, |dir, name| self.find(dir, name))
     }
 
+    /// Adds `name` to the names: the link of a child `name` of `parent`.
+    fn push_name(&mut self, parent: u64, name: &str) -> Link {
+        let start = u32::try_from(self.names.len()).unwrap_or(u32::MAX);
+        self.names.push_str(name);
+        Link {
+            parent,
+            start,
+            len: u32::try_from(name.len()).unwrap_or(0),
+        }
+    }
+
     fn link(&self, ino: u64) -> Option<(u64, &str)> {
         let link = self.links.get(usize::try_from(ino).ok()?)?;
-        Some((
-            link.parent,
-            self.names.get(link.start..link.start + link.len)?,
-        ))
+        Some((link.parent, name_of(&self.names, link)?))
     }
 
     fn hash(&self, parent: u64, name: &str) -> u64 {
@@ -135,7 +134,7 @@ impl InodeTable {
         let (links, names, hasher) = (&self.links, &self.names, &self.hasher);
         self.by_link.insert_unique(hash, ino, |&other| {
             let link = usize::try_from(other).ok().and_then(|i| links.get(i));
-            let name = link.and_then(|l| names.get(l.start..l.start + l.len));
+            let name = link.and_then(|l| name_of(names, l));
             hasher.hash_one((link.map_or(0, |l| l.parent), name.unwrap_or("")))
         });
     }
@@ -150,4 +149,10 @@ impl InodeTable {
             entry.remove();
         }
     }
+}
+
+/// The name of `link` in `names`.
+fn name_of<'a>(names: &'a str, link: &Link) -> Option<&'a str> {
+    let start = link.start as usize;
+    names.get(start..start + link.len as usize)
 }

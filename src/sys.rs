@@ -119,18 +119,6 @@ pub fn close_other_fds(keep: &[std::os::fd::RawFd]) {
     }
 }
 
-/// Makes every allocation of 256 KiB or more a map of its own, returned to the system when freed
-/// (glibc's `M_MMAP_THRESHOLD`; set, it no longer rises after such a free). The trees' large
-/// tables and the views' lists are then never left as holes in the heap after a rebuild.
-pub fn map_large_allocations() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: `mallopt` takes no pointer and only sets a parameter of glibc's allocator, under
-    // its lock; any value is valid for M_MMAP_THRESHOLD up to 32 MiB.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 << 10);
-    }
-}
-
 /// Gives the heap's free pages back to the system (glibc's `malloc_trim(0)`): after a tree is
 /// rebuilt, the previous tree's and the rendering's freed memory would otherwise stay in the
 /// daemon's RssAnon, as small free chunks between live ones.

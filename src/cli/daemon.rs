@@ -77,7 +77,6 @@ pub fn run(args: Args) -> Result<(), CliError> {
         decode_cache.set_limit(limit);
     }
     log::info!("decode cache: at most {} MiB", decode_cache.limit() >> 20);
-    crate::sys::map_large_allocations();
     let started = std::time::Instant::now();
     let source = if remote {
         let http = options

@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 use crate::formats::model::{Dataset, Payload, PropertyId, SparseIndex};
 use crate::formats::types::{ElementType, NumType};
 use crate::formats::zarr_v2::{single_chunk_key, zarray_json, ZATTRS, ZGROUP};
+use crate::stores::rendered::rendered;
 use crate::stores::{Blob, Bytes};
 
 use super::dimensions::DimensionNames;
@@ -131,7 +132,7 @@ pub fn zarr_view_with(dataset: &Dataset, prefix: &str, dimension_names: bool) ->
     let documents = std::mem::take(&mut z.metadata);
     z.view.file(
         ".zmetadata",
-        Blob::lazy(None, move || consolidated(documents.iter())),
+        rendered(move || consolidated(documents.iter())),
         mtime,
     );
     z.view.finish()
@@ -266,7 +267,7 @@ impl Documents {
 /// final newline (as Julia writes it, but in an order zarr-python 3 accepts).
 pub(crate) fn consolidated<'a>(
     documents: impl IntoIterator<Item = (&'a str, &'a Arc<Blob>)>,
-) -> Result<Bytes, crate::stores::StoreError> {
+) -> Result<Vec<u8>, crate::stores::StoreError> {
     let mut metadata = Map::new();
     for (key, blob) in documents {
         let value: Value = serde_json::from_slice(blob.bytes()?.as_slice())
@@ -282,5 +283,5 @@ pub(crate) fn consolidated<'a>(
     serde::Serialize::serialize(&Value::Object(root), &mut serializer)
         .map_err(|e| crate::stores::StoreError::Produce(e.to_string()))?;
     out.push(b'\n');
-    Ok(Bytes::from_vec(out))
+    Ok(out)
 }

@@ -362,9 +362,7 @@ pub fn zarr_v3_view_with(dataset: &Dataset, prefix: &str, dimension_names: bool)
     let metadata = std::mem::take(&mut z.metadata).sorted();
     z.view.file(
         "zarr.json",
-        Blob::lazy(None, move || {
-            Ok(Bytes::from_vec(consolidated_root(metadata.iter())))
-        }),
+        crate::stores::rendered::rendered(move || Ok(consolidated_root(metadata.iter()))),
         mtime,
     );
     z.view.finish()

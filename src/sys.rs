@@ -1,7 +1,8 @@
 //! The only module of daf-mount that contains `unsafe` code: read-only memory maps of source
 //! files, the two C-Blosc calls that decode blosc-compressed foreign Zarr chunks, `fork`,
-//! closing inherited descriptors, adopting descriptors received over a socket, and fixing the
-//! C allocator's threshold for memory-mapped blocks.
+//! closing inherited descriptors, adopting descriptors received over a socket, fixing the C
+//! allocator's threshold for memory-mapped blocks, and handing the heap's free pages back
+//! (`malloc_trim`).
 //!
 //! Everything above this module works with safe `&[u8]` views and `Vec<u8>` results.
 
@@ -142,5 +143,17 @@ pub fn map_large_blocks(bytes: usize) -> bool {
     {
         let _ = bytes;
         false
+    }
+}
+
+/// Gives the heap's free pages back to the system (glibc's `malloc_trim(0)`): after a tree is
+/// rebuilt, the previous tree's and the rendering's freed memory would otherwise stay in the
+/// daemon's RssAnon, as small free chunks between live ones.
+pub fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `malloc_trim` takes no pointer, only walks glibc's own arenas under their locks, and
+    // is safe to call from any thread at any time.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }

@@ -72,7 +72,7 @@ impl DafFs {
         };
         if !written {
             let state = self.read_state();
-            let path = state.namespace.node(ino).map(|n| n.path.clone());
+            let path = state.namespace.path(ino);
             if !path.is_some_and(|p| Self::is_document(&state, &p)) {
                 return Ok(());
             }

@@ -59,9 +59,10 @@ impl DafFs {
     }
 
     pub(super) fn commit_staged(&self, ino: u64, fh: u64) -> Result<(), FsError> {
-        let (path, disk) = match self.namespace().node(ino) {
-            Some(node) => match &node.kind {
-                NodeKind::Staged(disk) => (node.path.clone(), disk.clone()),
+        let ns = self.namespace();
+        let (path, disk) = match ns.node(ino) {
+            Some(node) => match (&node.kind, ns.path(ino)) {
+                (NodeKind::Staged(disk), Some(path)) => (path, disk.clone()),
                 _ => return Ok(()),
             },
             None => return Ok(()),
@@ -469,7 +470,7 @@ impl DafFs {
 
     /// The mount path of inode `ino`.
     pub fn path_of(&self, ino: u64) -> Option<String> {
-        self.namespace().node(ino).map(|n| n.path.clone())
+        self.namespace().path(ino)
     }
 }
 

@@ -10,6 +10,7 @@
 mod appender;
 mod close;
 mod commit;
+mod inodes;
 pub mod namespace;
 mod presence;
 mod refusals;
@@ -297,13 +298,10 @@ impl DafFs {
         let node = ns.node(ino).ok_or(FsError::NotFound)?;
         // Its own presence, and its sub-directories' (for `st_nlink`).
         let children = match &node.kind {
-            NodeKind::Dir { children } => children.as_slice(),
+            NodeKind::Dir { children } => &children[..],
             _ => &[],
         };
-        presence::settle(
-            &ns,
-            std::iter::once(ino).chain(children.iter().map(|c| c.1)),
-        )?;
+        presence::settle(&ns, std::iter::once(ino).chain(children.iter().copied()))?;
         if ns.present(ino) == Some(false) {
             return Err(FsError::NotFound);
         }
@@ -315,7 +313,7 @@ impl DafFs {
                 size: 0,
                 perm: dir_perm,
                 nlink: 2 + ns.subdirs(node),
-                mtime: node.mtime,
+                mtime: ns.mtime(node),
                 volatile: false,
                 unknown_size: false,
             },
@@ -329,7 +327,7 @@ impl DafFs {
                     size: size.unwrap_or(0),
                     perm: 0o444,
                     nlink: 1,
-                    mtime: node.mtime,
+                    mtime: ns.mtime(node),
                     volatile: false,
                     unknown_size: size.is_none(),
                 }
@@ -375,9 +373,12 @@ impl DafFs {
                 Kind::File
             }
         };
-        let dots = [(".".to_string(), ino), ("..".to_string(), node.parent)];
+        let dots = [(".", ino), ("..", node.parent)];
         let len = children.len() + 2;
-        let at = |i: usize| if i < 2 { &dots[i] } else { &children[i - 2] };
+        let at = |i: usize| match dots.get(i) {
+            Some(&dot) => dot,
+            None => (ns.name(children[i - 2]), children[i - 2]),
+        };
         // Offsets count hidden children too, so they stay valid whatever is learnt meanwhile.
         // Presence is settled a batch at a time (a listing of a large directory asks for many
         // batches), and a batch is filled past hidden children: an empty one ends the listing.
@@ -388,11 +389,11 @@ impl DafFs {
             presence::settle(&ns, batch.clone().map(|i| at(i).1))?;
             for (name, child) in batch.map(at) {
                 next += 1;
-                if next <= 2 || ns.present(*child) != Some(false) {
+                if next <= 2 || ns.present(child) != Some(false) {
                     out.push(DirEntry {
-                        ino: *child,
-                        kind: kind_of(*child),
-                        name: name.clone(),
+                        ino: child,
+                        kind: kind_of(child),
+                        name: name.to_string(),
                         next_offset: next as u64,
                     });
                     if out.len() == limit {
@@ -480,7 +481,7 @@ impl DafFs {
     pub fn backing_file(&self, ino: u64) -> Option<(PathBuf, bool)> {
         match &self.namespace().node(ino)?.kind {
             NodeKind::File(blob) => blob.backing_file().map(|p| (PathBuf::from(p), false)),
-            NodeKind::Staged(disk) => Some((disk.clone(), self.writable())),
+            NodeKind::Staged(disk) => Some((disk.to_path_buf(), self.writable())),
             NodeKind::Dir { .. } => None,
         }
     }
@@ -513,5 +514,7 @@ impl DafFs {
 
 #[cfg(test)]
 mod commit_tests;
+#[cfg(test)]
+mod namespace_tests;
 #[cfg(test)]
 mod tests;

@@ -4,7 +4,9 @@
 //! from an [`InodeTable`] that outlives the trees, so a path keeps its inode number for the whole
 //! mount, whichever tree it is in. Directories keep their children sorted, so `readdir` offsets
 //! are plain indices and lookups are binary searches. A directory's mtime is the latest of its own
-//! and its descendants'.
+//! and its descendants'. A node stores no path: its name (in one string of the tree's names), its
+//! parent, and an index into the tree's few distinct times, 48 bytes in all; paths are rebuilt
+//! from parents when asked ([`Namespace::path`]).
 //!
 //! An *elidable* file (a view entry shown only if its blob exists, see `Blob::presence`) makes
 //! its implied parent directories elidable too; such a node is present when its blob is (a file)
@@ -12,51 +14,13 @@
 //! blobs still need asking ([`Namespace::unresolved`]) and answers from what is known.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use crate::stores::Blob;
 
-/// Inode number of the mount root.
-pub const ROOT: u64 = 1;
-
-/// Path → inode number, for the life of the mount.
-#[derive(Debug)]
-pub struct InodeTable {
-    /// Hashed with foldhash: several times faster than SipHash on paths, still seeded per process.
-    by_path: HashMap<String, u64, foldhash::fast::RandomState>,
-    next: u64,
-}
-
-impl Default for InodeTable {
-    fn default() -> InodeTable {
-        InodeTable {
-            by_path: [(String::new(), ROOT)].into_iter().collect(),
-            next: ROOT + 1,
-        }
-    }
-}
-
-impl InodeTable {
-    /// The inode number of `path`, assigned on first use.
-    pub fn ino(&mut self, path: &str) -> u64 {
-        if let Some(&ino) = self.by_path.get(path) {
-            return ino;
-        }
-        let ino = self.next;
-        self.next += 1;
-        self.by_path.insert(path.to_string(), ino);
-        ino
-    }
-
-    /// Gives `to` the inode number of `from` (a rename: the kernel keeps the inode).
-    pub fn rename(&mut self, from: &str, to: &str) {
-        if let Some(ino) = self.by_path.remove(from) {
-            self.by_path.insert(to.to_string(), ino);
-        }
-    }
-}
+pub use super::inodes::{InodeTable, ROOT};
 
 /// What a path of the tree is made of.
 #[derive(Clone, Debug)]
@@ -85,30 +49,32 @@ pub struct Entry {
 /// What an inode is.
 #[derive(Debug)]
 pub enum NodeKind {
-    /// A directory with its children, sorted by name.
+    /// A directory with its children's inodes, sorted by name.
     Dir {
-        /// `(name, inode)` pairs, sorted by name.
-        children: Vec<(String, u64)>,
+        /// Inode numbers, sorted by name ([`Namespace::name`]).
+        children: Box<[u64]>,
     },
     /// A committed file.
     File(Arc<Blob>),
     /// A staged file on disk.
-    Staged(PathBuf),
+    Staged(Box<Path>),
 }
 
-/// One inode.
+/// One inode (48 bytes). Its name is [`Namespace::name`], its path [`Namespace::path`] (rebuilt
+/// from its parents: a path is stored once per tree, as its last component), its modification
+/// time [`Namespace::mtime`] (one of the tree's few distinct times).
 #[derive(Debug)]
 pub struct Node {
     /// Parent inode (the root is its own parent).
     pub parent: u64,
-    /// Path from the mount root ("" for the root).
-    pub path: String,
-    /// Modification time.
-    pub mtime: SystemTime,
-    /// Directory or file.
-    pub kind: NodeKind,
+    /// Where its name is in the tree's names (a tree's names are far below 4 GiB).
+    name: (u32, u32),
+    /// Its modification time, an index into the tree's times.
+    mtime: u32,
     /// Present only if its blob (a file) or one of its children (a directory) is.
     pub elidable: bool,
+    /// Directory or file.
+    pub kind: NodeKind,
 }
 
 impl Node {
@@ -122,6 +88,10 @@ impl Node {
 #[derive(Debug)]
 pub struct Namespace {
     nodes: NodeTable,
+    /// The names of all nodes, back to back.
+    names: String,
+    /// The distinct modification times of the nodes.
+    mtimes: Vec<SystemTime>,
 }
 
 impl Namespace {
@@ -129,48 +99,90 @@ impl Namespace {
     /// same path (a staged file hides the committed one it is replacing); a path used both as a
     /// file and as a directory keeps its first use (the conflict is logged).
     pub fn build(
-        entries: Vec<Entry>,
+        entries: impl IntoIterator<Item = Entry>,
         root_mtime: SystemTime,
         inodes: &mut InodeTable,
     ) -> Namespace {
-        let root = Node {
-            parent: ROOT,
-            path: String::new(),
-            mtime: root_mtime,
-            kind: NodeKind::Dir {
-                children: Vec::new(),
-            },
-            elidable: false,
-        };
-        let mut nodes = NodeTable::default();
-        nodes.insert(ROOT, root);
         let mut builder = Builder {
-            nodes,
+            nodes: NodeTable::default(),
+            names: String::new(),
+            mtimes: Vec::new(),
+            mtime_index: HashMap::default(),
+            edges: Vec::new(),
             inodes,
             depth: vec![vec![ROOT]],
             last_dir: (String::new(), Some(ROOT), false),
         };
+        let mtime = builder.mtime(root_mtime);
+        let root = Node {
+            parent: ROOT,
+            name: (0, 0),
+            mtime,
+            elidable: false,
+            kind: NodeKind::Dir {
+                children: Box::default(),
+            },
+        };
+        builder.nodes.insert(ROOT, root);
         for entry in entries {
             builder.add(entry);
         }
-        let Builder {
-            mut nodes, depth, ..
-        } = builder;
-        for node in nodes.slots.iter_mut().flatten() {
-            if let NodeKind::Dir { children } = &mut node.kind {
-                children.sort_unstable();
-            }
-        }
         // Deepest first: propagate mtimes upward.
-        for ino in depth.iter().skip(1).rev().flatten() {
-            let Some((mtime, parent)) = nodes.get(*ino).map(|n| (n.mtime, n.parent)) else {
+        for ino in std::mem::take(&mut builder.depth)
+            .iter()
+            .skip(1)
+            .rev()
+            .flatten()
+        {
+            let Some((mtime, parent)) = builder.nodes.get(*ino).map(|n| (n.mtime, n.parent)) else {
                 continue;
             };
-            if let Some(parent) = nodes.get_mut(parent) {
-                parent.mtime = parent.mtime.max(mtime);
+            let Some(parent_mtime) = builder.nodes.get(parent).map(|n| n.mtime) else {
+                continue;
+            };
+            let (time, parent_time) = (
+                builder.mtimes[mtime as usize],
+                builder.mtimes[parent_mtime as usize],
+            );
+            if time > parent_time {
+                if let Some(parent) = builder.nodes.get_mut(parent) {
+                    parent.mtime = mtime;
+                }
             }
         }
-        Namespace { nodes }
+        let Builder {
+            mut nodes,
+            mut names,
+            mut edges,
+            mtimes,
+            ..
+        } = builder;
+        names.shrink_to_fit();
+        nodes.slots.shrink_to_fit();
+        // Each directory's children, sorted by name.
+        let name = |ino: u64| nodes.get(ino).map_or("", |n| name_in(&names, n));
+        edges.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| name(a.1).cmp(name(b.1))));
+        for siblings in edges.chunk_by(|a, b| a.0 == b.0) {
+            if let Some(NodeKind::Dir { children }) =
+                nodes.get_mut(siblings[0].0).map(|n| &mut n.kind)
+            {
+                *children = siblings.iter().map(|e| e.1).collect();
+            }
+        }
+        drop(edges);
+        Namespace {
+            nodes,
+            names,
+            mtimes,
+        }
+    }
+
+    /// The modification time of `node`.
+    pub fn mtime(&self, node: &Node) -> SystemTime {
+        self.mtimes
+            .get(node.mtime as usize)
+            .copied()
+            .unwrap_or(SystemTime::UNIX_EPOCH)
     }
 
     /// The inode `ino`.
@@ -178,13 +190,31 @@ impl Namespace {
         self.nodes.get(ino)
     }
 
+    /// The name of inode `ino` in its directory ("" for the root or an unknown inode).
+    pub fn name(&self, ino: u64) -> &str {
+        self.node(ino).map_or("", |n| name_in(&self.names, n))
+    }
+
+    /// The `/`-separated path of inode `ino` from the mount root ("" for the root).
+    pub fn path(&self, ino: u64) -> Option<String> {
+        let mut names = Vec::new();
+        let mut at = ino;
+        while at != ROOT {
+            let node = self.node(at)?;
+            names.push(name_in(&self.names, node));
+            at = node.parent;
+        }
+        names.reverse();
+        Some(names.join("/"))
+    }
+
     /// The child `name` of directory `parent`: `None` if absent, `Err(())` if `parent` is a file.
     pub fn child(&self, parent: u64, name: &str) -> Option<Result<u64, ()>> {
         match &self.node(parent)?.kind {
             NodeKind::Dir { children } => children
-                .binary_search_by(|(n, _)| n.as_str().cmp(name))
+                .binary_search_by(|c| self.name(*c).cmp(name))
                 .ok()
-                .map(|i| Ok(children[i].1)),
+                .map(|i| Ok(children[i])),
             NodeKind::File(_) | NodeKind::Staged(_) => Some(Err(())),
         }
     }
@@ -201,7 +231,7 @@ impl Namespace {
             NodeKind::Staged(_) => Some(true),
             NodeKind::Dir { children } => {
                 let mut unknown = false;
-                for (_, child) in children {
+                for child in children {
                     match self.present(*child) {
                         Some(true) => return Some(true),
                         Some(false) => {}
@@ -221,7 +251,7 @@ impl Namespace {
         match &node.kind {
             NodeKind::File(blob) if blob.presence().is_none() => out.push(blob.clone()),
             NodeKind::Dir { children } => {
-                for (_, child) in children {
+                for child in children {
                     self.unresolved(*child, out);
                 }
             }
@@ -252,13 +282,19 @@ impl Namespace {
         match &node.kind {
             NodeKind::Dir { children } => children
                 .iter()
-                .filter(|(_, ino)| {
-                    self.node(*ino).is_some_and(Node::is_dir) && self.present(*ino) != Some(false)
+                .filter(|ino| {
+                    self.node(**ino).is_some_and(Node::is_dir) && self.present(**ino) != Some(false)
                 })
                 .count() as u32,
             _ => 0,
         }
     }
+}
+
+/// The name of `node` in `names`.
+fn name_in<'a>(names: &'a str, node: &Node) -> &'a str {
+    let (start, len) = (node.name.0 as usize, node.name.1 as usize);
+    names.get(start..start + len).unwrap_or("")
 }
 
 /// Nodes by inode number: inode numbers are small and dense (see [`InodeTable`]).
@@ -293,6 +329,11 @@ impl NodeTable {
 /// The state of one [`Namespace::build`].
 struct Builder<'a> {
     nodes: NodeTable,
+    names: String,
+    mtimes: Vec<SystemTime>,
+    mtime_index: HashMap<SystemTime, u32, foldhash::fast::RandomState>,
+    /// (directory, child) of every node but the root, sorted into the directories at the end.
+    edges: Vec<(u64, u64)>,
     inodes: &'a mut InodeTable,
     /// Inodes by depth (the root is depth 0), for the mtime pass.
     depth: Vec<Vec<u64>>,
@@ -314,8 +355,12 @@ impl Builder<'_> {
             entry.path
         };
         if path.is_empty() {
-            if let Some(root) = self.nodes.get_mut(ROOT) {
-                root.mtime = root.mtime.max(entry.mtime);
+            let root = self.nodes.get(ROOT).map(|r| self.mtimes[r.mtime as usize]);
+            if root.is_some_and(|root| entry.mtime > root) {
+                let mtime = self.mtime(entry.mtime);
+                if let Some(root) = self.nodes.get_mut(ROOT) {
+                    root.mtime = mtime;
+                }
             }
             return;
         }
@@ -327,37 +372,41 @@ impl Builder<'_> {
             self.last_dir = (dir.to_string(), parent, entry.elidable);
             parent
         };
+        let Some(parent) = parent else {
+            log::warn!("{path}: shown both as a file and a directory, keeping the first");
+            return;
+        };
         let kind = match entry.kind {
             EntryKind::Dir => NodeKind::Dir {
-                children: Vec::new(),
+                children: Box::default(),
             },
             EntryKind::Blob(blob) => NodeKind::File(blob),
-            EntryKind::Staged(path) => NodeKind::Staged(path),
+            EntryKind::Staged(path) => NodeKind::Staged(path.into_boxed_path()),
         };
-        let ino = self.inodes.ino(&path);
+        let ino = self.inodes.child(parent, name);
         let existing = self.nodes.get(ino).map(Node::is_dir);
-        match (parent, existing, &kind) {
-            (None, ..)
-            | (_, Some(true), NodeKind::File(_) | NodeKind::Staged(_))
-            | (_, Some(false), NodeKind::Dir { .. }) => {
+        match (existing, &kind) {
+            (Some(true), NodeKind::File(_) | NodeKind::Staged(_))
+            | (Some(false), NodeKind::Dir { .. }) => {
                 log::warn!("{path}: shown both as a file and a directory, keeping the first");
             }
-            (_, Some(true), NodeKind::Dir { .. }) => {
+            (Some(true), NodeKind::Dir { .. }) => {
                 if let Some(node) = self.nodes.get_mut(ino) {
                     node.elidable &= entry.elidable;
                 }
             }
-            (_, Some(false), _) => {
+            (Some(false), _) => {
                 // A file replacing a file: keep its place among the parent's children.
+                let mtime = self.mtime(entry.mtime);
                 if let Some(node) = self.nodes.get_mut(ino) {
                     node.kind = kind;
-                    node.mtime = entry.mtime;
+                    node.mtime = mtime;
                     node.elidable = entry.elidable;
                 }
             }
-            (Some(parent), None, _) => {
-                let name = name.to_string();
-                self.insert(ino, parent, name, path, entry.mtime, kind, entry.elidable);
+            (None, _) => {
+                let depth = path.matches('/').count() + 1;
+                self.insert(ino, parent, name, depth, entry.mtime, kind, entry.elidable);
             }
         }
     }
@@ -367,31 +416,16 @@ impl Builder<'_> {
     /// needs them.
     fn directory(&mut self, dir: &str, mtime: SystemTime, elidable: bool) -> Option<u64> {
         let mut parent = ROOT;
-        let mut end = 0;
-        for component in dir.split('/').filter(|c| !c.is_empty()) {
-            end = if end == 0 {
-                component.len()
-            } else {
-                end + 1 + component.len()
-            };
-            let walked = &dir[..end];
-            let ino = self.inodes.ino(walked);
+        for (depth, component) in dir.split('/').filter(|c| !c.is_empty()).enumerate() {
+            let ino = self.inodes.child(parent, component);
             match self.nodes.get_mut(ino) {
                 Some(node) if node.is_dir() => node.elidable &= elidable,
                 Some(_) => return None,
                 None => {
                     let kind = NodeKind::Dir {
-                        children: Vec::new(),
+                        children: Box::default(),
                     };
-                    self.insert(
-                        ino,
-                        parent,
-                        component.to_string(),
-                        walked.to_string(),
-                        mtime,
-                        kind,
-                        elidable,
-                    );
+                    self.insert(ino, parent, component, depth + 1, mtime, kind, elidable);
                 }
             }
             parent = ino;
@@ -404,29 +438,42 @@ impl Builder<'_> {
         &mut self,
         ino: u64,
         parent: u64,
-        name: String,
-        path: String,
+        name: &str,
+        depth: usize,
         mtime: SystemTime,
         kind: NodeKind,
         elidable: bool,
     ) {
-        let depth = path.matches('/').count() + 1;
         if self.depth.len() <= depth {
             self.depth.resize_with(depth + 1, Vec::new);
         }
         self.depth[depth].push(ino);
+        let start = self.names.len();
+        self.names.push_str(name);
+        let name = (
+            u32::try_from(start).unwrap_or(u32::MAX),
+            u32::try_from(name.len()).unwrap_or(0),
+        );
+        let mtime = self.mtime(mtime);
         self.nodes.insert(
             ino,
             Node {
                 parent,
-                path,
+                name,
                 mtime,
-                kind,
                 elidable,
+                kind,
             },
         );
-        if let Some(NodeKind::Dir { children }) = self.nodes.get_mut(parent).map(|p| &mut p.kind) {
-            children.push((name, ino));
-        }
+        self.edges.push((parent, ino));
+    }
+
+    /// The index of `time` among the tree's times.
+    fn mtime(&mut self, time: SystemTime) -> u32 {
+        let next = u32::try_from(self.mtimes.len()).unwrap_or(u32::MAX);
+        *self.mtime_index.entry(time).or_insert_with(|| {
+            self.mtimes.push(time);
+            next
+        })
     }
 }

@@ -24,11 +24,11 @@ impl DafFs {
         let mut state = self.lock_state();
         let ino = Self::existing_child(&state, parent, name)?;
         let node = state.namespace.node(ino).ok_or(FsError::NotFound)?;
+        let path = state.namespace.path(ino).ok_or(FsError::NotFound)?;
         let (path, disk) = match &node.kind {
-            NodeKind::Staged(disk) => (node.path.clone(), disk.clone()),
+            NodeKind::Staged(disk) => (path, disk.clone()),
             NodeKind::Dir { .. } => return Err(FsError::IsDir),
             NodeKind::File(_) => {
-                let path = node.path.clone();
                 return self.remove_committed(state, &path);
             }
         };
@@ -188,9 +188,9 @@ impl DafFs {
         if !children.is_empty() {
             return Err(FsError::NotEmpty);
         }
-        let canonical = Self::canonical(&state, &node.path)?;
+        let path = state.namespace.path(ino).ok_or(FsError::NotFound)?;
+        let canonical = Self::canonical(&state, &path)?;
         if !state.staged.get(&canonical).is_some_and(|s| s.is_dir) {
-            let path = node.path.clone();
             return self.remove_committed_dir(state, &path);
         }
         let _ = fs::remove_dir(staging.disk_path(&canonical));

@@ -129,6 +129,8 @@ impl State {
             });
         }
         self.namespace = Arc::new(Namespace::build(entries, self.root_mtime, &mut self.inodes));
+        // The rendered views and the previous tree are freed: give their pages back.
+        crate::sys::release_free_memory();
     }
 }
 

@@ -75,11 +75,11 @@ impl DafFs {
         let name = name
             .to_str()
             .ok_or_else(|| FsError::NotPermitted("file names must be UTF-8".into()))?;
-        let parent = state.namespace.node(parent).ok_or(FsError::NotFound)?;
-        if !parent.is_dir() {
+        let dir = state.namespace.node(parent).ok_or(FsError::NotFound)?;
+        if !dir.is_dir() {
             return Err(FsError::NotDir);
         }
-        let mount = join(&parent.path, name);
+        let mount = join(&state.namespace.path(parent).unwrap_or_default(), name);
         let canonical = Self::canonical(state, &mount)?;
         Ok((mount, canonical))
     }
@@ -221,7 +221,8 @@ impl DafFs {
             NodeKind::File(_) if write && !self.writable() => return Err(FsError::ReadOnly),
             NodeKind::File(blob) if write => {
                 let content = if truncate { None } else { Some(blob.bytes()?) };
-                let (path, disk) = self.stage_replacement(&node.path, content)?;
+                let path = ns.path(ino).ok_or(FsError::NotFound)?;
+                let (path, disk) = self.stage_replacement(&path, content)?;
                 let file = OpenOptions::new().read(true).write(true).open(disk)?;
                 return Ok(self.new_handle(self.namespace_ino(&path), Some(file), true));
             }
@@ -288,7 +289,7 @@ impl DafFs {
         }
         let item = {
             let state = self.read_state();
-            let path = state.namespace.node(ino).map(|n| n.path.clone());
+            let path = state.namespace.path(ino);
             path.and_then(|p| state.locate(&p))
                 .and_then(|(root, _, id)| Some((root.dataset, id?)))
         };
@@ -327,7 +328,7 @@ impl DafFs {
                 return Err(FsError::ReadOnly)
             }
             NodeKind::File(blob) if size.is_some_and(|s| Some(s) != blob.known_len()) => {
-                let path = node.path.clone();
+                let path = ns.path(ino).ok_or(FsError::NotFound)?;
                 let (_, disk) = self.stage_replacement(&path, Some(blob.bytes()?))?;
                 OpenOptions::new()
                     .write(true)
@@ -337,7 +338,7 @@ impl DafFs {
             }
             NodeKind::File(_) => {
                 if let Some(mtime) = mtime {
-                    self.touch(&node.path, mtime)?;
+                    self.touch(&ns.path(ino).ok_or(FsError::NotFound)?, mtime)?;
                 }
             }
             NodeKind::Dir { .. } if size.is_some() => return Err(FsError::IsDir),
@@ -389,10 +390,11 @@ impl DafFs {
         let NodeKind::Staged(disk) = &node.kind else {
             return Err(FsError::NotPermitted(format!(
                 "{}: only files being written can be renamed",
-                node.path
+                state.namespace.path(ino).unwrap_or_default()
             )));
         };
-        let (disk, old_path) = (disk.clone(), node.path.clone());
+        let disk = disk.clone();
+        let old_path = state.namespace.path(ino).ok_or(FsError::NotFound)?;
         let (new_mount, new_canonical) = Self::place_new(&state, new_parent, new_name, false)?;
         let existing = state
             .namespace
@@ -529,7 +531,7 @@ impl DafFs {
         let NodeKind::Staged(disk) = &node.kind else {
             return Err(FsError::NotPermitted(format!(
                 "{}: only files being written can be linked",
-                node.path
+                state.namespace.path(ino).unwrap_or_default()
             )));
         };
         let disk = disk.clone();
@@ -578,5 +580,5 @@ fn same_document(new: &[u8], old: &[u8]) -> bool {
 
 /// Whether inode `ino` is still the staged file `disk`.
 fn still_staged(state: &State, ino: u64, disk: &std::path::Path) -> bool {
-    matches!(state.namespace.node(ino).map(|n| &n.kind), Some(NodeKind::Staged(d)) if d == disk)
+    matches!(state.namespace.node(ino).map(|n| &n.kind), Some(NodeKind::Staged(d)) if **d == *disk)
 }

@@ -71,18 +71,26 @@ impl RangeSource for Window {
 /// Content that is shared by every file that shows it.
 pub struct Blob {
     known_len: Option<u64>,
-    /// The whole of this source file is the blob (the kernel can read it directly).
-    backing: Option<std::path::PathBuf>,
     value: OnceLock<Bytes>,
     /// A failure of the producer that depends only on the source's bytes: kept and answered
     /// from then on (the producer is not run again).
-    failed: OnceLock<String>,
+    failed: OnceLock<Box<str>>,
     producer: Option<Producer>,
     producing: Mutex<()>,
     /// The integrity check guarding this blob's bytes (its own, or its parent's for a slice).
     check: Option<Arc<Check>>,
     /// The content is a constant fill (a Zarr array whose chunks are not stored), see [`Blob::fill`].
     fill: bool,
+    /// What few blobs have, kept apart so that the many (ZIP members, documents) stay small:
+    /// 128 bytes instead of 200.
+    rare: Option<Box<Rare>>,
+}
+
+/// The parts of a [`Blob`] that only some blobs have.
+#[derive(Default)]
+struct Rare {
+    /// The whole of this source file is the blob (the kernel can read it directly).
+    backing: Option<std::path::PathBuf>,
     /// Where ranges of a ranged blob come from.
     ranged: Option<Arc<dyn RangeSource>>,
     /// Whether the content exists, for a blob that may be absent.
@@ -107,16 +115,13 @@ impl Blob {
         let _ = value.set(bytes);
         Arc::new(Blob {
             known_len,
-            backing: None,
             value,
             failed: OnceLock::new(),
             producer: None,
             producing: Mutex::new(()),
             check,
             fill: false,
-            ranged: None,
-            presence: None,
-            sizer: None,
+            rare: None,
         })
     }
 
@@ -131,7 +136,7 @@ impl Blob {
     /// Where the integrity check of this blob stands (`None` when it has no check): its own, or
     /// its range source's.
     pub fn check_state(&self) -> Option<CheckState> {
-        match (&self.check, &self.ranged) {
+        match (&self.check, self.ranged_source()) {
             (Some(check), _) => Some(check.state()),
             (None, Some(source)) => source.check_state(),
             (None, None) => None,
@@ -169,16 +174,13 @@ impl Blob {
     ) -> Blob {
         Blob {
             known_len: len,
-            backing: None,
             value: OnceLock::new(),
             failed: OnceLock::new(),
             producer: Some(Box::new(producer)),
             producing: Mutex::new(()),
             check: None,
             fill: false,
-            ranged: None,
-            presence: None,
-            sizer: None,
+            rare: None,
         }
     }
 
@@ -198,7 +200,10 @@ impl Blob {
             }
         };
         Blob {
-            ranged: Some(source),
+            rare: Some(Box::new(Rare {
+                ranged: Some(source),
+                ..Rare::default()
+            })),
             ..Blob::unproduced(Some(len), producer)
         }
     }
@@ -209,21 +214,23 @@ impl Blob {
         len: u64,
         source: Arc<S>,
     ) -> Arc<Blob> {
-        Arc::new(Blob {
-            presence: Some(source.clone()),
-            ..Blob::ranged_unproduced(len, source)
-        })
+        let presence: Arc<dyn Presence> = source.clone();
+        let mut blob = Blob::ranged_unproduced(len, source);
+        if let Some(rare) = &mut blob.rare {
+            rare.presence = Some(presence);
+        }
+        Arc::new(blob)
     }
 
     /// Whether this blob may turn out absent (see [`Blob::ranged_maybe_absent`]).
     pub fn may_be_absent(&self) -> bool {
-        self.presence.is_some()
+        self.rare.as_ref().is_some_and(|r| r.presence.is_some())
     }
 
     /// Whether the content exists, when known without I/O (`Some(true)` for every blob that
     /// cannot be absent).
     pub fn presence(&self) -> Option<bool> {
-        match &self.presence {
+        match self.rare.as_ref().and_then(|r| r.presence.as_ref()) {
             Some(p) => p.known(),
             None => Some(true),
         }
@@ -232,7 +239,7 @@ impl Blob {
     /// Whether the content exists, asking its source once if needed (network I/O: never call
     /// this while holding a lock others wait for).
     pub fn resolve_presence(&self) -> Result<bool, StoreError> {
-        match &self.presence {
+        match self.rare.as_ref().and_then(|r| r.presence.as_ref()) {
             Some(p) => p.resolve(),
             None => Ok(true),
         }
@@ -251,21 +258,24 @@ impl Blob {
             len => whole.read_range(0, len),
         };
         Arc::new(Blob {
-            ranged: Some(source),
-            sizer: Some(size),
+            rare: Some(Box::new(Rare {
+                ranged: Some(source),
+                sizer: Some(size),
+                ..Rare::default()
+            })),
             ..Blob::unproduced(None, producer)
         })
     }
 
     /// Whether reads of this blob are served by ranges (and its whole content was not produced).
     pub fn is_ranged(&self) -> bool {
-        self.ranged.is_some() && !self.is_materialized()
+        self.ranged_source().is_some() && !self.is_materialized()
     }
 
     /// Up to `len` bytes from `offset` (fewer at the end of the content, none past it): for a
     /// ranged blob only that range is made; any other blob is produced whole and sliced.
     pub fn read_range(&self, offset: u64, len: u64) -> Result<Bytes, StoreError> {
-        if let (Some(source), None) = (&self.ranged, self.value.get()) {
+        if let (Some(source), None) = (self.ranged_source(), self.value.get()) {
             let total = self.len()?;
             let start = offset.min(total);
             let len = len.min(total - start);
@@ -297,16 +307,16 @@ impl Blob {
     ) -> Arc<Blob> {
         Arc::new(Blob {
             known_len: Some(len),
-            backing: Some(path),
+            rare: Some(Box::new(Rare {
+                backing: Some(path),
+                ..Rare::default()
+            })),
             value: OnceLock::new(),
             failed: OnceLock::new(),
             producer: Some(Box::new(producer)),
             producing: Mutex::new(()),
             check: None,
             fill: false,
-            ranged: None,
-            presence: None,
-            sizer: None,
         })
     }
 
@@ -347,6 +357,11 @@ impl Blob {
         })
     }
 
+    /// Where ranges come from, for a ranged blob.
+    fn ranged_source(&self) -> Option<&Arc<dyn RangeSource>> {
+        self.rare.as_ref()?.ranged.as_ref()
+    }
+
     /// Whether the blob is a constant fill ([`Blob::fill`]): a view may show it as a missing
     /// chunk rather than as bytes.
     pub fn is_fill(&self) -> bool {
@@ -355,7 +370,7 @@ impl Blob {
 
     /// The source file this blob is the whole of, if any.
     pub fn backing_file(&self) -> Option<&std::path::Path> {
-        self.backing.as_deref()
+        self.rare.as_ref()?.backing.as_deref()
     }
 
     /// The exact byte range `[offset, offset+len)` of `parent`, without copying.
@@ -363,7 +378,7 @@ impl Blob {
         if offset == 0 && parent.known_len == Some(len) {
             return parent.clone();
         }
-        if parent.ranged.is_some() {
+        if parent.ranged_source().is_some() {
             let window = Window {
                 parent: parent.clone(),
                 offset,
@@ -379,7 +394,6 @@ impl Blob {
         };
         Arc::new(Blob {
             known_len: Some(len),
-            backing: None,
             value: OnceLock::new(),
             failed: OnceLock::new(),
             producer: Some(Box::new(producer)),
@@ -387,15 +401,16 @@ impl Blob {
             // A slice answers for its parent's check: once that fails, the slice fails too.
             check,
             fill: false,
-            ranged: None,
-            presence: None,
-            sizer: None,
+            rare: None,
         })
     }
 
     /// The length, producing the content if it is not known in advance.
     pub fn len(&self) -> Result<u64, StoreError> {
-        match (self.known_len, &self.sizer) {
+        match (
+            self.known_len,
+            self.rare.as_ref().and_then(|r| r.sizer.as_ref()),
+        ) {
             (Some(len), _) => Ok(len),
             (None, Some(size)) => size(),
             (None, None) => Ok(self.bytes()?.len()),
@@ -426,7 +441,7 @@ impl Blob {
             return Ok(bytes.clone());
         }
         if let Some(what) = self.failed.get() {
-            return Err(StoreError::Produce(what.clone()));
+            return Err(StoreError::Produce(what.to_string()));
         }
         match self.produce() {
             Ok(bytes) => {
@@ -437,7 +452,7 @@ impl Blob {
                 // An I/O error (mapping or reading a source file: EAGAIN, ENOMEM, a flaky disk)
                 // may pass: the next access tries again. Anything else is in the bytes.
                 if !matches!(e, StoreError::Io { .. }) {
-                    let _ = self.failed.set(e.to_string());
+                    let _ = self.failed.set(e.to_string().into());
                 }
                 Err(e)
             }

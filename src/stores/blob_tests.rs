@@ -125,3 +125,14 @@ fn slices_share_bytes_with_their_parent() {
     );
     assert!(Blob::slice(&parent, 8, 3).bytes().is_err());
 }
+
+#[test]
+fn a_blob_is_small() {
+    // A million-entry archive holds a million blobs: what few have is boxed apart (200 bytes
+    // before).
+    assert!(
+        std::mem::size_of::<Blob>() <= 128,
+        "{}",
+        std::mem::size_of::<Blob>()
+    );
+}

@@ -85,6 +85,16 @@ impl Bytes {
         Bytes::from_vec(Vec::new())
     }
 
+    /// Shares a buffer kept elsewhere too (a piece of the decode cache).
+    pub fn from_shared(data: Arc<Vec<u8>>) -> Bytes {
+        let len = data.len();
+        Bytes {
+            backing: Backing::Owned(data),
+            start: 0,
+            len,
+        }
+    }
+
     /// Takes ownership of a buffer we built.
     pub fn from_vec(data: Vec<u8>) -> Bytes {
         let len = data.len();

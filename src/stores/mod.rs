@@ -24,6 +24,7 @@ pub mod http_zip;
 pub mod lru;
 pub mod parallel;
 pub mod range_check;
+pub mod rendered;
 pub mod store;
 pub mod zip;
 pub mod zip_append;

@@ -163,15 +163,22 @@ fn property_files(
         |ext: &str, blob: &Arc<Blob>| view.file(&format!("{base}.{ext}"), blob.clone(), mtime);
     // The descriptor's text, made on first access (a 1.1 sparse one counts the index files).
     type Make = Box<dyn Fn() -> Result<String, StoreError> + Send + Sync>;
+    // A dense one is known now: shared with every equal one (`ViewBuilder::document`).
+    let dense = |view: &mut ViewBuilder, eltype| {
+        let blob = match document {
+            Some(blob) => blob.clone(),
+            None => view.document(dense_descriptor(eltype).into_bytes()).1,
+        };
+        view.file(&format!("{base}.json"), blob, mtime);
+    };
     let descriptor: Make = match &prop.payload {
         Payload::Dense { eltype, data } => {
             file("data", data);
-            let text = dense_descriptor(ElementType::Num(*eltype));
-            Box::new(move || Ok(text.clone()))
+            return dense(view, ElementType::Num(*eltype));
         }
         Payload::DenseStrings(strings) => {
             file("txt", &strings.lines());
-            Box::new(|| Ok(dense_descriptor(ElementType::String)))
+            return dense(view, ElementType::String);
         }
         Payload::Sparse {
             eltype,

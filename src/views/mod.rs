@@ -15,6 +15,7 @@ pub mod zarr_v3_layout;
 pub mod zarr_v3_rules;
 pub mod zip_publish;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -61,6 +62,10 @@ pub enum ViewSelection {
 pub(crate) struct ViewBuilder {
     prefix: String,
     entries: Vec<ViewEntry>,
+    /// Synthesised documents by content: equal ones (the `.zarray` of every vector of one type
+    /// on one axis, every `{}`) share one blob, so a million properties do not keep a million
+    /// copies of a few documents.
+    documents: HashMap<Vec<u8>, (Bytes, Arc<Blob>), foldhash::fast::RandomState>,
 }
 
 impl ViewBuilder {
@@ -73,6 +78,7 @@ impl ViewBuilder {
         ViewBuilder {
             prefix,
             entries: Vec::new(),
+            documents: HashMap::default(),
         }
     }
 
@@ -124,6 +130,18 @@ impl ViewBuilder {
             Blob::lazy(None, move || Ok(Bytes::from_vec(make().into_bytes()))),
             mtime,
         );
+    }
+
+    /// The ready blob of a synthesised document (and its bytes), shared with every equal
+    /// document of this view.
+    pub(crate) fn document(&mut self, content: Vec<u8>) -> (Bytes, Arc<Blob>) {
+        self.documents
+            .entry(content)
+            .or_insert_with_key(|content| {
+                let bytes = Bytes::from_vec(content.clone());
+                (bytes.clone(), Blob::ready(bytes))
+            })
+            .clone()
     }
 
     pub(crate) fn finish(self) -> Vec<ViewEntry> {

@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 use crate::formats::model::{Dataset, Payload, PropertyId, SparseIndex};
 use crate::formats::types::{ElementType, NumType};
 use crate::formats::zarr_v2::{single_chunk_key, zarray_json, ZATTRS, ZGROUP};
+use crate::stores::rendered::rendered;
 use crate::stores::{Blob, Bytes};
 
 use super::dimensions::DimensionNames;
@@ -20,15 +21,15 @@ use super::{dataset_mtime, ViewBuilder, ViewEntry};
 /// Builds the Zarr tree and remembers every metadata document for `.zmetadata`.
 struct ZarrBuilder {
     view: ViewBuilder,
-    metadata: Vec<(String, Arc<Blob>)>,
+    metadata: Documents,
     /// The arrays' dimension names, if shown.
     dimensions: Option<DimensionNames>,
 }
 
 impl ZarrBuilder {
     fn document(&mut self, path: String, text: String, mtime: SystemTime) {
-        let blob = Blob::ready(Bytes::from_vec(text.into_bytes()));
-        self.metadata.push((path.clone(), blob.clone()));
+        let (_, blob) = self.view.document(text.into_bytes());
+        self.metadata.push(&path, blob.clone());
         self.view.file(&path, blob, mtime);
     }
 
@@ -98,7 +99,7 @@ pub fn zarr_view_with(dataset: &Dataset, prefix: &str, dimension_names: bool) ->
     let mtime = dataset_mtime(dataset);
     let mut z = ZarrBuilder {
         view: ViewBuilder::new(prefix),
-        metadata: Vec::new(),
+        metadata: Documents::default(),
         dimensions: dimension_names.then(|| DimensionNames::new(dataset)),
     };
     z.group("", mtime);
@@ -131,7 +132,7 @@ pub fn zarr_view_with(dataset: &Dataset, prefix: &str, dimension_names: bool) ->
     let documents = std::mem::take(&mut z.metadata);
     z.view.file(
         ".zmetadata",
-        Blob::lazy(None, move || consolidated(&documents)),
+        rendered(move || consolidated(documents.iter())),
         mtime,
     );
     z.view.finish()
@@ -142,7 +143,7 @@ pub fn zarr_view_with(dataset: &Dataset, prefix: &str, dimension_names: bool) ->
 pub fn item_entries(dataset: &Dataset, id: &PropertyId) -> Vec<ViewEntry> {
     let mut z = ZarrBuilder {
         view: ViewBuilder::new(""),
-        metadata: Vec::new(),
+        metadata: Documents::default(),
         dimensions: None,
     };
     item_nodes(&mut z, dataset, id);
@@ -239,16 +240,39 @@ fn property(z: &mut ZarrBuilder, path: &str, payload: &Payload, shape: &[u64], m
     }
 }
 
+/// The metadata documents `.zmetadata` is made of, kept for the mount's life: their keys back to
+/// back in one string (NUL-separated: no path holds one) and their (shared) blobs.
+#[derive(Default)]
+struct Documents {
+    keys: String,
+    blobs: Vec<Arc<Blob>>,
+}
+
+impl Documents {
+    fn push(&mut self, key: &str, blob: Arc<Blob>) {
+        if !self.blobs.is_empty() {
+            self.keys.push('\0');
+        }
+        self.keys.push_str(key);
+        self.blobs.push(blob);
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&str, &Arc<Blob>)> {
+        let keys = self.keys.split('\0').take(self.blobs.len());
+        keys.zip(&self.blobs)
+    }
+}
+
 /// `.zmetadata`: every metadata document, keys sorted, pretty-printed with a 4-space indent and a
 /// final newline (as Julia writes it, but in an order zarr-python 3 accepts).
-pub(crate) fn consolidated(
-    documents: &[(String, Arc<Blob>)],
-) -> Result<Bytes, crate::stores::StoreError> {
+pub(crate) fn consolidated<'a>(
+    documents: impl IntoIterator<Item = (&'a str, &'a Arc<Blob>)>,
+) -> Result<Vec<u8>, crate::stores::StoreError> {
     let mut metadata = Map::new();
     for (key, blob) in documents {
         let value: Value = serde_json::from_slice(blob.bytes()?.as_slice())
             .map_err(|e| crate::stores::StoreError::Produce(format!("{key}: {e}")))?;
-        metadata.insert(key.clone(), value);
+        metadata.insert(key.to_string(), value);
     }
     let mut root = Map::new();
     root.insert("metadata".into(), Value::Object(metadata));
@@ -259,5 +283,5 @@ pub(crate) fn consolidated(
     serde::Serialize::serialize(&Value::Object(root), &mut serializer)
         .map_err(|e| crate::stores::StoreError::Produce(e.to_string()))?;
     out.push(b'\n');
-    Ok(Bytes::from_vec(out))
+    Ok(out)
 }

@@ -296,8 +296,8 @@ impl Layout for ZarrV2 {
             })
             .filter_map(|k| index.get(k).map(|e| (k.to_string(), e.blob.clone())))
             .collect();
-        let text = zarr::consolidated(&documents)?;
-        Ok(vec![(".zmetadata".into(), text.as_slice().to_vec())])
+        let text = zarr::consolidated(documents.iter().map(|(k, b)| (k.as_str(), b)))?;
+        Ok(vec![(".zmetadata".into(), text)])
     }
 
     fn derived_files(&self) -> &'static [&'static str] {

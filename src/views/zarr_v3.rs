@@ -199,12 +199,55 @@ fn scalar_is_fill(scalar: &Scalar) -> bool {
     }
 }
 
+/// The consolidated metadata's entries, kept for the mount's life by the root `zarr.json`: the
+/// node paths back to back in one string, each with its (shared) entry, about 40 bytes a node
+/// where a map of `String`s took about 130.
+#[derive(Default)]
+struct Entries {
+    keys: String,
+    /// (start of the key, its length, the entry).
+    entries: Vec<(u32, u32, Bytes)>,
+}
+
+impl Entries {
+    fn insert(&mut self, key: &str, entry: Bytes) {
+        let start = u32::try_from(self.keys.len()).unwrap_or(u32::MAX);
+        self.keys.push_str(key);
+        let len = u32::try_from(key.len()).unwrap_or(0);
+        self.entries.push((start, len, entry));
+    }
+
+    fn key(&self, (start, len, _): &(u32, u32, Bytes)) -> &str {
+        let start = *start as usize;
+        self.keys.get(start..start + *len as usize).unwrap_or("")
+    }
+
+    /// Sorted by key in byte order, one entry per key (the last one inserted).
+    fn sorted(mut self) -> Entries {
+        let mut entries = std::mem::take(&mut self.entries);
+        entries.sort_by(|a, b| self.key(a).cmp(self.key(b)));
+        let mut kept: Vec<(u32, u32, Bytes)> = Vec::with_capacity(entries.len());
+        for entry in entries {
+            match kept.last_mut() {
+                Some(last) if self.key(last) == self.key(&entry) => *last = entry,
+                _ => kept.push(entry),
+            }
+        }
+        self.entries = kept;
+        self
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&str, &[u8])> {
+        self.entries.iter().map(|e| (self.key(e), e.2.as_slice()))
+    }
+}
+
 /// Builds the v3 tree and remembers every node's document for the consolidated metadata.
 struct V3Builder {
     view: ViewBuilder,
     /// Node path → its entry in the consolidated metadata (an array's entry shares the bytes
     /// of its `zarr.json`; groups share one literal).
-    metadata: BTreeMap<String, Bytes>,
+    metadata: Entries,
     group_entry: Bytes,
     /// The arrays' dimension names, if shown.
     dimensions: Option<DimensionNames>,
@@ -214,7 +257,7 @@ impl V3Builder {
     fn new(prefix: &str) -> V3Builder {
         V3Builder {
             view: ViewBuilder::new(prefix),
-            metadata: BTreeMap::new(),
+            metadata: Entries::default(),
             group_entry: Bytes::from_vec(GROUP_ENTRY.into()),
             dimensions: None,
         }
@@ -225,16 +268,20 @@ impl V3Builder {
         self.dimensions.as_ref().and_then(|d| d.of(path))
     }
 
-    fn document(&mut self, node: &str, bytes: Bytes, mtime: SystemTime) {
+    /// The `zarr.json` of `node` (shared with every equal one, see `ViewBuilder::document`);
+    /// returns its bytes.
+    fn document(&mut self, node: &str, content: Vec<u8>, mtime: SystemTime) -> Bytes {
         let path = super::join(node, "zarr.json");
-        self.view.file(&path, Blob::ready(bytes), mtime);
+        let (bytes, blob) = self.view.document(content);
+        self.view.file(&path, blob, mtime);
+        bytes
     }
 
     fn group(&mut self, path: &str, mtime: SystemTime) {
         self.view.dir(path, mtime);
-        self.document(path, Bytes::from_vec(GROUP.into()), mtime);
+        self.document(path, GROUP.into(), mtime);
         let entry = self.group_entry.clone();
-        self.metadata.insert(path.to_string(), entry);
+        self.metadata.insert(path, entry);
     }
 
     /// An array node with document `doc` and its single chunk (left out when the array is empty
@@ -248,8 +295,7 @@ impl V3Builder {
         mtime: SystemTime,
     ) {
         self.view.dir(path, mtime);
-        let doc = Bytes::from_vec(doc.into_bytes());
-        self.document(path, doc.clone(), mtime);
+        let doc = self.document(path, doc.into_bytes(), mtime);
         // A fill blob (an array the source stored without chunks) is not listed, as Julia
         // does not store such chunks; a chunk that may be absent (a remote one a 404 would
         // make the fill) is listed only once it is known present.
@@ -257,7 +303,7 @@ impl V3Builder {
             let key = format!("{path}/{}", single_chunk_key(ndim));
             self.view.elidable_file(&key, chunk, mtime);
         }
-        self.metadata.insert(path.to_string(), doc);
+        self.metadata.insert(path, doc);
     }
 
     /// A flat or packed array of `shape` holding `blob` (flat content) or its packing's shard.
@@ -313,12 +359,10 @@ pub fn zarr_v3_view_with(dataset: &Dataset, prefix: &str, dimension_names: bool)
     for p in dataset.properties() {
         property(&mut z, &p.path, p.property, &p.shape.zarr());
     }
-    let metadata = std::mem::take(&mut z.metadata);
+    let metadata = std::mem::take(&mut z.metadata).sorted();
     z.view.file(
         "zarr.json",
-        Blob::lazy(None, move || {
-            Ok(Bytes::from_vec(consolidated_root(&metadata)))
-        }),
+        crate::stores::rendered::rendered(move || Ok(consolidated_root(metadata.iter()))),
         mtime,
     );
     z.view.finish()
@@ -345,17 +389,17 @@ pub fn item_entries(dataset: &Dataset, id: &PropertyId) -> Vec<ViewEntry> {
 /// The root document with the inline consolidated metadata `metadata` (node path → entry), keys
 /// in byte order: parents come before their children and siblings are contiguous, which is what
 /// zarr-python 3's `_flat_to_nested` needs (Julia's own order makes it fail with a `KeyError`).
-fn consolidated_root(metadata: &BTreeMap<String, Bytes>) -> Vec<u8> {
+fn consolidated_root<'a>(metadata: impl Iterator<Item = (&'a str, &'a [u8])>) -> Vec<u8> {
     let mut out = Vec::from(
         &b"{\"zarr_format\":3,\"node_type\":\"group\",\"attributes\":{\"daf\":[1,0]},\"consolidated_metadata\":{\"kind\":\"inline\",\"must_understand\":false,\"metadata\":{"[..],
     );
-    for (i, (key, entry)) in metadata.iter().enumerate() {
+    for (i, (key, entry)) in metadata.enumerate() {
         if i > 0 {
             out.push(b',');
         }
-        out.extend_from_slice(Value::from(key.as_str()).to_string().as_bytes());
+        out.extend_from_slice(Value::from(key).to_string().as_bytes());
         out.push(b':');
-        out.extend_from_slice(entry.as_slice());
+        out.extend_from_slice(entry);
     }
     out.extend_from_slice(b"}}}");
     out
@@ -392,7 +436,10 @@ pub fn consolidated_from_documents<'a>(
         };
         metadata.insert(node.to_string(), Bytes::from_vec(entry.into_bytes()));
     }
-    Ok(String::from_utf8_lossy(&consolidated_root(&metadata)).into_owned())
+    let entries = metadata
+        .iter()
+        .map(|(k, v): (&String, &Bytes)| (k.as_str(), v.as_slice()));
+    Ok(String::from_utf8_lossy(&consolidated_root(entries)).into_owned())
 }
 
 fn item_nodes(z: &mut V3Builder, dataset: &Dataset, id: &PropertyId) {

@@ -1,0 +1,101 @@
+//! Tests of the inode tree's compact storage: names instead of paths, inode numbers kept across
+//! rebuilds and renames, and the size of a node.
+
+use std::time::{Duration, SystemTime};
+
+use super::namespace::{Entry, EntryKind, InodeTable, Namespace, Node, NodeKind, ROOT};
+use crate::stores::{Blob, Bytes};
+
+fn file(path: &str, secs: u64) -> Entry {
+    Entry {
+        path: path.to_string(),
+        mtime: SystemTime::UNIX_EPOCH + Duration::from_secs(secs),
+        kind: EntryKind::Blob(Blob::ready(Bytes::from_vec(path.as_bytes().to_vec()))),
+        elidable: false,
+    }
+}
+
+fn resolve(ns: &Namespace, path: &str) -> u64 {
+    path.split('/')
+        .try_fold(ROOT, |dir, name| ns.child(dir, name)?.ok())
+        .unwrap()
+}
+
+#[test]
+fn a_node_is_small() {
+    // 88 bytes with its path and children names inline; a million entries make ~1.7M nodes.
+    assert!(
+        std::mem::size_of::<Node>() <= 48,
+        "{}",
+        std::mem::size_of::<Node>()
+    );
+    assert!(std::mem::size_of::<NodeKind>() <= 24);
+}
+
+#[test]
+fn names_paths_children_and_mtimes_come_back() {
+    let mut inodes = InodeTable::default();
+    let entries = vec![
+        file("b/z", 5),
+        file("b/a", 7),
+        file("a", 3),
+        file("b/c/d", 9),
+    ];
+    let ns = Namespace::build(entries, SystemTime::UNIX_EPOCH, &mut inodes);
+    let d = resolve(&ns, "b/c/d");
+    assert_eq!(ns.path(d).unwrap(), "b/c/d");
+    assert_eq!(ns.name(d), "d");
+    assert_eq!(ns.path(ROOT).unwrap(), "");
+    let b = resolve(&ns, "b");
+    let Some(NodeKind::Dir { children }) = ns.node(b).map(|n| &n.kind) else {
+        panic!("b is a directory")
+    };
+    let names: Vec<&str> = children.iter().map(|c| ns.name(*c)).collect();
+    assert_eq!(names, ["a", "c", "z"]);
+    // A directory's time is its latest descendant's.
+    let secs = |ino| {
+        ns.mtime(ns.node(ino).unwrap())
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    };
+    assert_eq!((secs(b), secs(ROOT), secs(resolve(&ns, "a"))), (9, 9, 3));
+    assert_eq!(ns.child(b, "y"), None);
+    assert_eq!(ns.child(d, "x"), Some(Err(())));
+}
+
+#[test]
+fn inode_numbers_survive_rebuilds_and_renames() {
+    let mut inodes = InodeTable::default();
+    let first = Namespace::build(
+        vec![file("x/one", 1), file("x/two", 1)],
+        SystemTime::UNIX_EPOCH,
+        &mut inodes,
+    );
+    let two = resolve(&first, "x/two");
+    // Rebuilt without "x/one" and with a new file: "x/two" keeps its number.
+    let second = Namespace::build(
+        vec![file("x/two", 1), file("x/three", 1)],
+        SystemTime::UNIX_EPOCH,
+        &mut inodes,
+    );
+    assert_eq!(resolve(&second, "x/two"), two);
+    assert_ne!(resolve(&second, "x/three"), two);
+    // A rename gives the new path the old number; the old path gets a new one.
+    inodes.rename("x/two", "y/deux");
+    assert_eq!(inodes.ino("y/deux"), two);
+    assert_ne!(inodes.ino("x/two"), two);
+    let third = Namespace::build(vec![file("y/deux", 1)], SystemTime::UNIX_EPOCH, &mut inodes);
+    assert_eq!(resolve(&third, "y/deux"), two);
+    assert_eq!(third.path(two).unwrap(), "y/deux");
+}
+
+#[test]
+fn a_rename_onto_an_existing_path_takes_its_place() {
+    let mut inodes = InodeTable::default();
+    let (a, b) = (inodes.ino("d/a"), inodes.ino("d/b"));
+    inodes.rename("d/a", "d/b");
+    assert_eq!(inodes.ino("d/b"), a);
+    let again = inodes.ino("d/a");
+    assert!(again != a && again != b);
+}

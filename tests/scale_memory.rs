@@ -1,0 +1,153 @@
+//! A mount of a ZarrDaf v2 ZIP with 300,000 entries (issue 12, point 3): it mounts, a directory
+//! of 100,000 properties lists fully (names and attributes) in both views, a small file reads
+//! back, and the daemon's anonymous memory stays under a per-entry bound after the mount and
+//! after the listing.
+//!
+//! The issue's target is 150 bytes per entry at 1,000,000 entries; a debug build takes minutes to
+//! mount a million entries on the shared CI machine, so this test uses 300,000 (the same layout:
+//! ~3 entries per small vector, as `scripts/bench.py` `make_entries_zip`). Its bound is what the
+//! tree achieves now with a margin (`BYTES_PER_ENTRY`), well under what it took before (about
+//! 1,400 bytes per entry): it guards against regressions until the target is reached.
+
+mod common;
+
+use std::fs;
+use std::io::BufRead;
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use common::{io_deadline, Unmount, BIN};
+
+/// Vectors `vectors/item/pN`, 3 ZIP entries each.
+const VECTORS: u64 = 100_000;
+/// RssAnon allowed per ZIP entry, on top of `BASE`.
+const BYTES_PER_ENTRY: u64 = 1_000;
+const BASE: u64 = 48 << 20;
+
+/// The ZIP (stored members, written by Python's `zipfile`, as `scripts/bench.py` does).
+fn generate(archive: &Path) {
+    let script = "import struct, sys, zipfile\n\
+        out, n = sys.argv[1], int(sys.argv[2])\n\
+        g = '{\"zarr_format\":2}'\n\
+        def zarray(dtype, shape, strings=False):\n\
+        \x20   f = '[{\"id\":\"vlen-utf8\"}]' if strings else 'null'\n\
+        \x20   return ('{\"chunks\":%s,\"compressor\":null,\"dtype\":\"%s\",\"fill_value\":%s,\"filters\":%s,'\n\
+        \x20           '\"order\":\"C\",\"shape\":%s,\"zarr_format\":2}') % (shape, dtype, 'null' if strings else '0', f, shape)\n\
+        with zipfile.ZipFile(out, 'w', zipfile.ZIP_STORED) as z:\n\
+        \x20   for k, v in [('.zgroup', g), ('.zattrs', '{}'), ('daf/.zarray', zarray('|u1', [2])),\n\
+        \x20                ('daf/.zattrs', '{}'), ('daf/0', bytes([1, 0]))]:\n\
+        \x20       z.writestr(k, v)\n\
+        \x20   for d in ['scalars', 'axes', 'vectors', 'matrices', 'vectors/item']:\n\
+        \x20       z.writestr(d + '/.zgroup', g)\n\
+        \x20       z.writestr(d + '/.zattrs', '{}')\n\
+        \x20   z.writestr('axes/item/.zarray', zarray('|O', [4], True))\n\
+        \x20   z.writestr('axes/item/.zattrs', '{}')\n\
+        \x20   z.writestr('axes/item/0', struct.pack('<I', 4) + b''.join(struct.pack('<I', 1) + c for c in [b'a', b'b', b'c', b'd']))\n\
+        \x20   body = zarray('<f4', [4])\n\
+        \x20   for i in range(n):\n\
+        \x20       z.writestr(f'vectors/item/p{i}/.zarray', body)\n\
+        \x20       z.writestr(f'vectors/item/p{i}/.zattrs', '{}')\n\
+        \x20       z.writestr(f'vectors/item/p{i}/0', struct.pack('<4f', i, i, i, i))\n";
+    let status = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(archive)
+        .arg(VECTORS.to_string())
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+fn rss_anon(pid: u32) -> u64 {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("RssAnon:")).unwrap();
+    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib << 10
+}
+
+/// `daf-mount ARGS -f --ready-fd 1`, waiting at most `limit` for READY (a debug build takes
+/// tens of seconds to read 300,000 entries).
+fn start(args: &[&str], limit: Duration) -> std::process::Child {
+    let mut child = std::process::Command::new(BIN)
+        .args(args)
+        .args(["-f", "--ready-fd", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    match rx.recv_timeout(limit) {
+        Ok(line) => assert_eq!(line, "READY\n"),
+        Err(_) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("no READY line within {limit:?}");
+        }
+    }
+    child
+}
+
+#[test]
+fn a_300k_entry_archive_mounts_lists_and_stays_small() {
+    require_fuse!();
+    let tmp = tempfile::tempdir().unwrap();
+    let archive = tmp.path().join("scale.daf.zarr.zip");
+    generate(&archive);
+    let entries = common::zip_names(&archive).len() as u64;
+    assert!(entries >= 3 * VECTORS, "{entries} entries");
+    let mnt = tmp.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    // Read-only: no ZIP tail-writer helper (a fork sharing the daemon's pages).
+    let child = start(
+        &[archive.to_str().unwrap(), mnt.to_str().unwrap(), "-o", "ro"],
+        Duration::from_secs(240),
+    );
+    let pid = child.id();
+    let mut guard = Unmount(child, mnt.clone());
+    let bound = BASE + BYTES_PER_ENTRY * entries;
+    let mounted = rss_anon(pid);
+    let root = mnt.clone();
+    let (zarr_names, files_names, chunk) = io_deadline(&mnt, Duration::from_secs(300), move || {
+        // As `ls -l`: every entry's name and attributes.
+        let names = |dir: &str| {
+            let mut names: Vec<String> = fs::read_dir(root.join(dir))
+                .unwrap()
+                .map(|e| {
+                    let e = e.unwrap();
+                    assert!(e.metadata().is_ok());
+                    e.file_name().into_string().unwrap()
+                })
+                .collect();
+            names.sort();
+            names
+        };
+        let zarr = names("scale.daf.zarr/vectors/item");
+        let files = names("scale.daf/vectors/item");
+        let chunk = fs::read(root.join("scale.daf.zarr/vectors/item/p12345/0")).unwrap();
+        (zarr, files, chunk)
+    });
+    let listed = rss_anon(pid);
+    eprintln!(
+        "{entries} entries: RssAnon {} MiB after the mount, {} MiB after the listing (bound {} MiB)",
+        mounted >> 20,
+        listed >> 20,
+        bound >> 20
+    );
+    // The vectors and the group's .zgroup and .zattrs.
+    assert_eq!(zarr_names.len() as u64, VECTORS + 2);
+    assert_eq!(files_names.len() as u64, 2 * VECTORS);
+    assert!(zarr_names.binary_search(&"p99999".to_string()).is_ok());
+    assert!(files_names.binary_search(&"p0.json".to_string()).is_ok());
+    assert_eq!(chunk, [12345f32.to_le_bytes(); 4].concat());
+    assert!(mounted < bound, "after the mount: {mounted} > {bound}");
+    assert!(listed < bound, "after the listing: {listed} > {bound}");
+    let status = guard.unmount();
+    assert_eq!(status.code(), Some(0));
+}

@@ -295,9 +295,10 @@ impl DafFs {
     pub fn getattr(&self, ino: u64) -> Result<Attr, FsError> {
         let ns = self.namespace();
         let node = ns.node(ino).ok_or(FsError::NotFound)?;
-        // Its own presence, and its sub-directories' (for `st_nlink`).
+        // Its own presence, and its sub-directories' (for `st_nlink`) unless their count is kept:
+        // a large directory is stat'ed for every `..` of a recursive listing.
         let children = match &node.kind {
-            NodeKind::Dir { children } => children.as_slice(),
+            NodeKind::Dir { children } if !ns.subdirs_known(ino) => children.as_slice(),
             _ => &[],
         };
         presence::settle(
@@ -314,7 +315,7 @@ impl DafFs {
                 kind: Kind::Dir,
                 size: 0,
                 perm: dir_perm,
-                nlink: 2 + ns.subdirs(node),
+                nlink: 2 + ns.subdirs(ino),
                 mtime: node.mtime,
                 volatile: false,
                 unknown_size: false,
@@ -513,5 +514,7 @@ impl DafFs {
 
 #[cfg(test)]
 mod commit_tests;
+#[cfg(test)]
+mod listing_tests;
 #[cfg(test)]
 mod tests;

@@ -10,13 +10,16 @@
 //! its implied parent directories elidable too; such a node is present when its blob is (a file)
 //! or when one of its children is (a directory). The tree itself never does I/O: it tells which
 //! blobs still need asking ([`Namespace::unresolved`]) and answers from what is known.
+//!
+//! The sub-directory count of a large directory (its `st_nlink`) is kept once it is final, so
+//! a `stat` of it (every `..` of a recursive listing) does not count its children again.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use crate::stores::Blob;
+use crate::stores::{lock, Blob};
 
 /// Inode number of the mount root.
 pub const ROOT: u64 = 1;
@@ -118,10 +121,15 @@ impl Node {
     }
 }
 
+/// Directories with at least this many children keep their final sub-directory count.
+const LARGE_DIR: usize = 64;
+
 /// All inodes of one version of the tree.
 #[derive(Debug)]
 pub struct Namespace {
     nodes: NodeTable,
+    /// [`Namespace::subdirs`] of large directories, once no child's presence is unknown.
+    subdirs_kept: Mutex<HashMap<u64, u32, foldhash::fast::RandomState>>,
 }
 
 impl Namespace {
@@ -170,7 +178,10 @@ impl Namespace {
                 parent.mtime = parent.mtime.max(mtime);
             }
         }
-        Namespace { nodes }
+        Namespace {
+            nodes,
+            subdirs_kept: Mutex::default(),
+        }
     }
 
     /// The inode `ino`.
@@ -246,19 +257,46 @@ impl Namespace {
             .filter_map(|(ino, n)| Some((ino, n.as_ref()?)))
     }
 
-    /// Number of sub-directories of `node` (for `st_nlink`), counting an elidable one unless it
-    /// is known absent.
-    pub fn subdirs(&self, node: &Node) -> u32 {
-        match &node.kind {
-            NodeKind::Dir { children } => children
-                .iter()
-                .filter(|(_, ino)| {
-                    self.node(*ino).is_some_and(Node::is_dir) && self.present(*ino) != Some(false)
-                })
-                .count() as u32,
-            _ => 0,
+    /// Number of sub-directories of directory `ino` (for `st_nlink`), counting an elidable one
+    /// unless it is known absent. Kept for a large directory once final.
+    pub fn subdirs(&self, ino: u64) -> u32 {
+        if let Some(&kept) = lock(&self.subdirs_kept).get(&ino) {
+            return kept;
         }
+        let Some(NodeKind::Dir { children }) = self.node(ino).map(|n| &n.kind) else {
+            return 0;
+        };
+        let mut unknown = false;
+        let mut count = 0;
+        for (_, child) in children {
+            if self.node(*child).is_some_and(Node::is_dir) {
+                match self.present(*child) {
+                    Some(true) => count += 1,
+                    Some(false) => {}
+                    None => {
+                        unknown = true;
+                        count += 1;
+                    }
+                }
+            }
+        }
+        if !unknown && children.len() >= LARGE_DIR {
+            lock(&self.subdirs_kept).insert(ino, count);
+        }
+        count
     }
+
+    /// Whether the sub-directory count of `ino` is kept (then a `stat` of it asks nothing of
+    /// its children).
+    pub fn subdirs_known(&self, ino: u64) -> bool {
+        lock(&self.subdirs_kept).contains_key(&ino)
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Tests only: how many nodes this thread looked at (work, counted rather than timed).
+    pub static VISITS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// Nodes by inode number: inode numbers are small and dense (see [`InodeTable`]).
@@ -270,6 +308,8 @@ struct NodeTable {
 
 impl NodeTable {
     fn get(&self, ino: u64) -> Option<&Node> {
+        #[cfg(test)]
+        VISITS.with(|v| v.set(v.get() + 1));
         self.slots.get(usize::try_from(ino).ok()?)?.as_ref()
     }
 

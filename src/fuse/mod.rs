@@ -64,6 +64,9 @@ pub struct FuseAdapter {
     notifier: NotifierSlot,
     /// Whether the kernel reads whole source files and writes staged files itself (passthrough).
     passthrough: AtomicBool,
+    /// Whether the kernel opens directories without asking (zero-message opendir): a
+    /// directory's listing then costs no `opendir` and `releasedir` round trips.
+    no_opendir: AtomicBool,
     /// Registered backing files: shared per inode while some handle uses them.
     backing_by_ino: Mutex<HashMap<u64, Weak<BackingId>>>,
     backing_by_fh: Mutex<HashMap<u64, Arc<BackingId>>>,
@@ -82,6 +85,7 @@ impl FuseAdapter {
             page_fill: PageFill::new(notifier.clone()),
             notifier,
             passthrough: AtomicBool::new(false),
+            no_opendir: AtomicBool::new(false),
             backing_by_ino: Mutex::default(),
             backing_by_fh: Mutex::default(),
         }
@@ -150,6 +154,12 @@ impl Filesystem for FuseAdapter {
         if let Err(missing) = config.add_capabilities(wanted) {
             log::debug!("kernel lacks {missing:?}");
         }
+        // Directory handles hold nothing: a recursive listing of many small directories
+        // (the Zarr view's arrays) then makes two requests per directory instead of four.
+        let no_opendir = config
+            .add_capabilities(InitFlags::FUSE_NO_OPENDIR_SUPPORT)
+            .is_ok();
+        self.no_opendir.store(no_opendir, Ordering::Relaxed);
         // Whole source files (payloads of directory sources) are read by the kernel itself.
         let passthrough = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
             && config.set_max_stack_depth(1).is_ok();
@@ -237,6 +247,16 @@ impl Filesystem for FuseAdapter {
                 self.page_fill.answered(fh.0, offset, bytes.len());
             }
             Err(e) => reply.error(e),
+        }
+    }
+
+    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // ENOSYS tells a kernel that offers zero-message opendir to stop asking (it then opens
+        // every directory itself, and sends no `releasedir` either).
+        if self.no_opendir.load(Ordering::Relaxed) {
+            reply.error(errors::no_opendir());
+        } else {
+            reply.opened(FileHandle(0), FopenFlags::empty());
         }
     }
 

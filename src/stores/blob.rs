@@ -163,6 +163,19 @@ impl Blob {
         Arc::new(Blob::unproduced(len, producer))
     }
 
+    /// A blob made on first access by `producer`, whose length `size` computes without making
+    /// it (a `stat` produces nothing); `size` is asked at every use, so it should keep its
+    /// answer, and `producer` must return exactly that many bytes.
+    pub fn lazy_sized(
+        size: impl Fn() -> Result<u64, StoreError> + Send + Sync + 'static,
+        producer: impl Fn() -> Result<Bytes, StoreError> + Send + Sync + 'static,
+    ) -> Arc<Blob> {
+        Arc::new(Blob {
+            sizer: Some(Arc::new(size)),
+            ..Blob::unproduced(None, producer)
+        })
+    }
+
     fn unproduced(
         len: Option<u64>,
         producer: impl Fn() -> Result<Bytes, StoreError> + Send + Sync + 'static,

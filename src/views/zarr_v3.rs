@@ -288,6 +288,9 @@ impl V3Builder {
     }
 }
 
+/// What the root `zarr.json` starts with, before its consolidated entries.
+const ROOT_HEAD: &[u8] = b"{\"zarr_format\":3,\"node_type\":\"group\",\"attributes\":{\"daf\":[1,0]},\"consolidated_metadata\":{\"kind\":\"inline\",\"must_understand\":false,\"metadata\":{";
+
 /// The Zarr v3 tree of `dataset`, rooted at `prefix`; the root `zarr.json` carries the inline
 /// consolidated metadata.
 pub fn zarr_v3_view(dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {
@@ -313,10 +316,13 @@ pub fn zarr_v3_view_with(dataset: &Dataset, prefix: &str, dimension_names: bool)
     for p in dataset.properties() {
         property(&mut z, &p.path, p.property, &p.shape.zarr());
     }
-    let metadata = std::mem::take(&mut z.metadata);
+    // Its size is counted, not made: a `stat` (every `ls -l` of the root) renders nothing.
+    let metadata = Arc::new(std::mem::take(&mut z.metadata));
+    let counted = metadata.clone();
+    let size = move || Ok(consolidated_root_len(&counted));
     z.view.file(
         "zarr.json",
-        Blob::lazy(None, move || {
+        Blob::lazy_sized(size, move || {
             Ok(Bytes::from_vec(consolidated_root(&metadata)))
         }),
         mtime,
@@ -346,9 +352,7 @@ pub fn item_entries(dataset: &Dataset, id: &PropertyId) -> Vec<ViewEntry> {
 /// in byte order: parents come before their children and siblings are contiguous, which is what
 /// zarr-python 3's `_flat_to_nested` needs (Julia's own order makes it fail with a `KeyError`).
 fn consolidated_root(metadata: &BTreeMap<String, Bytes>) -> Vec<u8> {
-    let mut out = Vec::from(
-        &b"{\"zarr_format\":3,\"node_type\":\"group\",\"attributes\":{\"daf\":[1,0]},\"consolidated_metadata\":{\"kind\":\"inline\",\"must_understand\":false,\"metadata\":{"[..],
-    );
+    let mut out = Vec::from(ROOT_HEAD);
     for (i, (key, entry)) in metadata.iter().enumerate() {
         if i > 0 {
             out.push(b',');
@@ -359,6 +363,16 @@ fn consolidated_root(metadata: &BTreeMap<String, Bytes>) -> Vec<u8> {
     }
     out.extend_from_slice(b"}}}");
     out
+}
+
+/// The length of [`consolidated_root`]'s output, counted.
+fn consolidated_root_len(metadata: &BTreeMap<String, Bytes>) -> u64 {
+    let entries: u64 = metadata
+        .iter()
+        .map(|(key, entry)| Value::from(key.as_str()).to_string().len() as u64 + 1 + entry.len())
+        .sum();
+    let commas = metadata.len().saturating_sub(1) as u64;
+    ROOT_HEAD.len() as u64 + entries + commas + 3
 }
 
 /// The root `zarr.json` of a v3 directory source rebuilt from the `zarr.json` documents below it

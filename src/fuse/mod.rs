@@ -138,6 +138,20 @@ impl FuseAdapter {
     }
 }
 
+/// What `readdirplus` sends for `.` and `..`, which the kernel ignores: not cached either.
+fn dot_attr(ino: u64) -> Attr {
+    Attr {
+        ino,
+        kind: Kind::Dir,
+        size: 0,
+        perm: 0o555,
+        nlink: 2,
+        mtime: SystemTime::UNIX_EPOCH,
+        volatile: false,
+        unknown_size: true,
+    }
+}
+
 fn file_type(kind: Kind) -> FileType {
     match kind {
         Kind::Dir => FileType::Directory,
@@ -297,7 +311,14 @@ impl Filesystem for FuseAdapter {
         }) {
             Ok(entries) => {
                 for e in entries {
-                    let Ok(attr) = guarded("readdirplus", || self.core.getattr(e.ino)) else {
+                    // The kernel takes no attributes from `.` and `..`: the parent of every
+                    // array directory need not be stat'ed for each of them.
+                    let attr = if e.name == "." || e.name == ".." {
+                        Ok(dot_attr(e.ino))
+                    } else {
+                        guarded("readdirplus", || self.core.getattr(e.ino))
+                    };
+                    let Ok(attr) = attr else {
                         continue;
                     };
                     if reply.add(

@@ -82,3 +82,24 @@ fn a_recursive_listing_looks_at_each_node_a_bounded_number_of_times() {
         );
     }
 }
+
+#[test]
+fn a_first_stat_of_a_large_directory_counts_nothing() {
+    const N: usize = 3000;
+    for (fixture, view) in [
+        ("zarr_v2.daf.zarr", "zarr_v2.daf.zarr"),
+        ("zarr_v3.daf.zarr", "zarr_v3.daf.zarr"),
+        ("zarr_v2.daf.zarr", "zarr_v2.daf"),
+    ] {
+        let fs = with_many_vectors(fixture, N);
+        let ns = fs.namespace();
+        let dir = resolve_in(&ns, &format!("{view}/vectors/cell")).unwrap();
+        let before = VISITS.with(|v| v.get());
+        let attr = fs.getattr(dir).unwrap();
+        let visits = VISITS.with(|v| v.get()) - before;
+        assert!(visits < 100, "{view}: {visits} node visits for one stat");
+        // The count is still right: one sub-directory per array in the Zarr view, none in FilesDaf.
+        let arrays = if view.ends_with(".zarr") { N + 4 } else { 0 };
+        assert_eq!(attr.nlink as usize, 2 + arrays, "{view}");
+    }
+}

@@ -11,8 +11,9 @@
 //! or when one of its children is (a directory). The tree itself never does I/O: it tells which
 //! blobs still need asking ([`Namespace::unresolved`]) and answers from what is known.
 //!
-//! The sub-directory count of a large directory (its `st_nlink`) is kept once it is final, so
-//! a `stat` of it (every `..` of a recursive listing) does not count its children again.
+//! The sub-directory count of a large directory (its `st_nlink`) is kept once it is final (from
+//! the build when none of its children may be absent), so a `stat` of it (a lookup, every `..`
+//! of a recursive listing) does not count its children again.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -178,9 +179,24 @@ impl Namespace {
                 parent.mtime = parent.mtime.max(mtime);
             }
         }
+        // The sub-directory counts of large directories none of whose children may be absent
+        // are final already: a first `stat` (a lookup right after the mount) counts nothing.
+        let mut kept = HashMap::default();
+        for (ino, node) in (0u64..).zip(&nodes.slots) {
+            let Some(NodeKind::Dir { children }) = node.as_ref().map(|n| &n.kind) else {
+                continue;
+            };
+            if children.len() < LARGE_DIR {
+                continue;
+            }
+            let children: Option<Vec<&Node>> = children.iter().map(|c| nodes.get(c.1)).collect();
+            if let Some(children) = children.filter(|c| c.iter().all(|n| !n.elidable)) {
+                kept.insert(ino, children.iter().filter(|n| n.is_dir()).count() as u32);
+            }
+        }
         Namespace {
             nodes,
-            subdirs_kept: Mutex::default(),
+            subdirs_kept: Mutex::new(kept),
         }
     }
 

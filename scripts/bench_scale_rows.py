@@ -31,7 +31,8 @@ def archives(bench, entries):
     try:
         import bench_scale
     except ImportError:
-        path = os.path.join(bench.WORK, "e100k.daf.zarr.zip" if entries == 100_000 else f"e{entries}.daf.zarr.zip")
+        name = {100_000: "e100k", 1_000_000: "e1m"}.get(entries, f"e{entries}")
+        path = os.path.join(bench.WORK, f"{name}.daf.zarr.zip")
         bench.make_entries_zip(path, 33_300 if entries == 100_000 else entries // 3)
         return [("v2", path)]
     return [("v2", bench_scale.v2_path(bench, entries)), ("v3", bench_scale.v3_path(bench, entries))]

@@ -405,6 +405,10 @@ def main():
     # 16. Reads while a 1 GiB property is committed (issue 12, point 5; scripts/bench_commit.py).
     import bench_commit
     bench_commit.commit_rows(sys.modules[__name__], args.rounds, files_dir, rows)
+    # 17. Scale: mount, memory, listings and a lookup at 100k and 1M entries, Zarr v2 and v3 (issue 12 point 3;
+    #     scripts/bench_scale_rows.py, archives from scripts/bench_scale.py).
+    import bench_scale_rows
+    bench_scale_rows.scale_rows(sys.modules[__name__], args.rounds, bench_scale_rows.SIZES, row, rows)
     # 12. cp of the published ZIP (--zip, issue 13) vs cp of the native ZIP, warm (scripts/bench_publish.py).
     import bench_publish
     bench_publish.publish_row(sys.modules[__name__], WORK, args.rounds, zip_path, f"{gib:.0f} GiB", row)

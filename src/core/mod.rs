@@ -296,9 +296,10 @@ impl DafFs {
     pub fn getattr(&self, ino: u64) -> Result<Attr, FsError> {
         let ns = self.namespace();
         let node = ns.node(ino).ok_or(FsError::NotFound)?;
-        // Its own presence, and its sub-directories' (for `st_nlink`).
+        // Its own presence, and its sub-directories' (for `st_nlink`) unless their count is kept:
+        // a large directory is stat'ed for every `..` of a recursive listing.
         let children = match &node.kind {
-            NodeKind::Dir { children } => &children[..],
+            NodeKind::Dir { children } if !ns.subdirs_known(ino) => &children[..],
             _ => &[],
         };
         presence::settle(&ns, std::iter::once(ino).chain(children.iter().copied()))?;
@@ -312,7 +313,7 @@ impl DafFs {
                 kind: Kind::Dir,
                 size: 0,
                 perm: dir_perm,
-                nlink: 2 + ns.subdirs(node),
+                nlink: 2 + ns.subdirs(ino),
                 mtime: ns.mtime(node),
                 volatile: false,
                 unknown_size: false,
@@ -514,6 +515,8 @@ impl DafFs {
 
 #[cfg(test)]
 mod commit_tests;
+#[cfg(test)]
+mod listing_tests;
 #[cfg(test)]
 mod namespace_tests;
 #[cfg(test)]

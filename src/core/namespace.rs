@@ -12,13 +12,17 @@
 //! its implied parent directories elidable too; such a node is present when its blob is (a file)
 //! or when one of its children is (a directory). The tree itself never does I/O: it tells which
 //! blobs still need asking ([`Namespace::unresolved`]) and answers from what is known.
+//!
+//! The sub-directory count of a large directory (its `st_nlink`) is kept once it is final (from
+//! the build when none of its children may be absent), so a `stat` of it (a lookup, every `..`
+//! of a recursive listing) does not count its children again.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use crate::stores::Blob;
+use crate::stores::{lock, Blob};
 
 pub use super::inodes::{InodeTable, ROOT};
 
@@ -84,6 +88,9 @@ impl Node {
     }
 }
 
+/// Directories with at least this many children keep their final sub-directory count.
+const LARGE_DIR: usize = 64;
+
 /// All inodes of one version of the tree.
 #[derive(Debug)]
 pub struct Namespace {
@@ -92,6 +99,8 @@ pub struct Namespace {
     names: String,
     /// The distinct modification times of the nodes.
     mtimes: Vec<SystemTime>,
+    /// [`Namespace::subdirs`] of large directories, once no child's presence is unknown.
+    subdirs_kept: Mutex<HashMap<u64, u32, foldhash::fast::RandomState>>,
 }
 
 impl Namespace {
@@ -170,10 +179,26 @@ impl Namespace {
             }
         }
         drop(edges);
+        // The sub-directory counts of large directories none of whose children may be absent
+        // are final already: a first `stat` (a lookup right after the mount) counts nothing.
+        let mut kept = HashMap::default();
+        for (ino, node) in (0u64..).zip(&nodes.slots) {
+            let Some(NodeKind::Dir { children }) = node.as_ref().map(|n| &n.kind) else {
+                continue;
+            };
+            if children.len() < LARGE_DIR {
+                continue;
+            }
+            let children: Option<Vec<&Node>> = children.iter().map(|c| nodes.get(*c)).collect();
+            if let Some(children) = children.filter(|c| c.iter().all(|n| !n.elidable)) {
+                kept.insert(ino, children.iter().filter(|n| n.is_dir()).count() as u32);
+            }
+        }
         Namespace {
             nodes,
             names,
             mtimes,
+            subdirs_kept: Mutex::new(kept),
         }
     }
 
@@ -276,19 +301,46 @@ impl Namespace {
             .filter_map(|(ino, n)| Some((ino, n.as_ref()?)))
     }
 
-    /// Number of sub-directories of `node` (for `st_nlink`), counting an elidable one unless it
-    /// is known absent.
-    pub fn subdirs(&self, node: &Node) -> u32 {
-        match &node.kind {
-            NodeKind::Dir { children } => children
-                .iter()
-                .filter(|ino| {
-                    self.node(**ino).is_some_and(Node::is_dir) && self.present(**ino) != Some(false)
-                })
-                .count() as u32,
-            _ => 0,
+    /// Number of sub-directories of directory `ino` (for `st_nlink`), counting an elidable one
+    /// unless it is known absent. Kept for a large directory once final.
+    pub fn subdirs(&self, ino: u64) -> u32 {
+        if let Some(&kept) = lock(&self.subdirs_kept).get(&ino) {
+            return kept;
         }
+        let Some(NodeKind::Dir { children }) = self.node(ino).map(|n| &n.kind) else {
+            return 0;
+        };
+        let mut unknown = false;
+        let mut count = 0;
+        for child in children.iter() {
+            if self.node(*child).is_some_and(Node::is_dir) {
+                match self.present(*child) {
+                    Some(true) => count += 1,
+                    Some(false) => {}
+                    None => {
+                        unknown = true;
+                        count += 1;
+                    }
+                }
+            }
+        }
+        if !unknown && children.len() >= LARGE_DIR {
+            lock(&self.subdirs_kept).insert(ino, count);
+        }
+        count
     }
+
+    /// Whether the sub-directory count of `ino` is kept (then a `stat` of it asks nothing of
+    /// its children).
+    pub fn subdirs_known(&self, ino: u64) -> bool {
+        lock(&self.subdirs_kept).contains_key(&ino)
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Tests only: how many nodes this thread looked at (work, counted rather than timed).
+    pub static VISITS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// The name of `node` in `names`.
@@ -306,6 +358,8 @@ struct NodeTable {
 
 impl NodeTable {
     fn get(&self, ino: u64) -> Option<&Node> {
+        #[cfg(test)]
+        VISITS.with(|v| v.set(v.get() + 1));
         self.slots.get(usize::try_from(ino).ok()?)?.as_ref()
     }
 

@@ -31,6 +31,12 @@ pub fn errno(error: &FsError) -> Errno {
     }
 }
 
+/// The answer to `opendir` that tells a kernel offering zero-message opendir never to send one
+/// again (nor `releasedir`).
+pub(super) fn no_opendir() -> Errno {
+    Errno::ENOSYS
+}
+
 /// I/O errors of the source or the staging area that reach the caller as they are (a full
 /// disk is `ENOSPC`, not `EIO`); any other I/O error on content is `EIO`.
 const PASSED_ON: [i32; 9] = [

@@ -64,6 +64,9 @@ pub struct FuseAdapter {
     notifier: NotifierSlot,
     /// Whether the kernel reads whole source files and writes staged files itself (passthrough).
     passthrough: AtomicBool,
+    /// Whether the kernel opens directories without asking (zero-message opendir): a
+    /// directory's listing then costs no `opendir` and `releasedir` round trips.
+    no_opendir: AtomicBool,
     /// Registered backing files: shared per inode while some handle uses them.
     backing_by_ino: Mutex<HashMap<u64, Weak<BackingId>>>,
     backing_by_fh: Mutex<HashMap<u64, Arc<BackingId>>>,
@@ -82,6 +85,7 @@ impl FuseAdapter {
             page_fill: PageFill::new(notifier.clone()),
             notifier,
             passthrough: AtomicBool::new(false),
+            no_opendir: AtomicBool::new(false),
             backing_by_ino: Mutex::default(),
             backing_by_fh: Mutex::default(),
         }
@@ -134,6 +138,20 @@ impl FuseAdapter {
     }
 }
 
+/// What `readdirplus` sends for `.` and `..`, which the kernel ignores: not cached either.
+fn dot_attr(ino: u64) -> Attr {
+    Attr {
+        ino,
+        kind: Kind::Dir,
+        size: 0,
+        perm: 0o555,
+        nlink: 2,
+        mtime: SystemTime::UNIX_EPOCH,
+        volatile: false,
+        unknown_size: true,
+    }
+}
+
 fn file_type(kind: Kind) -> FileType {
     match kind {
         Kind::Dir => FileType::Directory,
@@ -150,6 +168,12 @@ impl Filesystem for FuseAdapter {
         if let Err(missing) = config.add_capabilities(wanted) {
             log::debug!("kernel lacks {missing:?}");
         }
+        // Directory handles hold nothing: a recursive listing of many small directories
+        // (the Zarr view's arrays) then makes two requests per directory instead of four.
+        let no_opendir = config
+            .add_capabilities(InitFlags::FUSE_NO_OPENDIR_SUPPORT)
+            .is_ok();
+        self.no_opendir.store(no_opendir, Ordering::Relaxed);
         // Whole source files (payloads of directory sources) are read by the kernel itself.
         let passthrough = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
             && config.set_max_stack_depth(1).is_ok();
@@ -240,6 +264,16 @@ impl Filesystem for FuseAdapter {
         }
     }
 
+    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        // ENOSYS tells a kernel that offers zero-message opendir to stop asking (it then opens
+        // every directory itself, and sends no `releasedir` either).
+        if self.no_opendir.load(Ordering::Relaxed) {
+            reply.error(errors::no_opendir());
+        } else {
+            reply.opened(FileHandle(0), FopenFlags::empty());
+        }
+    }
+
     fn readdir(
         &self,
         _req: &Request,
@@ -277,7 +311,14 @@ impl Filesystem for FuseAdapter {
         }) {
             Ok(entries) => {
                 for e in entries {
-                    let Ok(attr) = guarded("readdirplus", || self.core.getattr(e.ino)) else {
+                    // The kernel takes no attributes from `.` and `..`: the parent of every
+                    // array directory need not be stat'ed for each of them.
+                    let attr = if e.name == "." || e.name == ".." {
+                        Ok(dot_attr(e.ino))
+                    } else {
+                        guarded("readdirplus", || self.core.getattr(e.ino))
+                    };
+                    let Ok(attr) = attr else {
                         continue;
                     };
                     if reply.add(

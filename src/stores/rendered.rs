@@ -1,7 +1,8 @@
 //! A synthesised document too large to keep for the mount's life (the `.zmetadata` or the
 //! consolidated root `zarr.json` of a large data set: hundreds of bytes per array): rendered when
 //! read, its bytes kept in the mount-wide decode cache (bounded, [`super::decode_cache`]) and
-//! rendered again once evicted; only its length is kept, learnt at its first `stat` or read.
+//! rendered again once evicted; only its length is kept, counted without rendering it (a `stat`
+//! renders nothing).
 
 use std::sync::{Arc, OnceLock};
 
@@ -10,14 +11,18 @@ use super::decode_cache::cache;
 use super::{Bytes, StoreError};
 
 type Render = Box<dyn Fn() -> Result<Vec<u8>, StoreError> + Send + Sync>;
+type Count = Box<dyn Fn() -> Result<u64, StoreError> + Send + Sync>;
 
-/// A document `render` makes (it must make the same bytes every time).
+/// A document `render` makes (it must make the same bytes every time), of the length `count`
+/// says (asked once).
 pub fn rendered(
+    count: impl Fn() -> Result<u64, StoreError> + Send + Sync + 'static,
     render: impl Fn() -> Result<Vec<u8>, StoreError> + Send + Sync + 'static,
 ) -> Arc<Blob> {
     let document = Arc::new(Rendered {
         owner: cache().owner(),
         len: OnceLock::new(),
+        count: Box::new(count),
         render: Box::new(render),
     });
     let sized = document.clone();
@@ -28,6 +33,7 @@ struct Rendered {
     /// Its key in the decode cache.
     owner: u64,
     len: OnceLock<u64>,
+    count: Count,
     render: Render,
 }
 
@@ -38,16 +44,16 @@ impl Rendered {
             return Ok(bytes);
         }
         let bytes = Arc::new((self.render)()?);
-        let _ = self.len.set(bytes.len() as u64);
         cache().insert(self.owner, 0, bytes.clone());
         Ok(bytes)
     }
 
     fn len(&self) -> Result<u64, StoreError> {
-        match self.len.get() {
-            Some(len) => Ok(*len),
-            None => Ok(self.whole()?.len() as u64),
+        if let Some(len) = self.len.get() {
+            return Ok(*len);
         }
+        let len = (self.count)()?;
+        Ok(*self.len.get_or_init(|| len))
     }
 }
 
@@ -76,11 +82,15 @@ mod tests {
     fn a_rendered_document_keeps_only_its_length() {
         let runs = Arc::new(AtomicUsize::new(0));
         let counted = runs.clone();
-        let blob = rendered(move || {
-            counted.fetch_add(1, Ordering::Relaxed);
-            Ok(b"{\"metadata\":{}}".to_vec())
-        });
+        let blob = rendered(
+            || Ok(15),
+            move || {
+                counted.fetch_add(1, Ordering::Relaxed);
+                Ok(b"{\"metadata\":{}}".to_vec())
+            },
+        );
         assert_eq!(blob.len().unwrap(), 15);
+        assert_eq!(runs.load(Ordering::Relaxed), 0, "its length rendered it");
         assert_eq!(blob.read_range(1, 10).unwrap().as_slice(), b"\"metadata\"");
         assert_eq!(blob.read_range(10, 100).unwrap().as_slice(), b"\":{}}");
         // Rendered at the first need, then read from the cache (other tests may shrink the

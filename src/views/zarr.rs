@@ -4,6 +4,7 @@
 //! With `--dimension-names`, each array's `.zattrs` (and its copy in `.zmetadata`) holds xarray's
 //! `_ARRAY_DIMENSIONS` ([`super::dimensions`]) instead of `{}`.
 
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -129,10 +130,16 @@ pub fn zarr_view_with(dataset: &Dataset, prefix: &str, dimension_names: bool) ->
             p.property.mtime,
         );
     }
-    let documents = std::mem::take(&mut z.metadata);
+    // Rendered when read (into the bounded decode cache), its size counted: a `stat` (every
+    // `ls -l` of the root) renders nothing.
+    let documents = Arc::new(std::mem::take(&mut z.metadata));
+    let counted = documents.clone();
     z.view.file(
         ".zmetadata",
-        rendered(move || consolidated(documents.iter())),
+        rendered(
+            move || consolidated_len(counted.iter()),
+            move || consolidated(documents.iter()),
+        ),
         mtime,
     );
     z.view.finish()
@@ -263,6 +270,68 @@ impl Documents {
     }
 }
 
+/// The length of what [`consolidated`] makes, without making it: each distinct document is
+/// rendered once at its depth (most are alike: the same type and shape), the rest is counted.
+pub(crate) fn consolidated_len<'a>(
+    documents: impl Iterator<Item = (&'a str, &'a Arc<Blob>)>,
+) -> Result<u64, crate::stores::StoreError> {
+    let produce = |e: serde_json::Error| crate::stores::StoreError::Produce(e.to_string());
+    // A later document replaces an earlier one at the same key, as in `consolidated`.
+    let by_key: BTreeMap<&str, &Arc<Blob>> = documents.collect();
+    let mut rendered: HashMap<Vec<u8>, u64> = HashMap::new();
+    let mut entries = 0;
+    for (key, blob) in &by_key {
+        let bytes = blob.bytes()?;
+        let value_len = match rendered.get(bytes.as_slice()) {
+            Some(&len) => len,
+            None => {
+                let value: Value = serde_json::from_slice(bytes.as_slice())
+                    .map_err(|e| crate::stores::StoreError::Produce(format!("{key}: {e}")))?;
+                // Its length at depth 2: within two single-key objects, less `null`'s frame.
+                let len = pretty_len(&nested(nested(value)))? + 4
+                    - pretty_len(&nested(nested(Value::Null)))?;
+                rendered.insert(bytes.as_slice().to_vec(), len);
+                len
+            }
+        };
+        // `        "KEY": VALUE`, then `,\n` between entries.
+        entries += 8 + serde_json::to_string(key).map_err(produce)?.len() as u64 + 2 + value_len;
+    }
+    let empty = pretty_len(&consolidated_root(Map::new()))?;
+    Ok(match by_key.len() as u64 {
+        0 => empty,
+        // `{}` becomes `{\n`, the entries, and `\n    }`.
+        n => empty - 2 + 2 + entries + 2 * (n - 1) + 6,
+    })
+}
+
+/// `{"": value}`.
+fn nested(value: Value) -> Value {
+    Value::Object(Map::from_iter([(String::new(), value)]))
+}
+
+/// The root of `.zmetadata` around `metadata`.
+fn consolidated_root(metadata: Map<String, Value>) -> Value {
+    let mut root = Map::new();
+    root.insert("metadata".into(), Value::Object(metadata));
+    root.insert("zarr_consolidated_format".into(), Value::from(1));
+    Value::Object(root)
+}
+
+/// `value` as [`consolidated`] prints it.
+fn pretty(value: &Value) -> Result<Vec<u8>, crate::stores::StoreError> {
+    let mut out = Vec::new();
+    let formatter = serde_json::ser::PrettyFormatter::with_indent(b"    ");
+    let mut serializer = serde_json::Serializer::with_formatter(&mut out, formatter);
+    serde::Serialize::serialize(value, &mut serializer)
+        .map_err(|e| crate::stores::StoreError::Produce(e.to_string()))?;
+    Ok(out)
+}
+
+fn pretty_len(value: &Value) -> Result<u64, crate::stores::StoreError> {
+    Ok(pretty(value)?.len() as u64 + 1)
+}
+
 /// `.zmetadata`: every metadata document, keys sorted, pretty-printed with a 4-space indent and a
 /// final newline (as Julia writes it, but in an order zarr-python 3 accepts).
 pub(crate) fn consolidated<'a>(
@@ -274,14 +343,57 @@ pub(crate) fn consolidated<'a>(
             .map_err(|e| crate::stores::StoreError::Produce(format!("{key}: {e}")))?;
         metadata.insert(key.to_string(), value);
     }
-    let mut root = Map::new();
-    root.insert("metadata".into(), Value::Object(metadata));
-    root.insert("zarr_consolidated_format".into(), Value::from(1));
-    let mut out = Vec::new();
-    let formatter = serde_json::ser::PrettyFormatter::with_indent(b"    ");
-    let mut serializer = serde_json::Serializer::with_formatter(&mut out, formatter);
-    serde::Serialize::serialize(&Value::Object(root), &mut serializer)
-        .map_err(|e| crate::stores::StoreError::Produce(e.to_string()))?;
+    let mut out = pretty(&consolidated_root(metadata))?;
     out.push(b'\n');
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn doc(key: &str, text: &str) -> (String, Arc<Blob>) {
+        let blob = Blob::ready(Bytes::from_vec(text.as_bytes().to_vec()));
+        (key.to_string(), blob)
+    }
+
+    #[test]
+    fn the_counted_length_of_zmetadata_is_its_length() {
+        let cases = [
+            vec![],
+            vec![doc(".zgroup", r#"{"zarr_format":2}"#)],
+            vec![
+                doc("b/.zarray", &zarray_json("<f4", false, &[4, 3])),
+                doc("a/.zattrs", "{}"),
+                doc("a/.zattrs", r#"{"_ARRAY_DIMENSIONS":["cell"]}"#),
+                doc("é\"\u{1}/.zarray", &zarray_json("|O", true, &[0])),
+                doc(
+                    "c",
+                    r#"[[], {}, [1, [2, {"x": null}]], "s\n", 1.5e300, true]"#,
+                ),
+                doc("d", "7"),
+            ],
+        ];
+        for documents in cases {
+            let iter = || documents.iter().map(|(k, b)| (k.as_str(), b));
+            let made = consolidated(iter()).unwrap();
+            assert_eq!(consolidated_len(iter()).unwrap(), made.len() as u64);
+        }
+    }
+
+    #[test]
+    fn a_stat_of_zmetadata_makes_nothing() {
+        let dataset = Dataset::default();
+        let entries = zarr_view(&dataset, "");
+        let blob = entries
+            .iter()
+            .find_map(|e| match &e.node {
+                super::super::ViewNode::File(blob) if e.path == ".zmetadata" => Some(blob.clone()),
+                _ => None,
+            })
+            .unwrap();
+        let len = blob.len().unwrap();
+        assert!(!blob.is_materialized(), "the stat made the document");
+        assert_eq!(blob.read_range(0, len).unwrap().len(), len);
+    }
 }

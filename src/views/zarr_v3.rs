@@ -334,6 +334,9 @@ impl V3Builder {
     }
 }
 
+/// What the root `zarr.json` starts with, before its consolidated entries.
+const ROOT_HEAD: &[u8] = b"{\"zarr_format\":3,\"node_type\":\"group\",\"attributes\":{\"daf\":[1,0]},\"consolidated_metadata\":{\"kind\":\"inline\",\"must_understand\":false,\"metadata\":{";
+
 /// The Zarr v3 tree of `dataset`, rooted at `prefix`; the root `zarr.json` carries the inline
 /// consolidated metadata.
 pub fn zarr_v3_view(dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {
@@ -359,10 +362,16 @@ pub fn zarr_v3_view_with(dataset: &Dataset, prefix: &str, dimension_names: bool)
     for p in dataset.properties() {
         property(&mut z, &p.path, p.property, &p.shape.zarr());
     }
-    let metadata = std::mem::take(&mut z.metadata).sorted();
+    // Rendered when read (into the bounded decode cache), its size counted: a `stat` (every
+    // `ls -l` of the root) renders nothing.
+    let metadata = Arc::new(std::mem::take(&mut z.metadata).sorted());
+    let counted = metadata.clone();
     z.view.file(
         "zarr.json",
-        crate::stores::rendered::rendered(move || Ok(consolidated_root(metadata.iter()))),
+        crate::stores::rendered::rendered(
+            move || Ok(consolidated_root_len(counted.iter())),
+            move || Ok(consolidated_root(metadata.iter())),
+        ),
         mtime,
     );
     z.view.finish()
@@ -390,9 +399,7 @@ pub fn item_entries(dataset: &Dataset, id: &PropertyId) -> Vec<ViewEntry> {
 /// in byte order: parents come before their children and siblings are contiguous, which is what
 /// zarr-python 3's `_flat_to_nested` needs (Julia's own order makes it fail with a `KeyError`).
 fn consolidated_root<'a>(metadata: impl Iterator<Item = (&'a str, &'a [u8])>) -> Vec<u8> {
-    let mut out = Vec::from(
-        &b"{\"zarr_format\":3,\"node_type\":\"group\",\"attributes\":{\"daf\":[1,0]},\"consolidated_metadata\":{\"kind\":\"inline\",\"must_understand\":false,\"metadata\":{"[..],
-    );
+    let mut out = Vec::from(ROOT_HEAD);
     for (i, (key, entry)) in metadata.enumerate() {
         if i > 0 {
             out.push(b',');
@@ -403,6 +410,16 @@ fn consolidated_root<'a>(metadata: impl Iterator<Item = (&'a str, &'a [u8])>) ->
     }
     out.extend_from_slice(b"}}}");
     out
+}
+
+/// The length of [`consolidated_root`]'s output, counted.
+fn consolidated_root_len<'a>(metadata: impl Iterator<Item = (&'a str, &'a [u8])>) -> u64 {
+    let (mut entries, mut count) = (0u64, 0u64);
+    for (key, entry) in metadata {
+        entries += Value::from(key).to_string().len() as u64 + 1 + entry.len() as u64;
+        count += 1;
+    }
+    ROOT_HEAD.len() as u64 + entries + count.saturating_sub(1) + 3
 }
 
 /// The root `zarr.json` of a v3 directory source rebuilt from the `zarr.json` documents below it

@@ -498,3 +498,18 @@ fn named_arrays_carry_dimension_names_in_their_sorted_place() {
     let parsed: Value = serde_json::from_str(&doc).unwrap();
     assert_eq!(parsed["dimension_names"], serde_json::json!(["a \"b\"\\"]));
 }
+
+#[test]
+fn a_stat_of_the_root_zarr_json_makes_nothing() {
+    let entries = zarr_v3_view(&fixture_dataset(), "");
+    let blob = entries
+        .iter()
+        .find_map(|e| match &e.node {
+            ViewNode::File(blob) if e.path == "zarr.json" => Some(blob.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let len = blob.len().unwrap();
+    assert!(!blob.is_materialized(), "the stat made the document");
+    assert_eq!(blob.bytes().unwrap().len(), len);
+}

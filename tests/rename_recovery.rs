@@ -76,3 +76,46 @@ fn a_swap_cut_short_after_the_payload_was_renamed_is_finished_at_the_next_mount(
     );
     assert!(staging.recorded_moves().unwrap().is_empty());
 }
+
+#[test]
+fn temporaries_a_killed_daemon_left_are_removed_at_the_next_writable_mount() {
+    require_fuse!();
+    let (tmp, source) = copy_fixture("files_v1_0.daf");
+    let staging = StagingArea::for_source(&source);
+    // A copy beside its place and a rewritten document, killed before their renames, and a
+    // record of moves killed before it was renamed into place (its swap had not begun).
+    let copy = source.join("vectors/cell/.daf-mount-tmp.1.c0");
+    let document = source.join(".daf-mount-tmp.1.2");
+    let mut record = staging.root().as_os_str().to_owned();
+    record.push(".moves.tmp");
+    for path in [&copy, &document, &std::path::PathBuf::from(&record)] {
+        fs::write(path, b"half").unwrap();
+    }
+    let mnt = tmp.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let daemon = start_foreground(
+        &[source.to_str().unwrap(), mnt.to_str().unwrap()],
+        std::process::Stdio::null(),
+    );
+    let mut guard = Unmount(daemon, mnt.clone());
+    let root = mnt.clone();
+    let listing = io_timeout(&mnt, move || {
+        let mut names: Vec<_> = fs::read_dir(root.join("files_v1_0.daf/vectors/cell"))
+            .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        names.sort();
+        names
+    });
+    assert!(guard.unmount().success());
+    assert!(!listing.is_empty(), "the mount shows no vectors");
+    assert!(
+        !copy.exists(),
+        "a killed copy's temporary is left in the source"
+    );
+    assert!(!document.exists(), "a killed rewrite's temporary is left");
+    assert!(
+        !std::path::Path::new(&record).exists(),
+        "a record of moves cut short is left"
+    );
+    assert!(source.join("daf.json").exists() && source.join("vectors/cell").is_dir());
+}

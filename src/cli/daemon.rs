@@ -299,14 +299,26 @@ fn detach() -> Result<(), CliError> {
 
 /// Finishes the swap of a commit that a killed daemon left half done (`staging::moves`: its
 /// payload was renamed into the source, not copied), then opens the source again and brings its
-/// index documents (`.zmetadata`, the root `zarr.json`, `metadata.json`) up to date.
+/// index documents (`.zmetadata`, the root `zarr.json`, `metadata.json`) up to date. The
+/// temporary files a killed daemon left in a directory source (`.daf-mount-tmp.*`) are removed
+/// (and the source opened again: its first walk saw them).
 fn finish_interrupted_commit(source: Source, arg: &str) -> Result<Source, CliError> {
     let staging = StagingArea::for_source(&source.path);
     let replayed = staging.replay_moves().map_err(|error| CliError::System {
         what: format!("finishing the commit left in {}", staging.root().display()),
         error,
     })?;
-    if !replayed {
+    let mut swept = 0;
+    if source.path.is_dir() {
+        match crate::stores::dir::remove_temporaries(&source.path) {
+            Ok(n) => swept = n,
+            Err(e) => log::warn!("removing the temporary files left in the source: {e}"),
+        }
+    }
+    if swept > 0 {
+        log::warn!("removed {swept} temporary files a killed daemon left in the source");
+    }
+    if !replayed && swept == 0 {
         return Ok(source);
     }
     drop(source);

@@ -358,5 +358,9 @@ fn temp_beside(root: &Path, path: &Path) -> PathBuf {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let parent = path.parent().unwrap_or(root);
-    parent.join(format!(".daf-mount-tmp.{}.c{n}", std::process::id()))
+    parent.join(format!(
+        "{}{}.c{n}",
+        crate::stores::dir::TEMP_PREFIX,
+        std::process::id()
+    ))
 }

@@ -108,6 +108,13 @@ impl StagingArea {
     /// one (the source changed: open it again). Call before opening the source of a writable
     /// mount, with its writer lock held.
     pub fn replay_moves(&self) -> std::io::Result<bool> {
+        // A record killed before it was renamed into place: its swap had not begun.
+        let mut temp = self.moves_journal().into_os_string();
+        temp.push(".tmp");
+        match fs::remove_file(&temp) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
         let moves = self.recorded_moves()?;
         if moves.is_empty() && !self.moves_journal().exists() {
             return Ok(false);

@@ -241,7 +241,7 @@ pub fn write_atomic(root: &Path, rel: &str, data: &[u8]) -> Result<Entry, StoreE
     // A short temporary name of fixed form, so any name that fits NAME_MAX can be written.
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let temp = parent.join(format!(".daf-mount-tmp.{}.{n}", std::process::id()));
+    let temp = parent.join(format!("{TEMP_PREFIX}{}.{n}", std::process::id()));
     let result = (|| {
         let mut file = File::create(&temp)?;
         std::io::Write::write_all(&mut file, data)?;
@@ -259,6 +259,39 @@ pub fn write_atomic(root: &Path, rel: &str, data: &[u8]) -> Result<Entry, StoreE
         blob: file_blob(path, meta.len()),
         mtime,
     })
+}
+
+/// How daf-mount's own temporary files in a source are named (`.daf-mount-tmp.PID.N`): a copy
+/// or a rewrite is written under such a name, then renamed into place.
+pub const TEMP_PREFIX: &str = ".daf-mount-tmp.";
+
+/// Removes the temporary files ([`TEMP_PREFIX`]) a killed daemon left in the directory source
+/// `root` (a crash between a temporary's creation and its rename); returns how many. Call only
+/// with the source's writer lock held and no commit running, after a swap left in the middle
+/// was finished (its record names the temporaries it still renames). Symbolic links are not
+/// followed.
+pub fn remove_temporaries(root: &Path) -> std::io::Result<usize> {
+    let mut removed = 0;
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in fs::read_dir(&dir)? {
+            let entry = entry?;
+            let kind = entry.file_type()?;
+            if kind.is_dir() {
+                dirs.push(entry.path());
+            } else if entry
+                .file_name()
+                .as_encoded_bytes()
+                .starts_with(TEMP_PREFIX.as_bytes())
+            {
+                match fs::remove_file(entry.path()) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                    _ => removed += 1,
+                }
+            }
+        }
+    }
+    Ok(removed)
 }
 
 /// Creates `root/rel` and its parents if missing.

@@ -80,6 +80,40 @@ def vlen(items):
     return struct.pack("<I", len(items)) + b"".join(struct.pack("<I", len(x)) + x for x in items)
 
 
+def zarr_zip_writers(z):
+    """`group(path)` and `array(path, dtype, shape, data=None, source=None, strings=False)`, which
+    write a Zarr v2 group or one-chunk array (bytes `data`, or the file `source`) into ZipFile `z`."""
+    def group(p):
+        z.writestr((p + "/" if p else "") + ".zgroup", '{"zarr_format":2}')
+        z.writestr((p + "/" if p else "") + ".zattrs", "{}")
+
+    def array(p, dtype, shape, data=None, source=None, strings=False):
+        z.writestr(p + "/.zarray", zarray(dtype, shape, strings))
+        z.writestr(p + "/.zattrs", "{}")
+        key = p + "/" + ".".join("0" * len(shape))
+        if source:
+            z.write(source, key)
+        else:
+            z.writestr(key, data)
+    return group, array
+
+
+def zarr_skeleton(group, array, axes):
+    """A seed ZarrDaf's root, its groups for the axes cell, gene and item, and `axes`
+    (`[(name, length)]`, entries named by the axis's initial and a number)."""
+    group("")
+    array("daf", "|u1", [2], bytes([1, 0]))
+    for g in ["scalars", "axes", "vectors", "matrices", "vectors/cell", "vectors/gene", "vectors/item"]:
+        group(g)
+    for r in ["cell", "gene", "item"]:
+        group("matrices/" + r)
+        for c in ["cell", "gene", "item"]:
+            group(f"matrices/{r}/{c}")
+    for axis, n in axes:
+        names = [(axis[0] + str(i)).encode() for i in range(n)]
+        array("axes/" + axis, "|O", [n], vlen(names), strings=True)
+
+
 def make_zarr_zip(files_path, path):
     """The same data as a seed ZarrDaf in a ZIP (stored entries), written by Python's zipfile."""
     if os.path.exists(path):
@@ -87,29 +121,8 @@ def make_zarr_zip(files_path, path):
     log("building", path)
     tmp = path + ".tmp"
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
-        def group(p):
-            z.writestr((p + "/" if p else "") + ".zgroup", '{"zarr_format":2}')
-            z.writestr((p + "/" if p else "") + ".zattrs", "{}")
-
-        def array(p, dtype, shape, data=None, source=None, strings=False):
-            z.writestr(p + "/.zarray", zarray(dtype, shape, strings))
-            z.writestr(p + "/.zattrs", "{}")
-            key = p + "/" + ".".join("0" * len(shape))
-            if source:
-                z.write(source, key)
-            else:
-                z.writestr(key, data)
-        group("")
-        array("daf", "|u1", [2], bytes([1, 0]))
-        for g in ["scalars", "axes", "vectors", "matrices", "vectors/cell", "vectors/gene", "vectors/item"]:
-            group(g)
-        for r in ["cell", "gene", "item"]:
-            group("matrices/" + r)
-            for c in ["cell", "gene", "item"]:
-                group(f"matrices/{r}/{c}")
-        for axis, n in [("cell", CELLS), ("gene", GENES), ("item", 100)]:
-            names = [(axis[0] + str(i)).encode() for i in range(n)]
-            array("axes/" + axis, "|O", [n], vlen(names), strings=True)
+        group, array = zarr_zip_writers(z)
+        zarr_skeleton(group, array, [("cell", CELLS), ("gene", GENES), ("item", 100)])
         m = os.path.join(files_path, "matrices/cell/gene")
         array("matrices/cell/gene/fraction", "<f4", [GENES, CELLS], source=os.path.join(m, "fraction.data"))
         group("matrices/cell/gene/umis")

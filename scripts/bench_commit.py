@@ -106,28 +106,8 @@ def make_sources(bench, work, files_dir):
             f.write(small)
     z = os.path.join(work, "zip.daf.zarr.zip")
     with zipfile.ZipFile(z, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
-        def group(p):
-            zf.writestr((p + "/" if p else "") + ".zgroup", '{"zarr_format":2}')
-            zf.writestr((p + "/" if p else "") + ".zattrs", "{}")
-
-        def array(p, dtype, shape, data=None, source=None, strings=False):
-            zf.writestr(p + "/.zarray", bench.zarray(dtype, shape, strings))
-            zf.writestr(p + "/.zattrs", "{}")
-            key = p + "/" + ".".join("0" * len(shape))
-            if source:
-                zf.write(source, key)
-            else:
-                zf.writestr(key, data)
-        group("")
-        array("daf", "|u1", [2], bytes([1, 0]))
-        for g in ["scalars", "axes", "vectors", "matrices", "vectors/cell", "vectors/gene", "vectors/item"]:
-            group(g)
-        for r in ["cell", "gene", "item"]:
-            group("matrices/" + r)
-            for c in ["cell", "gene", "item"]:
-                group(f"matrices/{r}/{c}")
-        for axis, n in (("cell", bench.CELLS), ("gene", bench.GENES), ("item", 100)):
-            array("axes/" + axis, "|O", [n], bench.vlen([f"{axis[0]}{i}".encode() for i in range(n)]), strings=True)
+        group, array = bench.zarr_zip_writers(zf)
+        bench.zarr_skeleton(group, array, [("cell", bench.CELLS), ("gene", bench.GENES), ("item", 100)])
         array(MATRIX + "/other", "<f4", [bench.GENES, bench.CELLS], source=matrix)
         for i in range(SMALL):
             array(f"vectors/item/p{i}", "<f4", [100], small)

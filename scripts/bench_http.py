@@ -50,16 +50,7 @@ def make_remote_zarr(bench, path, mib, props):
         doc(p + "/.zattrs", {})
         write(p + "/" + ".".join("0" * len(shape)), data)
 
-    group("")
-    array("daf", "|u1", [2], bytes([1, 0]))
-    for g in ["scalars", "axes", "vectors", "matrices", "vectors/cell", "vectors/gene", "vectors/item"]:
-        group(g)
-    for r in ["cell", "gene", "item"]:
-        group("matrices/" + r)
-        for c in ["cell", "gene", "item"]:
-            group(f"matrices/{r}/{c}")
-    for axis, n in [("cell", CELLS), ("gene", genes), ("item", 100)]:
-        array("axes/" + axis, "|O", [n], bench.vlen([(axis[0] + str(i)).encode() for i in range(n)]), strings=True)
+    bench.zarr_skeleton(group, array, [("cell", CELLS), ("gene", genes), ("item", 100)])
     rng = np.random.default_rng(11)
     for i in range(props):
         array(f"vectors/item/p{i}", "<f4", [100], rng.random(100, dtype=np.float32).tobytes())

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{io_deadline, start_foreground, Unmount};
+use common::{io_deadline, rss_anon, start_foreground, Unmount};
 
 /// Rows and columns of the generated matrix (Zarr shape `[COLS, ROWS]`), `<u4`: 120 MiB.
 const ROWS: u64 = 4096;
@@ -114,13 +114,6 @@ fn zip_deflated(dir: &Path, archive: &Path) {
         .status()
         .unwrap();
     assert!(status.success());
-}
-
-fn rss_anon(pid: u32) -> u64 {
-    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("RssAnon:")).unwrap();
-    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-    kib << 10
 }
 
 /// Reads `path` whole, checking every value and the daemon's RssAnon as it goes; its most.

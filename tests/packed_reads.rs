@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{io_deadline, start_foreground, wait_exit};
+use common::{io_deadline, rss_anon, start_foreground, wait_exit};
 
 /// Rows (cells) and columns (genes) of the packed Float64 matrix: 96 MiB flat.
 const NROWS: u64 = 8192;
@@ -67,21 +67,6 @@ fn write_source(root: &Path) {
     index.extend(crc.to_le_bytes());
     index.extend(body);
     std::fs::write(root.join("matrices/cell/gene/m.zip"), index).unwrap();
-}
-
-/// The daemon's resident anonymous memory, in bytes.
-fn rss_anon(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status
-        .lines()
-        .find(|l| l.starts_with("RssAnon:"))
-        .expect("RssAnon in /proc/PID/status");
-    let kib: u64 = line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|v| v.parse().ok())
-        .unwrap();
-    kib << 10
 }
 
 fn expected_bytes(offset: u64, len: usize) -> Vec<u8> {

@@ -12,13 +12,11 @@
 mod common;
 
 use std::fs;
-use std::io::BufRead;
 use std::path::Path;
 use std::process::Stdio;
-use std::sync::mpsc;
 use std::time::Duration;
 
-use common::{io_deadline, Unmount, BIN};
+use common::{io_deadline, rss_anon, start_foreground_within, Unmount};
 
 /// Vectors `vectors/item/pN`, 3 ZIP entries each.
 const VECTORS: u64 = 100_000;
@@ -59,41 +57,6 @@ fn generate(archive: &Path) {
     assert!(status.success());
 }
 
-fn rss_anon(pid: u32) -> u64 {
-    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("RssAnon:")).unwrap();
-    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-    kib << 10
-}
-
-/// `daf-mount ARGS -f --ready-fd 1`, waiting at most `limit` for READY (a debug build takes
-/// tens of seconds to read 300,000 entries).
-fn start(args: &[&str], limit: Duration) -> std::process::Child {
-    let mut child = std::process::Command::new(BIN)
-        .args(args)
-        .args(["-f", "--ready-fd", "1"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = std::io::BufReader::new(stdout).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    match rx.recv_timeout(limit) {
-        Ok(line) => assert_eq!(line, "READY\n"),
-        Err(_) => {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("no READY line within {limit:?}");
-        }
-    }
-    child
-}
-
 #[test]
 fn a_300k_entry_archive_mounts_lists_and_stays_small() {
     require_fuse!();
@@ -105,8 +68,9 @@ fn a_300k_entry_archive_mounts_lists_and_stays_small() {
     let mnt = tmp.path().join("mnt");
     fs::create_dir(&mnt).unwrap();
     // Read-only: no ZIP tail-writer helper (a fork sharing the daemon's pages).
-    let child = start(
+    let child = start_foreground_within(
         &[archive.to_str().unwrap(), mnt.to_str().unwrap(), "-o", "ro"],
+        Stdio::inherit(),
         Duration::from_secs(240),
     );
     let pid = child.id();

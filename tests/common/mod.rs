@@ -306,6 +306,16 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_daf-mount");
 
 /// Starts `daf-mount ARGS -f --ready-fd 1` and waits (at most 20 s) for its READY line.
 pub fn start_foreground(args: &[&str], stderr: std::process::Stdio) -> std::process::Child {
+    start_foreground_within(args, stderr, Duration::from_secs(20))
+}
+
+/// Starts `daf-mount ARGS -f --ready-fd 1` and waits (at most `limit`) for its READY line; on
+/// timeout kills it and fails the test.
+pub fn start_foreground_within(
+    args: &[&str],
+    stderr: std::process::Stdio,
+    limit: Duration,
+) -> std::process::Child {
     use std::io::BufRead;
     let mut child = std::process::Command::new(BIN)
         .args(args)
@@ -321,11 +331,26 @@ pub fn start_foreground(args: &[&str], stderr: std::process::Stdio) -> std::proc
         let _ = std::io::BufReader::new(stdout).read_line(&mut line);
         let _ = tx.send(line);
     });
-    let line = rx
-        .recv_timeout(Duration::from_secs(20))
-        .expect("no READY line");
-    assert_eq!(line, "READY\n");
+    match rx.recv_timeout(limit) {
+        Ok(line) => assert_eq!(line, "READY\n"),
+        Err(_) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("no READY line within {limit:?}");
+        }
+    }
     child
+}
+
+/// The resident anonymous memory of process `pid`, in bytes.
+pub fn rss_anon(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("RssAnon:"))
+        .expect("RssAnon in /proc/PID/status");
+    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib << 10
 }
 
 /// Waits (at most `limit`) for `child` to exit; on timeout kills it, aborts the mount at `mnt`

@@ -5,11 +5,10 @@ use std::ffi::OsStr;
 use std::path::PathBuf;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
+use super::tests::writable_both;
 use super::{DafFs, FsError};
-use crate::formats::source::open_source;
-use crate::views::ViewSelection;
 
 const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/vectors");
 
@@ -25,14 +24,7 @@ fn writable_copy() -> (tempfile::TempDir, PathBuf, Arc<DafFs>) {
         .unwrap();
     assert!(copied.success());
     let source = tmp.path().join("files_v1_0.daf");
-    let opened = open_source(source.to_str().unwrap()).unwrap();
-    let staging = crate::staging::StagingArea::for_source(&opened.path);
-    let fs = Arc::new(DafFs::with_staging(
-        opened.datasets,
-        ViewSelection::Both,
-        SystemTime::UNIX_EPOCH,
-        Some(staging),
-    ));
+    let fs = Arc::new(writable_both(&source));
     (tmp, source, fs)
 }
 
@@ -189,14 +181,7 @@ fn reads_go_on_while_an_append_to_a_zip_source_writes() {
     let tmp = tempfile::tempdir().unwrap();
     let archive = tmp.path().join("zarr_v2.daf.zarr.zip");
     std::fs::copy(format!("{VECTORS}/zarr_v2.daf.zarr.zip"), &archive).unwrap();
-    let opened = open_source(archive.to_str().unwrap()).unwrap();
-    let staging = crate::staging::StagingArea::for_source(&opened.path);
-    let fs = Arc::new(DafFs::with_staging(
-        opened.datasets,
-        ViewSelection::Both,
-        SystemTime::UNIX_EPOCH,
-        Some(staging),
-    ));
+    let fs = Arc::new(writable_both(&archive));
     let (paused, in_append) = channel();
     let (resume, resumed) = channel();
     *fs.appender.pause.lock().unwrap() = Some((paused, resumed));
@@ -248,14 +233,7 @@ fn writable_zip() -> (tempfile::TempDir, PathBuf, Arc<DafFs>) {
     let tmp = tempfile::tempdir().unwrap();
     let archive = tmp.path().join("zarr_v2.daf.zarr.zip");
     std::fs::copy(format!("{VECTORS}/zarr_v2.daf.zarr.zip"), &archive).unwrap();
-    let opened = open_source(archive.to_str().unwrap()).unwrap();
-    let staging = crate::staging::StagingArea::for_source(&opened.path);
-    let fs = Arc::new(DafFs::with_staging(
-        opened.datasets,
-        ViewSelection::Both,
-        SystemTime::UNIX_EPOCH,
-        Some(staging),
-    ));
+    let fs = Arc::new(writable_both(&archive));
     (tmp, archive, fs)
 }
 

@@ -434,14 +434,7 @@ fn recovery_leaves_alone_what_a_writer_stages_after_the_mount() {
         .status()
         .unwrap();
     assert!(copied.success());
-    let opened = open_source(tmp.path().join("files_v1_0.daf").to_str().unwrap()).unwrap();
-    let staging = crate::staging::StagingArea::for_source(&opened.path);
-    let fs = DafFs::with_staging(
-        opened.datasets,
-        ViewSelection::Both,
-        SystemTime::UNIX_EPOCH,
-        Some(staging),
-    );
+    let fs = writable_both(&tmp.path().join("files_v1_0.daf"));
     // A writer's first file, staged before the recovery thread looked.
     let dir = fs.resolve("files_v1_0.daf/vectors/cell").unwrap();
     let (_, fh) = fs
@@ -463,14 +456,7 @@ fn zip_with_paused_append(
     std::sync::mpsc::Receiver<()>,
     std::sync::mpsc::Sender<()>,
 ) {
-    let opened = open_source(archive.to_str().unwrap()).unwrap();
-    let staging = crate::staging::StagingArea::for_source(&opened.path);
-    let fs = DafFs::with_staging(
-        opened.datasets,
-        ViewSelection::Both,
-        SystemTime::UNIX_EPOCH,
-        Some(staging),
-    );
+    let fs = writable_both(archive);
     let (paused, in_append) = std::sync::mpsc::channel();
     let (resume, resumed) = std::sync::mpsc::channel();
     *fs.appender.pause.lock().unwrap() = Some((paused, resumed));
@@ -541,4 +527,16 @@ fn recovery_keeps_an_item_accepted_until_its_append_is_done() {
     );
     let big = fs.resolve("zarr_v2.daf/vectors/cell/big.data").unwrap();
     assert_eq!(fs.content(big).unwrap().as_slice(), [1u8; 12]);
+}
+
+/// A writable filesystem (both views) over the source at `source`, staging beside it.
+pub(super) fn writable_both(source: &Path) -> DafFs {
+    let opened = open_source(source.to_str().unwrap()).unwrap();
+    let staging = crate::staging::StagingArea::for_source(&opened.path);
+    DafFs::with_staging(
+        opened.datasets,
+        ViewSelection::Both,
+        SystemTime::UNIX_EPOCH,
+        Some(staging),
+    )
 }

@@ -9,23 +9,25 @@ use std::ffi::OsStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::sync::{Mutex, Weak};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use fuser::{
-    BackingId, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
-    InitFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, ReplyAttr, ReplyCreate, ReplyData,
+    BackingId, FileAttr, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, OpenAccMode, OpenFlags, ReplyAttr, ReplyCreate, ReplyData,
     ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
     Request, TimeOrNow, WriteFlags,
 };
 
-use crate::core::{Attr, DafFs, Kind};
+use crate::core::{Attr, DafFs};
 
+mod attrs;
 mod config;
 mod errors;
 mod kernel_cache;
 mod page_fill;
 mod process;
 
+use attrs::{dot_attr, file_type, ttl};
 pub use config::{mount_config, MountSettings};
 pub use errors::errno;
 use errors::{answer, guarded, guarded_on};
@@ -33,27 +35,8 @@ pub use kernel_cache::NotifierSlot;
 use page_fill::PageFill;
 use process::process_of;
 
-/// How long the kernel may cache names and attributes of committed content (a commit that
-/// changes them invalidates the kernel's copy).
-const TTL: Duration = Duration::from_secs(60);
 /// More directory entries than one reply can hold (a reply is a page).
 const READDIR_BATCH: usize = 256;
-
-/// The same for files being written, whose size changes under other handles.
-const STAGED_TTL: Duration = Duration::from_secs(1);
-
-/// Attributes of a file that could not be produced: not cached, so each `stat` asks again.
-const NO_TTL: Duration = Duration::ZERO;
-
-fn ttl(attr: &Attr) -> &'static Duration {
-    if attr.unknown_size {
-        &NO_TTL
-    } else if attr.volatile {
-        &STAGED_TTL
-    } else {
-        &TTL
-    }
-}
 
 /// The FUSE face of a [`DafFs`].
 #[derive(Debug)]
@@ -92,23 +75,7 @@ impl FuseAdapter {
     }
 
     fn attr(&self, a: &Attr) -> FileAttr {
-        FileAttr {
-            ino: INodeNo(a.ino),
-            size: a.size,
-            blocks: a.size.div_ceil(512),
-            atime: a.mtime,
-            mtime: a.mtime,
-            ctime: a.mtime,
-            crtime: a.mtime,
-            kind: file_type(a.kind),
-            perm: a.perm,
-            nlink: a.nlink,
-            uid: self.uid,
-            gid: self.gid,
-            rdev: 0,
-            blksize: 4096,
-            flags: 0,
-        }
+        attrs::file_attr(a, self.uid, self.gid)
     }
 }
 
@@ -135,27 +102,6 @@ impl FuseAdapter {
         if let Some(opener) = process_of(req.pid()) {
             self.core.opened_by(fh, opener);
         }
-    }
-}
-
-/// What `readdirplus` sends for `.` and `..`, which the kernel ignores: not cached either.
-fn dot_attr(ino: u64) -> Attr {
-    Attr {
-        ino,
-        kind: Kind::Dir,
-        size: 0,
-        perm: 0o555,
-        nlink: 2,
-        mtime: SystemTime::UNIX_EPOCH,
-        volatile: false,
-        unknown_size: true,
-    }
-}
-
-fn file_type(kind: Kind) -> FileType {
-    match kind {
-        Kind::Dir => FileType::Directory,
-        Kind::File => FileType::RegularFile,
     }
 }
 

@@ -1,8 +1,10 @@
 //! The only module of daf-mount that contains `unsafe` code: read-only memory maps of source
 //! files, the two C-Blosc calls that decode blosc-compressed foreign Zarr chunks, `fork`,
 //! closing inherited descriptors, adopting descriptors received over a socket, fixing the C
-//! allocator's threshold for memory-mapped blocks, and handing the heap's free pages back
-//! (`malloc_trim`).
+//! allocator's threshold for memory-mapped blocks, handing the heap's free pages back
+//! (`malloc_trim`), and the calls a ZIP append uses to stay out of the readers' way: lowering a
+//! thread's CPU and I/O priority, the kernel's file-to-file copy (`copy_file_range`) and paced
+//! writeback (`sync_file_range`).
 //!
 //! Everything above this module works with safe `&[u8]` views and `Vec<u8>` results.
 
@@ -155,5 +157,122 @@ pub fn release_free_memory() {
     // is safe to call from any thread at any time.
     unsafe {
         libc::malloc_trim(0);
+    }
+}
+
+/// What [`lower_thread_priority`] could lower.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lowered {
+    /// The thread runs under `SCHED_IDLE` (only when a CPU has nothing else to run), or, if
+    /// that was refused, at nice 19.
+    pub cpu: bool,
+    /// Its I/O is in the lowest best-effort class (`IOPRIO_CLASS_BE`, level 7).
+    pub io: bool,
+}
+
+/// Lowers the calling thread's (only this thread's, not the process's) CPU priority to
+/// `SCHED_IDLE` (nice 19 if refused) and its I/O priority to best-effort level 7, for work that
+/// must yield to the threads serving reads. An unprivileged thread cannot raise it back, so run
+/// it on a thread of its own that ends with the work.
+pub fn lower_thread_priority() -> Lowered {
+    #[cfg(target_os = "linux")]
+    {
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: `sched_setscheduler` with pid 0 changes only the calling thread's policy; it
+        // reads the `sched_param` we pass by a valid pointer (priority 0, the only one
+        // `SCHED_IDLE` accepts) and touches no memory of ours.
+        let idle = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } == 0;
+        let cpu = idle || {
+            // SAFETY: `gettid` takes no argument and cannot fail; `setpriority` with
+            // PRIO_PROCESS and a thread id changes only that thread's nice value.
+            let tid = unsafe { libc::gettid() };
+            let who = libc::id_t::try_from(tid).unwrap_or(0);
+            who != 0 && unsafe { libc::setpriority(libc::PRIO_PROCESS, who, 19) } == 0
+        };
+        // ioprio_set(IOPRIO_WHO_PROCESS, 0 = the calling thread, IOPRIO_PRIO_VALUE(BE, 7)).
+        const IOPRIO_WHO_PROCESS: libc::c_long = 1;
+        const IOPRIO_BE_LOWEST: libc::c_long = (2 << 13) | 7;
+        // SAFETY: a raw system call with three integer arguments and no pointer; it changes
+        // only the calling thread's I/O priority (its own I/O context) and fails cleanly
+        // (ENOSYS, EPERM) where it is not allowed.
+        let io = unsafe { libc::syscall(libc::SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, IOPRIO_BE_LOWEST) }
+            == 0;
+        Lowered { cpu, io }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        Lowered {
+            cpu: false,
+            io: false,
+        }
+    }
+}
+
+/// The calling thread's scheduling policy and I/O priority as the kernel reports them
+/// (`sched_getscheduler`, `ioprio_get`): for tests of [`lower_thread_priority`].
+pub fn thread_priority() -> (i32, i64) {
+    // SAFETY: both are query-only calls about the calling thread, with integer arguments only.
+    let policy = unsafe { libc::sched_getscheduler(0) };
+    // SAFETY: as above (IOPRIO_WHO_PROCESS, 0 = the calling thread).
+    let ioprio = unsafe { libc::syscall(libc::SYS_ioprio_get, 1 as libc::c_long, 0 as libc::c_long) };
+    (policy, ioprio)
+}
+
+/// Copies `len` bytes of `from` at `from_at` into `to` at `to_at` inside the kernel
+/// (`copy_file_range`: no user-space buffer; on file systems that share extents, no copy at
+/// all). Returns how many bytes it copied: fewer than `len` (even 0) at the end of `from`; an
+/// error (`EXDEV`, `EINVAL`, `EOPNOTSUPP`, `ENOSYS`) where the kernel cannot copy between these
+/// two files, for the caller to copy itself. Neither file's position is used or moved.
+pub fn copy_range(from: &File, from_at: u64, to: &File, to_at: u64, len: u64) -> io::Result<u64> {
+    let mut from_at = i64::try_from(from_at).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let mut to_at = i64::try_from(to_at).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let len = usize::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    use std::os::fd::AsRawFd;
+    // SAFETY: the two offsets are valid, exclusive pointers to locals that live across the call
+    // (the kernel reads and updates them); the descriptors are owned by `from` and `to`, open
+    // for the call; flags 0. The kernel writes no other memory of ours.
+    let copied = unsafe {
+        libc::syscall(
+            libc::SYS_copy_file_range,
+            from.as_raw_fd(),
+            &mut from_at as *mut i64,
+            to.as_raw_fd(),
+            &mut to_at as *mut i64,
+            len,
+            0 as libc::c_uint,
+        )
+    };
+    u64::try_from(copied).map_err(|_| io::Error::last_os_error())
+}
+
+/// Starts the writeback of the dirty pages of `file` in `[at, at + len)` without waiting for
+/// it (`sync_file_range(SYNC_FILE_RANGE_WRITE)`): no file metadata, no disk cache flush, so it
+/// is no substitute for `fsync`; it spreads the writing of a large copy over the copy.
+pub fn start_writeback(file: &File, at: u64, len: u64) -> io::Result<()> {
+    sync_range(file, at, len, libc::SYNC_FILE_RANGE_WRITE)
+}
+
+/// Waits until the pages of `file` in `[at, at + len)` are written (starting the writeback of
+/// those still dirty): `sync_file_range(WAIT_BEFORE | WRITE | WAIT_AFTER)`. A write error is
+/// reported here (and then no longer by a later `fsync` of the same descriptor), so the caller
+/// must treat an error as the write's failure.
+pub fn wait_writeback(file: &File, at: u64, len: u64) -> io::Result<()> {
+    sync_range(
+        file,
+        at,
+        len,
+        libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE | libc::SYNC_FILE_RANGE_WAIT_AFTER,
+    )
+}
+
+fn sync_range(file: &File, at: u64, len: u64, flags: libc::c_uint) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let at = libc::off64_t::try_from(at).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let len = libc::off64_t::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: integer arguments only and a descriptor `file` owns and keeps open for the call;
+    // the call touches no memory of ours.
+    match unsafe { libc::sync_file_range(file.as_raw_fd(), at, len, flags) } {
+        0 => Ok(()),
+        _ => Err(io::Error::last_os_error()),
     }
 }

@@ -5,6 +5,11 @@
 //! first job (after the daemon forked), runs the jobs in order, so appends to an archive never
 //! overlap: it appends the entries ([`PendingAppend::write`]: copy, checksum, `fsync`, then the
 //! central directory), swaps the item over to the archive's bytes, and deletes the staged files.
+//! The append itself (the copy, checksums and writeback, seconds for a large property) runs on
+//! a short-lived thread of its own at the lowest CPU and I/O priority ([`write_yielding`]), so
+//! that it yields to the threads serving reads; the swap, which takes the state lock every read
+//! needs, runs back on the queue's thread at normal priority (a low-priority thread holding that
+//! lock could be kept off the CPU by busy readers, and keep them all waiting).
 //! Until then the staged files stay on disk, so a daemon killed meanwhile loses nothing: they
 //! are shown (and committed) again at the next mount. [`Appender::wait`] is the durability
 //! point: `fsync`, `fsyncdir` and unmount wait for the queue. A failed append (a full disk) is
@@ -18,7 +23,7 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock};
 use crate::formats::model::PropertyId;
 use crate::staging::commit::{CommitError, PendingAppend};
 use crate::staging::StagingArea;
-use crate::stores::StoreError;
+use crate::stores::{StoreError, StoreIndex};
 
 use super::{FsError, State};
 use crate::stores::lock;
@@ -192,20 +197,21 @@ fn run(
     staging: &StagingArea,
     before_swap: &dyn Fn(),
 ) -> Result<(), CommitError> {
-    let written = job.append.write()?;
+    let written = write_yielding(&job.append)?;
     before_swap();
-    let served_before = {
+    let (served_before, held) = {
         let mut state = state.write().unwrap_or_else(|p| p.into_inner());
+        let locked = std::time::Instant::now();
         let ds = state
             .datasets
             .get_mut(job.dataset)
             .ok_or_else(|| CommitError::Invalid("data set gone".into()))?;
         let served_before = job.append.serve_from(ds, &written)?;
         state.rebuild();
-        served_before
+        (served_before, locked.elapsed())
     };
     log::info!(
-        "appended {} to {}",
+        "appended {} to {} (the swap held the state lock {held:?})",
         job.append.id.path(),
         job.append.archive.display()
     );
@@ -219,4 +225,30 @@ fn run(
         .map(|(p, disk)| (p.as_str(), disk.as_path()));
     super::commit::discard_staged(&state, staging, files);
     Ok(())
+}
+
+/// Runs `append`'s write (the copy, checksums and `fsync`s) on a thread of its own whose CPU and
+/// I/O priority is lowered first ([`crate::sys::lower_thread_priority`]), and waits for it. If
+/// no thread can be started, writes on this one, at its priority.
+fn write_yielding(append: &PendingAppend) -> Result<StoreIndex, CommitError> {
+    std::thread::scope(|scope| {
+        let spawned = std::thread::Builder::new()
+            .name("zip-append-io".into())
+            .spawn_scoped(scope, || {
+                let lowered = crate::sys::lower_thread_priority();
+                if lowered != (crate::sys::Lowered { cpu: true, io: true }) {
+                    log::debug!("the ZIP append's priority could only be lowered as {lowered:?}");
+                }
+                append.write()
+            });
+        match spawned {
+            Ok(thread) => thread
+                .join()
+                .unwrap_or_else(|_| Err(CommitError::Invalid("the ZIP append panicked".into()))),
+            Err(e) => {
+                log::warn!("cannot start a low-priority thread for a ZIP append ({e}): appending at normal priority");
+                append.write()
+            }
+        }
+    })
 }

@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use crate::formats::model::{Item, PropertyId};
 use crate::formats::source::{Format, NamedDataset, Place};
+use crate::stores::zip_copy::Payload;
 use crate::stores::{zip_append, Blob, Bytes, Entry, StoreIndex};
 use crate::views::layout::layout;
 use crate::views::ViewNode;
@@ -73,7 +74,9 @@ impl PendingAppend {
         for (path, blob) in &self.files {
             let bytes = blob.bytes()?;
             if !source.elides(path, bytes.as_slice()) {
-                made.push((format!("{}{path}", self.prefix), bytes));
+                // A staged file's bytes are copied from it by the kernel.
+                let file = blob.backing_file().map(PathBuf::from);
+                made.push((format!("{}{path}", self.prefix), Payload { bytes, file }));
             }
         }
         #[cfg(test)]
@@ -83,7 +86,7 @@ impl PendingAppend {
             for (key, bytes) in &self.implied {
                 let key = format!("{}{key}", self.prefix);
                 if !archive.records.iter().any(|r| r.name == key) {
-                    files.push((key, Bytes::from_vec(bytes.clone())));
+                    files.push((key, Payload::bytes(Bytes::from_vec(bytes.clone()))));
                 }
             }
             files.extend(made);

@@ -28,6 +28,7 @@ pub mod rendered;
 pub mod store;
 pub mod zip;
 pub mod zip_append;
+pub mod zip_copy;
 pub mod zip_entry;
 pub mod zip_stream;
 pub mod zip_write;

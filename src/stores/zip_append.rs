@@ -5,8 +5,9 @@
 //! 1. if the gap before the central directory is too small, a *tail write* relocates the
 //!    directory (and a fresh trailer) further out, leaving a gap; the old directory and trailer
 //!    become part of the gap;
-//! 2. the new local headers and data are written into the gap and `fsync`ed: the archive is
-//!    unchanged for every reader, as the directory does not list them;
+//! 2. the new data and local headers are written into the gap (by [`super::zip_copy`]: a kernel
+//!    copy from a staged file, the CRC-32 read back from the archive, paced writeback) and
+//!    `fsync`ed: the archive is unchanged for every reader, as the directory does not list them;
 //! 3. a *tail write* puts the new directory records and trailer right after the existing records
 //!    (over the old trailer) and `fsync`s: the commit point.
 //!
@@ -25,7 +26,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::lock;
 use super::zip::{open_archive, ZipArchive};
-use super::zip_write::{central_record, dos_time, local_header, padding, trailer};
+use super::zip_copy::{Copier, Payload};
+use super::zip_write::{central_record, dos_time, local_header, local_header_len, padding, trailer};
 use super::{Blob, Bytes, Entry, StoreError};
 use crate::sys::{fork, Forked};
 
@@ -150,8 +152,9 @@ fn tail_write(path: &Path, offset: u64, data: &[u8]) -> std::io::Result<()> {
 struct Planned {
     name: String,
     header_offset: u64,
-    local_header: Vec<u8>,
+    pad: u64,
     data_offset: u64,
+    /// Known once the data is written.
     crc: u32,
     size: u64,
 }
@@ -173,13 +176,18 @@ pub fn append(
     path: &Path,
     entries: &[(String, Bytes)],
 ) -> Result<Vec<(String, Entry)>, StoreError> {
-    append_with(path, |_| entries.to_vec())
+    append_with(path, |_| {
+        entries
+            .iter()
+            .map(|(name, bytes)| (name.clone(), Payload::bytes(bytes.clone())))
+            .collect()
+    })
 }
 
 /// [`append`] of the entries that `plan` chooses, given the archive as it is (parsed once).
 pub fn append_with(
     path: &Path,
-    plan: impl FnOnce(&ZipArchive) -> Vec<(String, Bytes)>,
+    plan: impl FnOnce(&ZipArchive) -> Vec<(String, Payload)>,
 ) -> Result<Vec<(String, Entry)>, StoreError> {
     let io = |e: std::io::Error| StoreError::io(path, e);
     let archive = open_archive(path)?;
@@ -198,20 +206,18 @@ pub fn append_with(
     // Plan the new entries from the end of the last entry.
     let mut planned = Vec::with_capacity(entries.len());
     let mut at = entries_end;
-    for (name, bytes) in entries {
-        let crc = crc32fast::hash(bytes.as_slice());
+    for (name, payload) in entries {
         let pad = padding(at + 50 + name.len() as u64);
-        let header = local_header(name.as_bytes(), crc, bytes.len(), pad, dos);
-        let data_offset = at + header.len() as u64;
+        let data_offset = at + local_header_len(name.len(), pad);
         planned.push(Planned {
             name: name.clone(),
             header_offset: at,
-            local_header: header,
+            pad,
             data_offset,
-            crc,
-            size: bytes.len(),
+            crc: 0,
+            size: payload.bytes.len(),
         });
-        at = data_offset + bytes.len();
+        at = data_offset + payload.bytes.len();
     }
     let old_cd =
         data[archive.cd_offset as usize..(archive.cd_offset + archive.cd_size) as usize].to_vec();
@@ -231,14 +237,19 @@ pub fn append_with(
         cd_offset = new_offset;
     }
     // The new entries go into the gap; nothing lists them yet.
-    let file = OpenOptions::new().write(true).open(path).map_err(io)?;
-    for (plan, (_, bytes)) in planned.iter().zip(entries) {
-        file.write_all_at(&plan.local_header, plan.header_offset)
-            .map_err(io)?;
-        file.write_all_at(bytes.as_slice(), plan.data_offset)
-            .map_err(io)?;
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(io)?;
+    let mut copier = Copier::new(&file, entries_end);
+    for (plan, (_, payload)) in planned.iter_mut().zip(entries) {
+        plan.crc = copier.write(plan.data_offset, payload).map_err(io)?;
+        let header = local_header(plan.name.as_bytes(), plan.crc, plan.size, plan.pad, dos);
+        file.write_all_at(&header, plan.header_offset).map_err(io)?;
     }
     file.sync_all().map_err(io)?;
+    log::debug!("appended to {}: {:?}", path.display(), copier.copied);
     // Commit: the new records and trailer after the existing records.
     let mut records = Vec::new();
     for plan in &planned {

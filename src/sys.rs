@@ -195,8 +195,14 @@ pub fn lower_thread_priority() -> Lowered {
         // SAFETY: a raw system call with three integer arguments and no pointer; it changes
         // only the calling thread's I/O priority (its own I/O context) and fails cleanly
         // (ENOSYS, EPERM) where it is not allowed.
-        let io = unsafe { libc::syscall(libc::SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, IOPRIO_BE_LOWEST) }
-            == 0;
+        let io = unsafe {
+            libc::syscall(
+                libc::SYS_ioprio_set,
+                IOPRIO_WHO_PROCESS,
+                0,
+                IOPRIO_BE_LOWEST,
+            )
+        } == 0;
         Lowered { cpu, io }
     }
     #[cfg(not(target_os = "linux"))]
@@ -208,13 +214,20 @@ pub fn lower_thread_priority() -> Lowered {
     }
 }
 
-/// The calling thread's scheduling policy and I/O priority as the kernel reports them
-/// (`sched_getscheduler`, `ioprio_get`): for tests of [`lower_thread_priority`].
-pub fn thread_priority() -> (i32, i64) {
-    // SAFETY: both are query-only calls about the calling thread, with integer arguments only.
-    let policy = unsafe { libc::sched_getscheduler(0) };
-    // SAFETY: as above (IOPRIO_WHO_PROCESS, 0 = the calling thread).
-    let ioprio = unsafe { libc::syscall(libc::SYS_ioprio_get, 1 as libc::c_long, 0 as libc::c_long) };
+/// Thread `tid`'s (0: the calling thread's) scheduling policy and I/O priority as the kernel
+/// reports them (`sched_getscheduler`, `ioprio_get`; -1 where it cannot): for the tests of
+/// [`lower_thread_priority`] and of its callers.
+pub fn thread_priority(tid: i32) -> (i32, i64) {
+    // SAFETY: both are query-only calls about one thread of ours, with integer arguments only.
+    let policy = unsafe { libc::sched_getscheduler(tid) };
+    // SAFETY: as above (IOPRIO_WHO_PROCESS = 1, then the thread id).
+    let ioprio = unsafe {
+        libc::syscall(
+            libc::SYS_ioprio_get,
+            1 as libc::c_long,
+            libc::c_long::from(tid),
+        )
+    };
     (policy, ioprio)
 }
 
@@ -224,8 +237,10 @@ pub fn thread_priority() -> (i32, i64) {
 /// error (`EXDEV`, `EINVAL`, `EOPNOTSUPP`, `ENOSYS`) where the kernel cannot copy between these
 /// two files, for the caller to copy itself. Neither file's position is used or moved.
 pub fn copy_range(from: &File, from_at: u64, to: &File, to_at: u64, len: u64) -> io::Result<u64> {
-    let mut from_at = i64::try_from(from_at).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    let mut to_at = i64::try_from(to_at).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let mut from_at =
+        i64::try_from(from_at).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let mut to_at =
+        i64::try_from(to_at).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     let len = usize::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     use std::os::fd::AsRawFd;
     // SAFETY: the two offsets are valid, exclusive pointers to locals that live across the call
@@ -261,18 +276,46 @@ pub fn wait_writeback(file: &File, at: u64, len: u64) -> io::Result<()> {
         file,
         at,
         len,
-        libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE | libc::SYNC_FILE_RANGE_WAIT_AFTER,
+        libc::SYNC_FILE_RANGE_WAIT_BEFORE
+            | libc::SYNC_FILE_RANGE_WRITE
+            | libc::SYNC_FILE_RANGE_WAIT_AFTER,
     )
 }
 
 fn sync_range(file: &File, at: u64, len: u64, flags: libc::c_uint) -> io::Result<()> {
     use std::os::fd::AsRawFd;
-    let at = libc::off64_t::try_from(at).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    let len = libc::off64_t::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let at =
+        libc::off64_t::try_from(at).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let len =
+        libc::off64_t::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     // SAFETY: integer arguments only and a descriptor `file` owns and keeps open for the call;
     // the call touches no memory of ours.
     match unsafe { libc::sync_file_range(file.as_raw_fd(), at, len, flags) } {
         0 => Ok(()),
         _ => Err(io::Error::last_os_error()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lowering_a_threads_priority_leaves_the_other_threads_alone() {
+        let before = thread_priority(0);
+        let (lowered, inside) =
+            std::thread::spawn(|| (lower_thread_priority(), thread_priority(0)))
+                .join()
+                .unwrap();
+        assert_eq!(
+            lowered,
+            Lowered {
+                cpu: true,
+                io: true
+            }
+        );
+        assert_eq!(inside, (libc::SCHED_IDLE, (2 << 13) | 7));
+        assert_eq!(thread_priority(0), before);
+        assert_eq!(before.0, libc::SCHED_OTHER);
     }
 }

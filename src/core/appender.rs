@@ -236,7 +236,12 @@ fn write_yielding(append: &PendingAppend) -> Result<StoreIndex, CommitError> {
             .name("zip-append-io".into())
             .spawn_scoped(scope, || {
                 let lowered = crate::sys::lower_thread_priority();
-                if lowered != (crate::sys::Lowered { cpu: true, io: true }) {
+                if lowered
+                    != (crate::sys::Lowered {
+                        cpu: true,
+                        io: true,
+                    })
+                {
                     log::debug!("the ZIP append's priority could only be lowered as {lowered:?}");
                 }
                 append.write()

@@ -336,3 +336,63 @@ fn a_staged_payload_with_a_second_name_is_copied_not_moved() {
     assert_ne!(ino(&committed), ino(&twin), "the linked payload was moved");
     assert_eq!(std::fs::read(&twin).unwrap(), [5u8; 12]);
 }
+
+/// The threads of this process named `name`, by thread id.
+fn threads_named(name: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|task| {
+            let task = task.ok()?.path();
+            let comm = std::fs::read_to_string(task.join("comm")).ok()?;
+            (comm.trim_end() == name).then(|| task.file_name()?.to_str()?.parse().ok())?
+        })
+        .collect()
+}
+
+#[test]
+fn a_zip_append_writes_at_the_lowest_priority_and_swaps_at_normal_priority() {
+    let (_tmp, archive, fs) = writable_zip();
+    let (paused, in_append) = channel();
+    let (resume, resumed) = channel();
+    crate::staging::zip_commit::PAUSE_MADE
+        .lock()
+        .unwrap()
+        .push((archive.clone(), paused, resumed));
+    let dir = fs.resolve("zarr_v2.daf/vectors/cell").unwrap();
+    write_file(
+        &fs,
+        dir,
+        "p.json",
+        br#"{"format":"dense","eltype":"Float32"}"#,
+    )
+    .unwrap();
+    write_file(&fs, dir, "p.data", &[9u8; 12]).unwrap();
+    in_append
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the append never started");
+    // While it writes: on a thread of its own, at SCHED_IDLE and I/O priority BE-7, while the
+    // queue's thread, which will take the state lock for the swap, keeps the normal priority.
+    let writers: Vec<_> = threads_named("zip-append-io")
+        .into_iter()
+        .map(crate::sys::thread_priority)
+        .collect();
+    let queues: Vec<_> = threads_named("zip-append")
+        .into_iter()
+        .map(crate::sys::thread_priority)
+        .collect();
+    resume.send(()).unwrap();
+    fs.finalize("").unwrap();
+    assert!(
+        writers.contains(&(libc::SCHED_IDLE, (2 << 13) | 7)),
+        "{writers:?}"
+    );
+    assert!(!queues.is_empty());
+    assert!(
+        queues
+            .iter()
+            .all(|(policy, _)| *policy == libc::SCHED_OTHER),
+        "{queues:?}"
+    );
+    let p = fs.resolve("zarr_v2.daf/vectors/cell/p.data").unwrap();
+    assert_eq!(fs.content(p).unwrap().as_slice(), [9u8; 12]);
+}

@@ -27,7 +27,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use super::lock;
 use super::zip::{open_archive, ZipArchive};
 use super::zip_copy::{Copier, Payload};
-use super::zip_write::{central_record, dos_time, local_header, local_header_len, padding, trailer};
+use super::zip_write::{
+    central_record, dos_time, local_header, local_header_len, padding, trailer,
+};
 use super::{Blob, Bytes, Entry, StoreError};
 use crate::sys::{fork, Forked};
 

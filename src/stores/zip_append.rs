@@ -192,6 +192,7 @@ pub fn append_with(
     plan: impl FnOnce(&ZipArchive) -> Vec<(String, Payload)>,
 ) -> Result<Vec<(String, Entry)>, StoreError> {
     let io = |e: std::io::Error| StoreError::io(path, e);
+    let started = std::time::Instant::now();
     let archive = open_archive(path)?;
     let entries = &plan(&archive);
     let data = archive.bytes.as_slice();
@@ -251,7 +252,13 @@ pub fn append_with(
         file.write_all_at(&header, plan.header_offset).map_err(io)?;
     }
     file.sync_all().map_err(io)?;
-    log::debug!("appended to {}: {:?}", path.display(), copier.copied);
+    log::debug!(
+        "wrote {} entries into {} in {:?}: {:?}",
+        planned.len(),
+        path.display(),
+        started.elapsed(),
+        copier.copied
+    );
     // Commit: the new records and trailer after the existing records.
     let mut records = Vec::new();
     for plan in &planned {

@@ -183,10 +183,11 @@ pub fn lower_thread_priority() -> Lowered {
         // `SCHED_IDLE` accepts) and touches no memory of ours.
         let idle = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } == 0;
         let cpu = idle || {
-            // SAFETY: `gettid` takes no argument and cannot fail; `setpriority` with
-            // PRIO_PROCESS and a thread id changes only that thread's nice value.
+            // SAFETY: `gettid` takes no argument and cannot fail.
             let tid = unsafe { libc::gettid() };
             let who = libc::id_t::try_from(tid).unwrap_or(0);
+            // SAFETY: integer arguments only; on Linux, PRIO_PROCESS with a thread id changes
+            // only that thread's nice value (here, the calling thread's).
             who != 0 && unsafe { libc::setpriority(libc::PRIO_PROCESS, who, 19) } == 0
         };
         // ioprio_set(IOPRIO_WHO_PROCESS, 0 = the calling thread, IOPRIO_PRIO_VALUE(BE, 7)).

@@ -162,7 +162,18 @@ impl DafFs {
         };
         log::info!("committed {} of {}", id.path(), root.canonical);
         let changed = item_mount_paths(&state, root.dataset, &id);
-        let inos: Vec<u64> = changed.iter().map(|p| state.inodes.ino(p)).collect();
+        // Their directories too, up to the root: in every view, a new item's names (a Zarr
+        // array is a directory, a sparse one a group of them) appear there, and the kernel
+        // keeps listings and attributes (`st_nlink` included) until told.
+        let mut inos: Vec<u64> = changed
+            .iter()
+            .flat_map(|p| {
+                std::iter::successors(Some(p.as_str()), |p| p.rsplit_once('/').map(|(d, _)| d))
+            })
+            .map(|p| state.inodes.ino(p))
+            .collect();
+        inos.sort_unstable();
+        inos.dedup();
         self.invalidate(inos);
         for (path, _) in &members {
             state.staged.remove(path);

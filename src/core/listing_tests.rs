@@ -103,3 +103,82 @@ fn a_first_stat_of_a_large_directory_counts_nothing() {
         assert_eq!(attr.nlink as usize, 2 + arrays, "{view}");
     }
 }
+
+/// Pages of directory `dir` through `list_page`, each reply holding `room` entries, with
+/// attributes: (name, ino, attributes) of every entry, in order.
+fn pages(fs: &DafFs, dir: u64, room: usize) -> Vec<(String, u64, Option<Attr>)> {
+    let mut out = Vec::new();
+    let mut offset = 0;
+    loop {
+        let mut page = Vec::new();
+        fs.list_page(dir, offset, PAGE, true, |e| {
+            if page.len() == room {
+                return true;
+            }
+            page.push((e.name.to_string(), e.ino, e.attr, e.next_offset));
+            false
+        })
+        .unwrap();
+        let Some(last) = page.last() else {
+            return out;
+        };
+        offset = last.3;
+        out.extend(
+            page.into_iter()
+                .map(|(name, ino, attr, _)| (name, ino, attr)),
+        );
+    }
+}
+
+#[test]
+fn a_full_reply_ends_a_page_and_the_next_page_resumes_at_the_entry_it_refused() {
+    let fs = with_many_vectors("zarr_v2.daf.zarr", 300);
+    let ns = fs.namespace();
+    for view in ["zarr_v2.daf.zarr", "zarr_v2.daf"] {
+        let dir = resolve_in(&ns, &format!("{view}/vectors/cell")).unwrap();
+        let all: Vec<(String, u64)> = fs
+            .readdir(dir, 0, usize::MAX)
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.name, e.ino))
+            .collect();
+        assert!(all.len() > 300, "{view}: {} entries", all.len());
+        for room in [1, 7, PAGE + 3] {
+            let listed = pages(&fs, dir, room);
+            let names: Vec<(String, u64)> =
+                listed.iter().map(|(n, i, _)| (n.clone(), *i)).collect();
+            assert_eq!(names, all, "{view}, {room} entries per reply");
+            for (name, ino, attr) in listed {
+                if name == "." || name == ".." {
+                    assert_eq!(attr, None, "{view}/{name}");
+                } else {
+                    assert_eq!(attr, Some(fs.getattr(ino).unwrap()), "{view}/{name}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_page_looks_only_at_the_entries_its_reply_holds() {
+    const N: usize = 3000;
+    let fs = with_many_vectors("zarr_v2.daf.zarr", N);
+    let ns = fs.namespace();
+    let dir = resolve_in(&ns, "zarr_v2.daf.zarr/vectors/cell").unwrap();
+    // A reply of 4 KiB holds about 20 entries with attributes; a page may settle the presence
+    // of the next PAGE entries at once (one visit each), but names and stats only what it
+    // sends (a handful of visits each: the array directory, its presence, its three files).
+    let before = VISITS.with(|v| v.get());
+    let mut sent = 0;
+    fs.list_page(dir, 100, PAGE, true, |_| {
+        sent += 1;
+        sent > 20
+    })
+    .unwrap();
+    let visits = VISITS.with(|v| v.get()) - before;
+    assert_eq!(sent, 21);
+    assert!(
+        visits < (PAGE + 16 * sent) as u64,
+        "{visits} node visits for a page of 20 entries"
+    );
+}

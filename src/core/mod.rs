@@ -11,6 +11,7 @@ mod appender;
 mod close;
 mod commit;
 mod inodes;
+mod listing;
 pub mod namespace;
 mod presence;
 mod refusals;
@@ -36,6 +37,7 @@ use crate::views::zip_publish::Publisher;
 use crate::views::{view_roots, ViewOptions};
 
 pub use close::Process;
+pub use listing::Listed;
 use namespace::{InodeTable, Namespace, NodeKind, ROOT};
 use state::{resolve_in, split_canonical, split_mount, Staged, State};
 pub use status::{ItemState, StagedItem, StagingReport};
@@ -291,64 +293,6 @@ impl DafFs {
         self.staging.is_some()
     }
 
-    /// Attributes of `ino` (not found once it is known absent: an elidable file whose blob does
-    /// not exist).
-    pub fn getattr(&self, ino: u64) -> Result<Attr, FsError> {
-        let ns = self.namespace();
-        let node = ns.node(ino).ok_or(FsError::NotFound)?;
-        // Its own presence, and its sub-directories' (for `st_nlink`) unless their count is kept:
-        // a large directory is stat'ed for every `..` of a recursive listing.
-        let children = match &node.kind {
-            NodeKind::Dir { children } if !ns.subdirs_known(ino) => &children[..],
-            _ => &[],
-        };
-        presence::settle(&ns, std::iter::once(ino).chain(children.iter().copied()))?;
-        if ns.present(ino) == Some(false) {
-            return Err(FsError::NotFound);
-        }
-        let dir_perm = if self.writable() { 0o755 } else { 0o555 };
-        Ok(match &node.kind {
-            NodeKind::Dir { .. } => Attr {
-                ino,
-                kind: Kind::Dir,
-                size: 0,
-                perm: dir_perm,
-                nlink: 2 + ns.subdirs(ino),
-                mtime: ns.mtime(node),
-                volatile: false,
-                unknown_size: false,
-            },
-            NodeKind::File(blob) => {
-                // A file that cannot be produced is still listed and stat-able (size 0);
-                // reading it fails.
-                let size = blob.len().ok();
-                Attr {
-                    ino,
-                    kind: Kind::File,
-                    size: size.unwrap_or(0),
-                    perm: 0o444,
-                    nlink: 1,
-                    mtime: ns.mtime(node),
-                    volatile: false,
-                    unknown_size: size.is_none(),
-                }
-            }
-            NodeKind::Staged(disk) => {
-                let meta = std::fs::metadata(disk)?;
-                Attr {
-                    ino,
-                    kind: Kind::File,
-                    size: meta.len(),
-                    perm: 0o644,
-                    nlink: 1,
-                    mtime: meta.modified()?,
-                    volatile: true,
-                    unknown_size: false,
-                }
-            }
-        })
-    }
-
     /// Looks `name` up in directory `parent`.
     pub fn lookup(&self, parent: u64, name: &OsStr) -> Result<Attr, FsError> {
         let name = name.to_str().ok_or(FsError::NotFound)?;
@@ -358,52 +302,6 @@ impl DafFs {
             None => return Err(FsError::NotFound),
         };
         self.getattr(ino)
-    }
-
-    /// At most `limit` entries of directory `ino` from `offset` on, with `.` and `..` first.
-    pub fn readdir(&self, ino: u64, offset: u64, limit: usize) -> Result<Vec<DirEntry>, FsError> {
-        let ns = self.namespace();
-        let node = ns.node(ino).ok_or(FsError::NotFound)?;
-        let NodeKind::Dir { children } = &node.kind else {
-            return Err(FsError::NotDir);
-        };
-        let kind_of = |ino: u64| {
-            if ns.node(ino).is_some_and(namespace::Node::is_dir) {
-                Kind::Dir
-            } else {
-                Kind::File
-            }
-        };
-        let dots = [(".", ino), ("..", node.parent)];
-        let len = children.len() + 2;
-        let at = |i: usize| match dots.get(i) {
-            Some(&dot) => dot,
-            None => (ns.name(children[i - 2]), children[i - 2]),
-        };
-        // Offsets count hidden children too, so they stay valid whatever is learnt meanwhile.
-        // Presence is settled a batch at a time (a listing of a large directory asks for many
-        // batches), and a batch is filled past hidden children: an empty one ends the listing.
-        let mut out = Vec::new();
-        let mut next = usize::try_from(offset).unwrap_or(usize::MAX);
-        while out.len() < limit && next < len {
-            let batch = next..len.min(next.saturating_add(limit));
-            presence::settle(&ns, batch.clone().map(|i| at(i).1))?;
-            for (name, child) in batch.map(at) {
-                next += 1;
-                if next <= 2 || ns.present(child) != Some(false) {
-                    out.push(DirEntry {
-                        ino: child,
-                        kind: kind_of(child),
-                        name: name.to_string(),
-                        next_offset: next as u64,
-                    });
-                    if out.len() == limit {
-                        break;
-                    }
-                }
-            }
-        }
-        Ok(out)
     }
 
     /// The content of committed file `ino` (produced on first access, then shared), or a copy

@@ -7,9 +7,12 @@ use fuser::{FileAttr, FileType, INodeNo};
 
 use crate::core::{Attr, Kind};
 
-/// How long the kernel may cache names and attributes of committed content (a commit that
-/// changes them invalidates the kernel's copy).
-const TTL: Duration = Duration::from_secs(60);
+/// How long the kernel may cache names and attributes of committed content. The tree changes
+/// only through this mount's own commits and removals, which invalidate what they change (the
+/// entries and their directories, in every view). An hour outlasts any listing: a recursive
+/// listing of a million entries takes minutes, and with 60 s every sub-directory opened more
+/// than a minute after its parent was listed cost one more `lookup`.
+const TTL: Duration = Duration::from_secs(3600);
 
 /// The same for files being written, whose size changes under other handles.
 const STAGED_TTL: Duration = Duration::from_secs(1);

@@ -228,17 +228,14 @@ impl Filesystem for FuseAdapter {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        // One reply holds a page of entries: the visit stops when it is full.
         match guarded("readdir", || {
-            self.core.readdir(ino.0, offset, READDIR_BATCH)
+            self.core
+                .list_page(ino.0, offset, READDIR_BATCH, false, |e| {
+                    reply.add(INodeNo(e.ino), e.next_offset, file_type(e.kind), e.name)
+                })
         }) {
-            Ok(entries) => {
-                for e in entries {
-                    if reply.add(INodeNo(e.ino), e.next_offset, file_type(e.kind), &e.name) {
-                        break;
-                    }
-                }
-                reply.ok();
-            }
+            Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
     }
@@ -251,35 +248,24 @@ impl Filesystem for FuseAdapter {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        // One reply holds a page of entries: list and stat only what can fit.
+        // One reply holds a page of entries: only what fits is stat'ed. The kernel takes no
+        // attributes from `.` and `..`: the parent of every array directory is not stat'ed
+        // for each of them.
         match guarded("readdirplus", || {
-            self.core.readdir(ino.0, offset, READDIR_BATCH)
-        }) {
-            Ok(entries) => {
-                for e in entries {
-                    // The kernel takes no attributes from `.` and `..`: the parent of every
-                    // array directory need not be stat'ed for each of them.
-                    let attr = if e.name == "." || e.name == ".." {
-                        Ok(dot_attr(e.ino))
-                    } else {
-                        guarded("readdirplus", || self.core.getattr(e.ino))
-                    };
-                    let Ok(attr) = attr else {
-                        continue;
-                    };
-                    if reply.add(
+            self.core
+                .list_page(ino.0, offset, READDIR_BATCH, true, |e| {
+                    let attr = e.attr.unwrap_or_else(|| dot_attr(e.ino));
+                    reply.add(
                         INodeNo(e.ino),
                         e.next_offset,
-                        &e.name,
+                        e.name,
                         ttl(&attr),
                         &self.attr(&attr),
                         Generation(0),
-                    ) {
-                        break;
-                    }
-                }
-                reply.ok();
-            }
+                    )
+                })
+        }) {
+            Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
     }

@@ -333,19 +333,12 @@ def settled(*samples):
     return all(len(s) >= MIN_ROUNDS and spread(s) <= STABLE for s in samples)
 
 
-def interleave(rounds, mounted, native, alternate=False):
-    """Medians of `mounted()` and `native()` run alternately, at most `rounds` times (fewer once settled);
-    with `alternate`, every other round runs `native()` first, so neither side always runs first (on a loaded
-    machine, the position of a side in the order of rounds moved two identical FUSE-ceiling mounts 10-20 %
-    apart)."""
+def interleave(rounds, mounted, native):
+    """Medians of `mounted()` and `native()` run alternately, at most `rounds` times (fewer once settled)."""
     a, b = [], []
-    for i in range(rounds):
-        if alternate and i % 2:
-            b.append(native())
-            a.append(mounted())
-        else:
-            a.append(mounted())
-            b.append(native())
+    for _ in range(rounds):
+        a.append(mounted())
+        b.append(native())
         if settled(a, b):
             break
     return statistics.median(a), statistics.median(b)

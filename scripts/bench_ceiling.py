@@ -2,9 +2,7 @@
 FUSE filesystem serving the same member from one map with the same settings (`examples/fuse_ceiling.rs`: same fuser,
 same session config and worker threads, FOPEN_KEEP_CACHE, 1 MiB readahead), side by side, interleaved, medians:
   first read (fresh mounts), re-read, four concurrent readers (warm), 4 KiB random re-reads (second pass);
-  at most --rounds rounds, fewer once the samples agree (scripts/bench.py's `settled`); each side runs first in
-  every other round (on a loaded machine, position in the order of rounds alone moved two identical ceiling
-  mounts 10-20 % apart).
+  at most --rounds rounds, fewer once the samples agree (scripts/bench.py's `settled`).
 
     python scripts/bench_ceiling.py [--rounds R]     (alone: the bench's 1 GiB ZIP data set)
 """
@@ -49,18 +47,17 @@ def ceiling_rows(bench, rounds, zip_path, row):
     bench.recache(zip_path)
     firsts = {"daf": [], "ceiling": []}
     seconds = {"daf": [], "ceiling": []}
-    for r in range(rounds):  # fresh mounts each round: the first read fills the FUSE page cache
+    for _ in range(rounds):  # fresh mounts each round: the first read fills the FUSE page cache
         m = bench.Mount(zip_path, "-o", "ro", "--view", "files")
         c = Ceiling(zip_path, start, length)
         try:
             view = os.path.join(m.path, "matrices/cell/gene/fraction.data")
             if os.path.getsize(view) != os.path.getsize(c.data):
                 raise RuntimeError("the two files differ in size")
-            order = [("daf", view), ("ceiling", c.data)]
-            for side, path in order[::-1] if r % 2 else order:  # each side first every other round
-                firsts[side].append(bench.dd(path))
-            for side, path in order[::-1] if r % 2 else order:
-                seconds[side].append(bench.dd(path))
+            firsts["daf"].append(bench.dd(view))
+            firsts["ceiling"].append(bench.dd(c.data))
+            seconds["daf"].append(bench.dd(view))
+            seconds["ceiling"].append(bench.dd(c.data))
         finally:
             m.close()
             c.close()
@@ -78,13 +75,13 @@ def ceiling_rows(bench, rounds, zip_path, row):
         bench.dd(view)
         bench.dd(c.data)
         t_m, t_c = bench.interleave(rounds, lambda: bench.four(lambda: bench.dd(view)),
-                                    lambda: bench.four(lambda: bench.dd(c.data)), alternate=True)
+                                    lambda: bench.four(lambda: bench.dd(c.data)))
         row("ZIP source vs FUSE ceiling: four concurrent readers, warm (aggregate throughput ratio)",
             t_m, t_c, "s", ">= 0.9")
         bench.random_reads(view, 0, length)
         bench.random_reads(c.data, 0, length)
         t_m, t_c = bench.interleave(rounds, lambda: bench.random_reads(view, 0, length),
-                                    lambda: bench.random_reads(c.data, 0, length), alternate=True)
+                                    lambda: bench.random_reads(c.data, 0, length))
         row("ZIP source vs FUSE ceiling: 4 KiB random re-reads (throughput ratio)", t_m, t_c, "s", ">= 0.9")
     finally:
         m.close()

@@ -70,7 +70,7 @@ def native_copy(src, dst):
         pass
 
 
-LIST_FACTOR = 2  # a mounted listing is stopped once it has taken this many times the native one ...
+LIST_FACTOR = 1.6  # a mounted listing is stopped once it has taken this many times the native one ...
 LIST_FLOOR = 10  # ... and at least this many seconds
 ROUND_BUDGET = 40  # seconds of rounds per archive after which a smaller archive gets no further round
 

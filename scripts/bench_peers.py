@@ -5,7 +5,7 @@ distribution where it packages them: a row says "not packaged" otherwise), on th
   mount time until usable (100k ZIP), first read and re-read of the 1 GiB member, `ls -lR` of the 100k ZIP (each of
   daf-mount's views), the daemon's RssAnon after the listing. A tool that cannot mount an input is reported as such.
 A read that does not end within READ_LIMIT is stopped there (SIGINT: dd reports what it copied) and its time is
-extrapolated from the bytes read, a lower bound marked ">=" in its row; a peer's `ls -lR` not done in LS_LIMIT is
+extrapolated from the bytes read (or, if none yet, the time so far), a lower bound marked ">=" in its row; a peer's `ls -lR` not done in LS_LIMIT is
 stopped, its time a lower bound too, and a mount not done in MOUNT_LIMIT is reported as such. The first round of
 each tool does everything; the later ones (at most --rounds, fewer once the samples agree) only the mounts and
 reads, and only while the tool's rounds have taken less than TOOL_BUDGET seconds (archivemount: one round), so the
@@ -55,7 +55,8 @@ def dd(path):
             _, err = proc.communicate()
         seconds = time.perf_counter() - start
         copied = [int(n) for n in re.findall(r"^(\d+) bytes", err, re.M)]
-        return (seconds * size / copied[-1] if copied and copied[-1] else float("inf")), True
+        # Nothing copied yet (fuse-zip reads a whole member before its first byte): the time so far.
+        return (seconds * size / copied[-1] if copied and copied[-1] else seconds), True
 
 
 def listing(command):

@@ -14,6 +14,8 @@ import zipfile
 
 import numpy as np
 
+import bench_report
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("DAF_MOUNT_BIN", os.path.join(ROOT, "target", "release", "daf-mount"))
 WORK = os.environ.get("DAF_BENCH_DIR", "/var/tmp/daf-bench")
@@ -313,11 +315,32 @@ def four(read):
     return time.perf_counter() - start
 
 
+MIN_ROUNDS = 3  # rounds after which a figure whose samples agree within STABLE gets no more
+STABLE = 0.10  # (max - min) / median of a figure's samples under which its median is taken as settled
+
+
+def spread(samples):
+    """(max - min) / median of `samples` (0 for fewer than two)."""
+    if len(samples) < 2:
+        return 0.0
+    middle = statistics.median(samples)
+    return (max(samples) - min(samples)) / middle if middle else float("inf")
+
+
+def settled(*samples):
+    """Whether each list of samples has MIN_ROUNDS samples within STABLE of each other: the caller's loop of
+    rounds stops there (`--rounds` is the most it runs)."""
+    return all(len(s) >= MIN_ROUNDS and spread(s) <= STABLE for s in samples)
+
+
 def interleave(rounds, mounted, native):
+    """Medians of `mounted()` and `native()` run alternately, at most `rounds` times (fewer once settled)."""
     a, b = [], []
     for _ in range(rounds):
         a.append(mounted())
         b.append(native())
+        if settled(a, b):
+            break
     return statistics.median(a), statistics.median(b)
 
 
@@ -325,116 +348,173 @@ def interleave(rounds, mounted, native):
 
 def run_alone(add_options, measure):
     """Measures only some rows (a row script run by itself, `scripts/bench_*.py`): `add_options(parser)`
-    adds the script's options, `measure(args, row, rows)` measures; then prints the rows."""
+    adds the script's options, `measure(args, row, rows)` measures; then prints the rows and the time it took."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=3)
     add_options(parser)
     args = parser.parse_args()
     os.makedirs(WORK, exist_ok=True)
     rows = []
+    sections = bench_report.Sections()
 
-    def row(name, mounted, native, unit, target):
-        ratio = native / mounted
+    def row(name, mounted, native, unit, target, higher_is_better=True, **extra):
+        ratio = native / mounted if higher_is_better else mounted / native
         rows.append({"figure": name, "mounted": mounted, "native": native, "unit": unit, "ratio": ratio,
-                     "target": target})
+                     "target": target, **extra})
         log(f"{name}: mounted {mounted:.4g} {unit}, native {native:.4g} {unit}, ratio {ratio:.3f} ({target})")
-    measure(args, row, rows)
-    for r in rows:
-        ratio = f"{r['ratio']:.3f}" if r["ratio"] is not None else "-"
-        print(f"{r['figure']:<120} {r['mounted']:>10.4g} {ratio:>7}  {r['target']}")
+    with sections(os.path.basename(sys.argv[0]), rows):
+        measure(args, row, rows)
+    bench_report.print_rows(rows)
+    bench_report.print_sections(sections)
 
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=5,
+                        help=f"the most rounds of a figure (it stops at {MIN_ROUNDS} once its samples agree)")
     parser.add_argument("--json", default=os.path.join(ROOT, "bench-results.json"))
     parser.add_argument("--packed-mib", type=int, default=1024, help="size of the packed matrix (scripts/bench_packed.py)")
     parser.add_argument("--http-mib", type=int, default=1024, help="size of the remote matrix (scripts/bench_http.py)")
     args = parser.parse_args()
     os.makedirs(WORK, exist_ok=True)
-    files_dir = os.path.join(WORK, "big.daf")
-    make_filesdaf(files_dir)
-    zip_path = os.path.join(WORK, "big.daf.zarr.zip")
-    make_zarr_zip(files_dir, zip_path)
-    zip10k = os.path.join(WORK, "e10k.daf.zarr.zip")
-    make_entries_zip(zip10k, 3300)
-    zip100k = os.path.join(WORK, "e100k.daf.zarr.zip")
-    make_entries_zip(zip100k, 33300)
-    payload = os.path.join(files_dir, "matrices/cell/gene/fraction.data")
-    size = os.path.getsize(payload)
-    gib = size / 2**30
     rows = []
+    sections = bench_report.Sections()
+    with sections("data sets (built once, then cached)", rows):
+        files_dir = os.path.join(WORK, "big.daf")
+        make_filesdaf(files_dir)
+        zip_path = os.path.join(WORK, "big.daf.zarr.zip")
+        make_zarr_zip(files_dir, zip_path)
+        zip10k = os.path.join(WORK, "e10k.daf.zarr.zip")
+        make_entries_zip(zip10k, 3300)
+        zip100k = os.path.join(WORK, "e100k.daf.zarr.zip")
+        make_entries_zip(zip100k, 33300)
+        payload = os.path.join(files_dir, "matrices/cell/gene/fraction.data")
+        size = os.path.getsize(payload)
+        gib = size / 2**30
+        for path in (payload, zip_path):
+            recache(path)
 
-    def row(name, mounted, native, unit, target, higher_is_better=True):
+    def row(name, mounted, native, unit, target, higher_is_better=True, **extra):
         ratio = (native / mounted) if unit == "s" and higher_is_better else (mounted / native if native else float("nan"))
-        rows.append({"figure": name, "mounted": mounted, "native": native, "unit": unit, "ratio": ratio, "target": target})
+        rows.append({"figure": name, "mounted": mounted, "native": native, "unit": unit, "ratio": ratio, "target": target,
+                     **extra})
         log(f"{name}: mounted {mounted:.4g} {unit}, native {native:.4g} {unit}, ratio {ratio:.3f} (target {target})")
 
-    for path in (payload, zip_path):
-        recache(path)
     rss = []
-    # 1. Sequential read, directory source, warm.
-    m = Mount(files_dir, "-o", "ro", "--view", "files")
-    view = os.path.join(m.path, "matrices/cell/gene/fraction.data")
-    dd(view)
-    t_m, t_n = interleave(args.rounds, lambda: dd(view), lambda: dd(payload))
-    row("seq read 1 GiB, FilesDaf view of a directory, warm (throughput ratio)", t_m, t_n, "s", ">= 0.9")
-    # 4. Random 4 KiB reads, second pass (directory source).
-    random_reads(view, 0, size)
-    random_reads(payload, 0, size)
-    t_m, t_n = interleave(args.rounds, lambda: random_reads(view, 0, size), lambda: random_reads(payload, 0, size))
-    row("4 KiB random reads, second pass (throughput ratio)", t_m, t_n, "s", ">= 0.8")
-    # 6. ls -lR and find -ls over the 10,000-property data set.
-    for name, tool in (("ls -lR", lambda p: ["ls", "-lR", p]), ("find -ls", lambda p: ["find", p, "-ls"])):
-        t_m, t_n = interleave(args.rounds, lambda: timed(tool(m.path)), lambda: timed(tool(files_dir)))
-        row(f"{name} over 10,000 properties (time ratio)", t_m, t_n, "s", "<= 1.5", higher_is_better=False)
-    rss.append(m.rss_anon_kib())
-    m.close()
-    # 2, 3. ZIP source: first read (fresh mount each round) and second read.
-    start, length = entry_range(zip_path, "matrices/cell/gene/fraction/0.0")
-    firsts, seconds, natives = [], [], []
-    for _ in range(args.rounds):
+    with sections("directory source: reads and listings", rows):
+        # 1. Sequential read, directory source, warm.
+        m = Mount(files_dir, "-o", "ro", "--view", "files")
+        view = os.path.join(m.path, "matrices/cell/gene/fraction.data")
+        dd(view)
+        t_m, t_n = interleave(args.rounds, lambda: dd(view), lambda: dd(payload))
+        row("seq read 1 GiB, FilesDaf view of a directory, warm (throughput ratio)", t_m, t_n, "s", ">= 0.9")
+        # 4. Random 4 KiB reads, second pass (directory source).
+        random_reads(view, 0, size)
+        random_reads(payload, 0, size)
+        t_m, t_n = interleave(args.rounds, lambda: random_reads(view, 0, size), lambda: random_reads(payload, 0, size))
+        row("4 KiB random reads, second pass (throughput ratio)", t_m, t_n, "s", ">= 0.8")
+        # 6. ls -lR and find -ls over the 10,000-property data set.
+        for name, tool in (("ls -lR", lambda p: ["ls", "-lR", p]), ("find -ls", lambda p: ["find", p, "-ls"])):
+            t_m, t_n = interleave(args.rounds, lambda: timed(tool(m.path)), lambda: timed(tool(files_dir)))
+            row(f"{name} over 10,000 properties (time ratio)", t_m, t_n, "s", "<= 1.5", higher_is_better=False)
+        rss.append(m.rss_anon_kib())
+        m.close()
+    with sections("ZIP source: first read and re-read", rows):
+        # 2, 3. ZIP source: first read (fresh mount each round) and second read.
+        start, length = entry_range(zip_path, "matrices/cell/gene/fraction/0.0")
+        firsts, seconds, natives = [], [], []
+        for r in range(args.rounds):
+            zm = Mount(zip_path, "-o", "ro", "--view", "files")
+            zview = os.path.join(zm.path, "matrices/cell/gene/fraction.data")
+            firsts.append(dd(zview))
+            seconds.append(dd(zview))
+            natives.append(dd(zip_path, start, length))
+            if r == 0:  # What bounds the ratios of the ZIP rows: the page size of each side's cache.
+                folios = {"archive": large_folio_share(zip_path, start + (64 << 20)), "mounted": large_folio_share(zview)}
+            rss.append(zm.rss_anon_kib())
+            zm.close()
+            if settled(firsts, seconds, natives):
+                break
+        native = statistics.median(natives)
+        row("seq read 1 GiB, ZIP source, first read (throughput ratio)", statistics.median(firsts), native, "s", ">= 0.4")
+        row("seq read 1 GiB, ZIP source, second read (throughput ratio)", statistics.median(seconds), native, "s",
+            ">= 0.75")
+    # 13. The ZIP rows against the FUSE ceiling (issue 12: examples/fuse_ceiling.rs, scripts/bench_ceiling.py).
+    with sections("FUSE ceiling (scripts/bench_ceiling.py)", rows):
+        import bench_ceiling
+        bench_ceiling.ceiling_rows(sys.modules[__name__], args.rounds, zip_path, row)
+    # 14. The peers on the same ZIPs (issue 12: fuse-zip, archivemount, ratarmount; scripts/bench_peers.py).
+    with sections("peers (scripts/bench_peers.py)", rows):
+        import bench_peers
+        bench_peers.peer_rows(sys.modules[__name__], args.rounds, zip_path, zip100k, rows)
+    # 15. Decoded copies bounded (issue 12, point 4): RssAnon reading 1 GiB of compressed data (scripts/bench_decode.py).
+    with sections("decode cache (scripts/bench_decode.py)", rows):
+        import bench_decode
+        bench_decode.decode_rows(sys.modules[__name__], WORK, 1, rows)
+    # 16. Reads while a 1 GiB property is committed (issue 12, point 5; scripts/bench_commit.py).
+    with sections("reads during commits (scripts/bench_commit.py)", rows):
+        import bench_commit
+        bench_commit.commit_rows(sys.modules[__name__], args.rounds, files_dir, rows)
+    # 17. Scale: mount, memory, listings and a lookup at 100k and 1M entries, Zarr v2 and v3 (issue 12 point 3;
+    #     scripts/bench_scale_rows.py, archives from scripts/bench_scale.py), one section per archive.
+    import bench_scale_rows
+    mounts_100k = bench_scale_rows.scale_rows(sys.modules[__name__], args.rounds, bench_scale_rows.SIZES, row, rows,
+                                              sections)
+    # 12. cp of the published ZIP (--zip, issue 13) vs cp of the native ZIP, warm (scripts/bench_publish.py).
+    with sections("published ZIP (scripts/bench_publish.py)", rows):
+        import bench_publish
+        bench_publish.publish_row(sys.modules[__name__], WORK, args.rounds, zip_path, f"{gib:.0f} GiB", row)
+    with sections("four readers, zarr-python 3", rows):
+        # 9. Four concurrent readers, warm.
         zm = Mount(zip_path, "-o", "ro", "--view", "files")
         zview = os.path.join(zm.path, "matrices/cell/gene/fraction.data")
-        firsts.append(dd(zview))
-        seconds.append(dd(zview))
-        natives.append(dd(zip_path, start, length))
-        # What bounds the ratios of the ZIP rows: the page size of each side's cache.
-        folios = {"archive": large_folio_share(zip_path, start + (64 << 20)), "mounted": large_folio_share(zview)}
+        dd(zview)
+        t_m, t_n = interleave(args.rounds, lambda: four(lambda: dd(zview)),
+                              lambda: four(lambda: dd(zip_path, start, length)))
+        row("four concurrent readers of the ZIP payload, warm (aggregate throughput ratio)", t_m, t_n, "s", ">= 0.7")
         rss.append(zm.rss_anon_kib())
         zm.close()
-    native = statistics.median(natives)
-    row("seq read 1 GiB, ZIP source, first read (throughput ratio)", statistics.median(firsts), native, "s", ">= 0.4")
-    row("seq read 1 GiB, ZIP source, second read (throughput ratio)", statistics.median(seconds), native, "s", ">= 0.75")
-    # 13. The ZIP rows against the FUSE ceiling (issue 12: examples/fuse_ceiling.rs, scripts/bench_ceiling.py).
-    import bench_ceiling
-    bench_ceiling.ceiling_rows(sys.modules[__name__], args.rounds, zip_path, row)
-    # 14. The peers on the same ZIPs (issue 12: fuse-zip, archivemount, ratarmount; scripts/bench_peers.py).
-    import bench_peers
-    bench_peers.peer_rows(sys.modules[__name__], args.rounds, zip_path, zip100k, rows)
-    # 15. Decoded copies bounded (issue 12, point 4): RssAnon reading 1 GiB of compressed data (scripts/bench_decode.py).
-    import bench_decode
-    bench_decode.decode_rows(sys.modules[__name__], WORK, 1, rows)
-    # 16. Reads while a 1 GiB property is committed (issue 12, point 5; scripts/bench_commit.py).
-    import bench_commit
-    bench_commit.commit_rows(sys.modules[__name__], args.rounds, files_dir, rows)
-    # 17. Scale: mount, memory, listings and a lookup at 100k and 1M entries, Zarr v2 and v3 (issue 12 point 3;
-    #     scripts/bench_scale_rows.py, archives from scripts/bench_scale.py).
-    import bench_scale_rows
-    bench_scale_rows.scale_rows(sys.modules[__name__], args.rounds, bench_scale_rows.SIZES, row, rows)
-    # 12. cp of the published ZIP (--zip, issue 13) vs cp of the native ZIP, warm (scripts/bench_publish.py).
-    import bench_publish
-    bench_publish.publish_row(sys.modules[__name__], WORK, args.rounds, zip_path, f"{gib:.0f} GiB", row)
-    # 9. Four concurrent readers, warm.
-    zm = Mount(zip_path, "-o", "ro", "--view", "files")
-    zview = os.path.join(zm.path, "matrices/cell/gene/fraction.data")
-    dd(zview)
+        # 5. zarr-python 3 reads the whole matrix: Zarr view vs a native Zarr v2 directory, same chunk.
+        zarr_rows(args.rounds, files_dir, payload, row, rss)
+    # 10. Packed 1 GiB matrix: FilesDaf view (decoded lazily by the daemon) vs zarr-python 3 on the same shard.
+    with sections("packed matrix (scripts/bench_packed.py)", rows):
+        import bench_packed
+        bench_packed.packed_row(sys.modules[__name__], WORK, args.rounds, args.packed_mib, row, rows)
+    # 11. Remote data set over HTTP (issue 11): first read vs curl, re-read, mount time (scripts/bench_http.py).
+    with sections("HTTP source (scripts/bench_http.py)", rows):
+        import bench_http
+        try:
+            bench_http.http_rows(sys.modules[__name__], WORK, args.rounds, args.http_mib, SMALL, row, rows)
+        except (RuntimeError, OSError, subprocess.CalledProcessError) as e:  # the other rows still get reported
+            log(f"HTTP rows NOT MEASURED: {e}")
+            rows.append({"figure": f"HTTP rows not measured: {str(e).strip()[:200]}", "mounted": float("nan"),
+                         "native": None, "unit": "-", "ratio": None, "target": "-"})
+    with sections("mount until usable; cp into a ZIP source", rows):
+        # 7. Mount until usable (the 100,000-entry archive's mounts are the scale rows' of the same archive).
+        for label, archive, target, known in [("10,000", zip10k, "<= 0.1 s", []),
+                                              ("100,000", zip100k, "<= 0.5 s", mounts_100k)]:
+            times = list(known)
+            while not times or (len(times) < args.rounds and not settled(times)):
+                mm = Mount(archive, "-o", "ro")
+                times.append(mm.seconds)
+                mm.close()
+            t = statistics.median(times)
+            rows.append({"figure": f"mount until usable, {label} entries", "mounted": t, "native": None, "unit": "s",
+                         "ratio": None, "target": target})
+            log(f"mount {label}: {t:.3f} s ({len(times)} mounts)")
+        cp_rows(args.rounds, payload, size, row, rss)
+    rows.append({"figure": "anonymous memory (RssAnon) of the daemon, max over the runs above", "mounted": max(rss) / 1024,
+                 "native": None, "unit": "MiB", "ratio": None, "target": "<= 64 MiB"})
+    bench_report.write_json(args.json, sections, rows, payload_gib=gib, rounds=args.rounds, min_rounds=MIN_ROUNDS,
+                            large_folio_share=folios)
+    bench_report.print_rows(rows)
+    shares = ", ".join(f"{k} {v:.0%}" if v is not None else f"{k} unknown (needs root)" for k, v in folios.items())
+    print(f"cached pages of the ZIP payload held in large folios: {shares}")
+    bench_report.print_sections(sections)
 
-    t_m, t_n = interleave(args.rounds, lambda: four(lambda: dd(zview)), lambda: four(lambda: dd(zip_path, start, length)))
-    row("four concurrent readers of the ZIP payload, warm (aggregate throughput ratio)", t_m, t_n, "s", ">= 0.7")
-    rss.append(zm.rss_anon_kib())
-    zm.close()
-    # 5. zarr-python 3 reads the whole matrix: Zarr view vs a native Zarr v2 directory, same chunk.
+
+def zarr_rows(rounds, files_dir, payload, row, rss):
+    """zarr-python 3 reads the whole matrix: Zarr view vs a native Zarr v2 directory, same chunk."""
     import zarr
     native_zarr = os.path.join(WORK, "native.zarr")
     if not os.path.exists(native_zarr):
@@ -456,36 +536,16 @@ def main():
         zarr.open_array(os.path.join(native_zarr, "m"), mode="r", zarr_format=2)[...]
         return time.perf_counter() - start_t
     read_view()
-    t_m, t_n = interleave(args.rounds, read_view, read_native)
+    t_m, t_n = interleave(rounds, read_view, read_native)
     row("zarr-python 3 reads the whole matrix (throughput ratio)", t_m, t_n, "s", ">= 0.8")
     rss.append(zm.rss_anon_kib())
     zm.close()
-    # 10. Packed 1 GiB matrix: FilesDaf view (decoded lazily by the daemon) vs zarr-python 3 on the same shard.
-    import bench_packed
-    bench_packed.packed_row(sys.modules[__name__], WORK, args.rounds, args.packed_mib, row, rows)
-    # 11. Remote data set over HTTP (issue 11): first read vs curl, re-read, mount time (scripts/bench_http.py).
-    import bench_http
-    try:
-        bench_http.http_rows(sys.modules[__name__], WORK, args.rounds, args.http_mib, SMALL, row, rows)
-    except (RuntimeError, OSError, subprocess.CalledProcessError) as e:  # the other rows still get reported
-        log(f"HTTP rows NOT MEASURED: {e}")
-        rows.append({"figure": f"HTTP rows not measured: {str(e).strip()[:200]}", "mounted": float("nan"),
-                     "native": None, "unit": "-", "ratio": None, "target": "-"})
-    # 7. Mount until usable.
-    for label, archive, target in [("10,000", zip10k, "<= 0.1 s"), ("100,000", zip100k, "<= 0.5 s")]:
-        times = []
-        for _ in range(args.rounds):
-            mm = Mount(archive, "-o", "ro")
-            times.append(mm.seconds)
-            mm.close()
-        t = statistics.median(times)
-        rows.append({"figure": f"mount until usable, {label} entries", "mounted": t, "native": None, "unit": "s",
-                     "ratio": None, "target": target})
-        log(f"mount {label}: {t:.3f} s")
-    # 8. cp of the 1 GiB payload into the FilesDaf view of a ZIP source, until close returns: the
-    #    property is then in the data set (both views show it); its entries are appended to the
-    #    archive in the background. Also measured: until that append is durable (fsync of the
-    #    directory waits for it), against cp + fsync of the native copy.
+
+
+def cp_rows(rounds, payload, size, row, rss):
+    """8. cp of the 1 GiB payload into the FilesDaf view of a ZIP source, until close returns: the property is then
+    in the data set (both views show it); its entries are appended to the archive in the background. Also measured:
+    until that append is durable (fsync of the directory waits for it), against cp + fsync of the native copy."""
     axes_zip = os.path.join(WORK, "axes.daf.zarr.zip")
     make_axes_zip(axes_zip)
     cps, natives, durables, native_durables = [], [], [], []
@@ -498,7 +558,7 @@ def main():
         finally:
             os.close(fd)
         return time.perf_counter() - start_t
-    for r in range(args.rounds):
+    for r in range(rounds):
         target_zip = os.path.join(WORK, f"cp{r}.daf.zarr.zip")
         subprocess.run(["cp", axes_zip, target_zip], check=True)
         cm = Mount(target_zip, "--view", "files")
@@ -518,22 +578,12 @@ def main():
         subprocess.run(["rm", "-rf", os.path.join(WORK, f".cp{r}.daf.zarr.zip.daf-mount")])
         if not committed:
             raise RuntimeError("the copied property was not in the archive after fsync")
+        if settled(cps, natives):
+            break
     row("cp of a 1 GiB payload into the FilesDaf view of a ZIP source, until close (throughput ratio)",
         statistics.median(cps), statistics.median(natives), "s", ">= 0.4")
     row("same, until durable in the archive (cp + fsync of the directory, vs cp + fsync)",
         statistics.median(durables), statistics.median(native_durables), "s", "(not a target)")
-    rows.append({"figure": "anonymous memory (RssAnon) of the daemon, max over the runs above", "mounted": max(rss) / 1024,
-                 "native": None, "unit": "MiB", "ratio": None, "target": "<= 64 MiB"})
-    with open(args.json, "w") as f:
-        json.dump({"date": time.strftime("%Y-%m-%d"), "machine": os.uname().nodename, "cpus": os.cpu_count(),
-                   "payload_gib": gib, "rounds": args.rounds, "rows": rows, "large_folio_share": folios}, f, indent=2)
-    print(f"{'figure':<95} {'mounted':>10} {'native':>10} {'ratio':>7}  target")
-    for r in rows:
-        native = f"{r['native']:.4g}" if r["native"] is not None else "-"
-        ratio = f"{r['ratio']:.3f}" if r["ratio"] is not None else "-"
-        print(f"{r['figure']:<95} {r['mounted']:>10.4g} {native:>10} {ratio:>7}  {r['target']}")
-    shares = ", ".join(f"{k} {v:.0%}" if v is not None else f"{k} unknown (needs root)" for k, v in folios.items())
-    print(f"cached pages of the ZIP payload held in large folios: {shares}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """The FUSE-ceiling rows of scripts/bench (issue 12, point 1): daf-mount's ZIP-source rows against the smallest
 FUSE filesystem serving the same member from one map with the same settings (`examples/fuse_ceiling.rs`: same fuser,
 same session config and worker threads, FOPEN_KEEP_CACHE, 1 MiB readahead), side by side, interleaved, medians:
-  first read (fresh mounts), re-read, four concurrent readers (warm), 4 KiB random re-reads (second pass).
+  first read (fresh mounts), re-read, four concurrent readers (warm), 4 KiB random re-reads (second pass);
+  at most --rounds rounds, fewer once the samples agree (scripts/bench.py's `settled`).
 
     python scripts/bench_ceiling.py [--rounds R]     (alone: the bench's 1 GiB ZIP data set)
 """
@@ -10,7 +11,8 @@ import statistics
 import subprocess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CEILING = os.path.join(ROOT, "target", "release", "examples", "fuse_ceiling")
+# DAF_CEILING_BIN: an already built ceiling (then nothing is built), as DAF_MOUNT_BIN is for daf-mount.
+CEILING = os.environ.get("DAF_CEILING_BIN", os.path.join(ROOT, "target", "release", "examples", "fuse_ceiling"))
 MEMBER = "matrices/cell/gene/fraction/0.0"
 
 
@@ -39,7 +41,8 @@ class Ceiling:
 
 def ceiling_rows(bench, rounds, zip_path, row):
     """Measures the rows with scripts/bench.py's helpers (`bench`: Mount, dd, random_reads, entry_range)."""
-    subprocess.run(["cargo", "build", "--release", "--quiet", "--example", "fuse_ceiling"], cwd=ROOT, check=True)
+    if "DAF_CEILING_BIN" not in os.environ:
+        subprocess.run(["cargo", "build", "--release", "--quiet", "--example", "fuse_ceiling"], cwd=ROOT, check=True)
     start, length = bench.entry_range(zip_path, MEMBER)
     bench.recache(zip_path)
     firsts = {"daf": [], "ceiling": []}
@@ -58,6 +61,8 @@ def ceiling_rows(bench, rounds, zip_path, row):
         finally:
             m.close()
             c.close()
+        if bench.settled(firsts["daf"], firsts["ceiling"], seconds["daf"], seconds["ceiling"]):
+            break
     med = statistics.median
     row("ZIP source vs FUSE ceiling: first read of the 1 GiB member (throughput ratio)",
         med(firsts["daf"]), med(firsts["ceiling"]), "s", ">= 0.9")

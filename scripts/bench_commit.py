@@ -22,7 +22,7 @@ import time
 import zipfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-IDLE_SECONDS = 6.0
+IDLE_SECONDS = 3.0  # of idle samples per round (about 2,000 small-file samples: enough for a p99)
 SMALL = 100  # small vectors on the `item` axis
 MATRIX = "matrices/cell/gene"
 
@@ -167,7 +167,8 @@ def commit_rows(bench, rounds, files_dir, rows):
                     figure = f"{what}: {label}, p{int(q * 100)} latency during (idle)"
                     bench.log(f"{figure}: {during:.3g} ms ({before:.3g} ms idle; {len(busy[probe_kind])} samples)")
                     rows.append({"figure": figure, "mounted": during, "native": before, "unit": "ms",
-                                 "ratio": during / before if before else None, "target": target})
+                                 "ratio": during / before if before else None, "target": target,
+                                 "met": during <= 5 if q == 0.99 else None})
             during = statistics.median(busy["seq"]) if busy["seq"] else float("nan")
             before = statistics.median(idle["seq"]) if idle["seq"] else float("nan")
             figure = f"{what}: sequential read of another 1 GiB property during vs idle (throughput ratio)"

@@ -1,11 +1,12 @@
 //! Which close commits: a forked child's implicit close of an inherited descriptor (at its exec
-//! or exit) must not commit a file its parent is still writing; the opener's close does.
+//! or exit) must not commit a file its parent is still writing; the opener's close does. A read
+//! handle's close commits nothing and waits for no reply of the daemon.
 
 mod common;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -102,4 +103,73 @@ with open(path, "w") as f:
     );
     assert!(committed, "not committed at the opener's close");
     assert_eq!(read.unwrap(), "x1\nx2\nx3\n");
+}
+
+/// Sends SIGCONT to a stopped daemon when dropped (also when the test fails).
+struct Resume(nix::unistd::Pid);
+
+impl Drop for Resume {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(self.0, nix::sys::signal::Signal::SIGCONT);
+    }
+}
+
+/// The first regular file found below `dir` (depth first, names sorted).
+fn first_file(dir: &Path) -> Option<PathBuf> {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    entries.sort();
+    entries.into_iter().find_map(|path| {
+        if path.is_dir() {
+            first_file(&path)
+        } else {
+            (path.extension().is_some_and(|e| e == "data")).then_some(path)
+        }
+    })
+}
+
+/// A handle opened for reading commits nothing at its close, so its close needs no answer from
+/// the daemon (FOPEN_NOFLUSH: the kernel sends no FLUSH). With the daemon stopped, closing a ZIP
+/// member just read (served through the page cache) returns at once. (A whole source file opened
+/// with passthrough closed at once even before FOPEN_NOFLUSH, so it is not a check here.)
+#[test]
+fn closing_a_read_handle_waits_for_no_reply_of_the_daemon() {
+    require_fuse!();
+    for fixture in ["zarr_v2.daf.zarr.zip", "zarr_v3.daf.zarr.zip"] {
+        let source = format!("{}/{fixture}", common::VECTORS);
+        let mnt = tempfile::tempdir().unwrap();
+        let root = mnt.path().to_path_buf();
+        let args = [source.as_str(), root.to_str().unwrap(), "-o", "ro"];
+        let child =
+            common::start_foreground(&[&args[..], &["--view", "files"]].concat(), Stdio::null());
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        let mut daemon = common::Unmount(child, root.clone());
+        let file = io_timeout(&root, {
+            let root = root.clone();
+            move || {
+                let path = first_file(&root.join("vectors")).expect("a vector's .data file");
+                let mut file = std::fs::File::open(&path).unwrap();
+                let mut bytes = Vec::new();
+                std::io::Read::read_to_end(&mut file, &mut bytes).unwrap();
+                assert!(!bytes.is_empty(), "{}: empty", path.display());
+                file
+            }
+        });
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+        let resume = Resume(pid);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            drop(file);
+            let _ = tx.send(());
+        });
+        let closed = rx.recv_timeout(Duration::from_secs(3)).is_ok();
+        drop(resume);
+        assert!(
+            closed,
+            "{fixture}: the close of a read handle waited for the (stopped) daemon"
+        );
+        daemon.unmount();
+    }
 }

@@ -105,6 +105,17 @@ impl FuseAdapter {
     }
 }
 
+/// `FOPEN_NOFLUSH` for a handle opened for reading: its close commits nothing (`DafFs::flush`
+/// returns at once for it), so the kernel does not send a FLUSH and wait for its reply at every
+/// close (as with a file system without `flush`, e.g. `examples/fuse_ceiling.rs`).
+fn close_flags(write: bool) -> FopenFlags {
+    if write {
+        FopenFlags::empty()
+    } else {
+        FopenFlags::FOPEN_NOFLUSH
+    }
+}
+
 impl Filesystem for FuseAdapter {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // The tree never changes while mounted: let the kernel serve `ls -l` from readdirplus.
@@ -172,7 +183,10 @@ impl Filesystem for FuseAdapter {
                 }
                 None => {
                     // Committed content never changes under an open handle: keep the page cache.
-                    reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE);
+                    reply.opened(
+                        FileHandle(fh),
+                        FopenFlags::FOPEN_KEEP_CACHE | close_flags(write),
+                    );
                     // A ranged file (a packed array) is never produced whole: no page fill.
                     let content = || {
                         if self.core.is_ranged(ino.0) {

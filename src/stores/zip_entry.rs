@@ -14,7 +14,6 @@
 //!
 //! `st_size` of an entry is its declared size, capped at [`MAX_SHOWN`].
 
-use std::path::Path;
 use std::sync::Arc;
 
 use super::zip::{CentralRecord, METHOD_BZIP2, METHOD_DEFLATE, METHOD_STORED, METHOD_ZSTD};
@@ -24,11 +23,48 @@ use super::{Blob, Bytes, StoreError};
 /// The largest `st_size` shown for an entry (sizes declared beyond it are absurd anyway).
 pub const MAX_SHOWN: u64 = 1 << 40;
 
+/// What serving a member needs of its central record: where its data lies, its sizes, method,
+/// flags and CRC (40 bytes; no name, no defect).
+#[derive(Clone, Copy, Debug)]
+pub struct MemberSpec {
+    /// Offset of the member's data in the archive.
+    pub data_offset: u64,
+    /// Stored (compressed) size.
+    pub compressed_size: u64,
+    /// Uncompressed size.
+    pub size: u64,
+    /// CRC-32 of the uncompressed data.
+    pub crc32: u32,
+    /// Compression method.
+    pub method: u16,
+    /// General-purpose flags.
+    pub flags: u16,
+}
+
+impl MemberSpec {
+    /// The spec of `record`'s member.
+    pub fn of(record: &CentralRecord) -> MemberSpec {
+        MemberSpec {
+            data_offset: record.data_offset,
+            compressed_size: record.compressed_size,
+            size: record.size,
+            crc32: record.crc32,
+            method: record.method,
+            flags: record.flags,
+        }
+    }
+}
+
 /// Why the entry of `record` can never be served, if it cannot (checked without decompressing).
 pub fn entry_problem(record: &CentralRecord) -> Option<String> {
-    if let Some(defect) = &record.defect {
-        return Some(defect.clone());
+    match &record.defect {
+        Some(defect) => Some(defect.clone()),
+        None => member_problem(&MemberSpec::of(record)),
     }
+}
+
+/// Why a member without a defect in its local header can never be served, if it cannot.
+fn member_problem(record: &MemberSpec) -> Option<String> {
     if record.flags & 1 != 0 {
         return Some("it is encrypted".into());
     }
@@ -69,11 +105,16 @@ fn max_expansion(method: u16, packed: u64) -> u64 {
     packed.saturating_mul(ratio).saturating_add(1 << 16)
 }
 
-/// The blob of `record`'s entry in `archive` (the archive at `path`, mapped).
-pub fn entry_blob(path: &Path, archive: &Bytes, record: &CentralRecord) -> Arc<Blob> {
-    let what = format!("{}: entry {}", path.display(), record.name);
+/// The blob of the member `record` in `archive` (the archive, mapped), named `what` in errors
+/// (archive and entry); `problem`: why it can never be served ([`entry_problem`]), if it cannot.
+pub fn member_blob(
+    what: String,
+    archive: &Bytes,
+    record: &MemberSpec,
+    problem: Option<&str>,
+) -> Arc<Blob> {
     let shown = record.size.min(MAX_SHOWN);
-    if let Some(problem) = entry_problem(record) {
+    if let Some(problem) = problem {
         return failing(shown, format!("{what}: {problem}"));
     }
     let Some(raw) = archive.slice(record.data_offset, record.compressed_size) else {

@@ -1,0 +1,134 @@
+//! The index of a mounted ZIP archive, kept compact: one small record per member (where its data
+//! lies, sizes, method, flags, CRC, mtime: 56 bytes, no name) and the member names as the keys of
+//! a deferred [`StoreIndex`]. A member's blob is made on its first [`StoreIndex::get`] and kept
+//! (every copy and sub-tree of the index shares it), so a reader that never asks for a member
+//! never pays for a blob, a CRC check and a name for it; once the readers are done and the index
+//! is dropped, only the blobs the data set holds are left.
+//!
+//! The archive's central records are turned into these records one by one as they are parsed
+//! ([`IndexBuilder::add`]), never all held at once. What is wrong with a member alone is logged
+//! once, here, at open (one line naming archive and entry), and kept for its blob.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::SystemTime;
+
+use super::zip::CentralRecord;
+use super::zip_entry::{entry_problem, member_blob, MemberSpec};
+use super::{Bytes, Entry, EntryMaker, StoreError, StoreIndex};
+
+/// One member: what serving it needs, and its mtime.
+struct Member {
+    spec: MemberSpec,
+    mtime: SystemTime,
+}
+
+/// The members of one archive, and the entries made of them so far.
+struct ZipEntries {
+    path: PathBuf,
+    bytes: Bytes,
+    members: Vec<Member>,
+    /// Why a member can never be served, for the few that cannot.
+    problems: HashMap<u32, Box<str>>,
+    /// The entries made so far, by member (as long as `members`).
+    made: Vec<OnceLock<Entry>>,
+}
+
+impl fmt::Debug for ZipEntries {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ZipEntries")
+            .field("path", &self.path)
+            .field("members", &self.members.len())
+            .field("problems", &self.problems.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl EntryMaker for ZipEntries {
+    fn entry(&self, id: u32, key: &str) -> &Entry {
+        let n = id as usize;
+        self.made[n].get_or_init(|| {
+            let member = &self.members[n];
+            let what = format!("{}: entry {key}", self.path.display());
+            let problem = self.problems.get(&id).map(|p| &**p);
+            Entry {
+                blob: member_blob(what, &self.bytes, &member.spec, problem),
+                mtime: member.mtime,
+            }
+        })
+    }
+
+    fn mtime(&self, id: u32) -> SystemTime {
+        self.members[id as usize].mtime
+    }
+
+    #[cfg(test)]
+    fn made(&self) -> usize {
+        self.made.iter().filter(|m| m.get().is_some()).count()
+    }
+}
+
+/// Builds the index of an archive from its central records, in archive order.
+pub struct IndexBuilder {
+    entries: ZipEntries,
+    keys: Vec<(Box<str>, u32)>,
+}
+
+impl IndexBuilder {
+    /// A builder for the archive at `path`, mapped as `bytes`.
+    pub fn new(path: &Path, bytes: Bytes) -> IndexBuilder {
+        IndexBuilder {
+            entries: ZipEntries {
+                path: path.to_path_buf(),
+                bytes,
+                members: Vec::new(),
+                problems: HashMap::new(),
+                made: Vec::new(),
+            },
+            keys: Vec::new(),
+        }
+    }
+
+    /// Adds the member of `record` (a directory entry is skipped; of duplicated names the last
+    /// one added wins). More than `u32::MAX` members is an error.
+    pub fn add(&mut self, record: CentralRecord) -> Result<(), StoreError> {
+        if record.name.ends_with('/') {
+            return Ok(());
+        }
+        let entries = &mut self.entries;
+        let id = u32::try_from(entries.members.len()).map_err(|_| StoreError::CorruptZip {
+            path: entries.path.clone(),
+            what: "more than 4,294,967,295 members".into(),
+        })?;
+        if let Some(problem) = entry_problem(&record) {
+            log::warn!(
+                "{}: entry {}: {problem}; reads of it give EIO",
+                entries.path.display(),
+                record.name
+            );
+            entries.problems.insert(id, problem.into_boxed_str());
+        }
+        entries.members.push(Member {
+            spec: MemberSpec::of(&record),
+            mtime: record.mtime,
+        });
+        self.keys.push((record.name.into_boxed_str(), id));
+        Ok(())
+    }
+
+    /// The index of the members added; `root_mtime`: the archive's own.
+    pub fn finish(self, root_mtime: Option<SystemTime>) -> StoreIndex {
+        let mut entries = self.entries;
+        entries.members.shrink_to_fit();
+        entries.made = std::iter::repeat_with(OnceLock::new)
+            .take(entries.members.len())
+            .collect();
+        StoreIndex::deferred(self.keys, Arc::new(entries), root_mtime)
+    }
+}
+
+#[cfg(test)]
+#[path = "zip_index_tests.rs"]
+mod tests;

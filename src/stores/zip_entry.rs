@@ -16,6 +16,7 @@
 
 use std::sync::Arc;
 
+use super::check::Label;
 use super::zip::{CentralRecord, METHOD_BZIP2, METHOD_DEFLATE, METHOD_STORED, METHOD_ZSTD};
 use super::zip_stream::MemberStream;
 use super::{Blob, Bytes, StoreError};
@@ -105,23 +106,23 @@ fn max_expansion(method: u16, packed: u64) -> u64 {
     packed.saturating_mul(ratio).saturating_add(1 << 16)
 }
 
-/// The blob of the member `record` in `archive` (the archive, mapped), named `what` in errors
+/// The blob of the member `record` in `archive` (the archive, mapped), named `label` in errors
 /// (archive and entry); `problem`: why it can never be served ([`entry_problem`]), if it cannot.
 pub fn member_blob(
-    what: String,
+    label: Label,
     archive: &Bytes,
     record: &MemberSpec,
     problem: Option<&str>,
 ) -> Arc<Blob> {
     let shown = record.size.min(MAX_SHOWN);
     if let Some(problem) = problem {
-        return failing(shown, format!("{what}: {problem}"));
+        return failing(shown, format!("{label}: {problem}"));
     }
     let Some(raw) = archive.slice(record.data_offset, record.compressed_size) else {
-        return failing(shown, format!("{what}: it lies outside the archive"));
+        return failing(shown, format!("{label}: it lies outside the archive"));
     };
     if record.method == METHOD_STORED {
-        return Blob::checked(raw, record.crc32, what);
+        return Blob::checked_as(raw, record.crc32, label);
     }
     // Decompressed on demand, window by window, through the mount-wide decode cache.
     let fetch = move |offset: u64, len: u64| {
@@ -129,7 +130,7 @@ pub fn member_blob(
             .ok_or_else(|| StoreError::Produce("compressed data outside its member".into()))
     };
     let stream = MemberStream::new(
-        what,
+        label.to_string(),
         record.method,
         (record.compressed_size, record.size, record.crc32),
         Arc::new(fetch),

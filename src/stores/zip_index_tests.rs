@@ -166,3 +166,24 @@ fn the_index_agrees_with_pythons_zipfile() {
         );
     }
 }
+
+/// A member whose bytes fail their CRC is named in the error by archive and entry, the name read
+/// from the central directory.
+#[test]
+fn a_corrupt_member_is_named_by_archive_and_entry() {
+    let members = vec![
+        ("ok".to_string(), b"fine".to_vec(), 1),
+        ("dir/bad.bin".to_string(), b"payload".to_vec(), 1),
+    ];
+    let mut bytes = write_archive(&members);
+    let at = bytes.windows(7).position(|w| w == b"payload").unwrap();
+    bytes[at] ^= 1;
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("c.zip");
+    std::fs::write(&path, bytes).unwrap();
+    let index = open_zip(&path).unwrap();
+    assert!(index.get("ok").unwrap().blob.bytes().is_ok());
+    let err = index.get("dir/bad.bin").unwrap().blob.bytes().unwrap_err();
+    let want = format!("{}: entry dir/bad.bin: stored entry fails", path.display());
+    assert!(err.to_string().starts_with(&want), "{err}");
+}

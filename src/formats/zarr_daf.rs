@@ -327,8 +327,16 @@ pub(crate) fn read_property_of(
     shape: &[u64],
 ) -> Result<Property, FormatError> {
     let mut packed = BTreeMap::new();
-    if version.has_array(index, key) {
-        let array = version.open_array(index, key)?;
+    // One parse of a v3 node's zarr.json says whether it is an array and opens it.
+    let dense = match version {
+        ZarrVersion::V3 if index.contains(&format!("{key}/zarr.json")) => {
+            zarr_v3::open_unless_group(index, key)?
+        }
+        ZarrVersion::V3 => None,
+        ZarrVersion::V2 if version.has_array(index, key) => Some(version.open_array(index, key)?),
+        ZarrVersion::V2 => None,
+    };
+    if let Some(array) = dense {
         note_packing(&mut packed, "", &array);
         if array.shape != shape {
             return Err(FormatError::bad(format!(

@@ -51,10 +51,22 @@ fn read_meta(index: &StoreIndex, key: &str) -> Result<Value, FormatError> {
 
 /// Whether node `key` is a group (its `zarr.json` says so).
 pub fn is_group(index: &StoreIndex, key: &str) -> bool {
-    read_meta(index, key).is_ok_and(|meta| {
-        meta.get("node_type").and_then(Value::as_str) == Some("group")
-            && meta.get("zarr_format").and_then(Value::as_u64) == Some(3)
-    })
+    read_meta(index, key).is_ok_and(|meta| is_group_meta(&meta))
+}
+
+fn is_group_meta(meta: &Value) -> bool {
+    meta.get("node_type").and_then(Value::as_str) == Some("group")
+        && meta.get("zarr_format").and_then(Value::as_u64) == Some(3)
+}
+
+/// The array under `key`, or `None` when `key` is a group: [`is_group`] and [`open_array`]
+/// with one parse of its `zarr.json` (an unreadable one is an array's error, as there).
+pub fn open_unless_group(index: &StoreIndex, key: &str) -> Result<Option<ZarrArray>, FormatError> {
+    let meta = read_meta(index, key)?;
+    if is_group_meta(&meta) {
+        return Ok(None);
+    }
+    open_parsed(index, key, meta).map(Some)
 }
 
 /// Whether node `key` is the root of a ZarrDaf on Zarr v3: a group with `attributes.daf`.
@@ -322,7 +334,12 @@ fn array_layout(index: &StoreIndex, key: &str) -> Result<(Value, V3Layout), Form
 
 /// Opens the Zarr v3 array stored under `key` (`key/zarr.json` and its chunks).
 pub fn open_array(index: &StoreIndex, key: &str) -> Result<ZarrArray, FormatError> {
-    let (meta, v3) = array_layout(index, key)?;
+    open_parsed(index, key, read_meta(index, key)?)
+}
+
+/// [`open_array`] of the array whose `zarr.json` was parsed as `meta`.
+fn open_parsed(index: &StoreIndex, key: &str, meta: Value) -> Result<ZarrArray, FormatError> {
+    let v3 = parse_array(&meta).map_err(FormatError::Bad)?;
     let meta_mtime = index
         .get(&meta_key(key))
         .map(|e| e.mtime)

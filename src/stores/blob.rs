@@ -25,7 +25,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::bytes::Bytes;
-pub use super::check::{Check, CheckState};
+pub use super::check::{Check, CheckState, Label};
 use super::StoreError;
 
 type Producer = Box<dyn Fn() -> Result<Bytes, StoreError> + Send + Sync>;
@@ -129,7 +129,13 @@ impl Blob {
     /// whose CRC-32 must be `crc`; `what` names it in errors and in the log (archive and entry).
     /// The check runs lazily, on first access (see [`Check`]).
     pub fn checked(bytes: Bytes, crc: u32, what: String) -> Arc<Blob> {
-        let check = Arc::new(Check::new(bytes.clone(), crc, what));
+        Blob::checked_as(bytes, crc, what.into())
+    }
+
+    /// [`Blob::checked`], named by a [`Label`] (a member of a mapped archive, named by where
+    /// its name lies, without a copy of it).
+    pub fn checked_as(bytes: Bytes, crc: u32, label: Label) -> Arc<Blob> {
+        let check = Arc::new(Check::new(bytes.clone(), crc, label));
         Blob::holding(bytes, Some(check))
     }
 

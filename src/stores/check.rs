@@ -13,7 +13,13 @@
 //! layer makes the kernel forget its cached pages once the check failed: the page filler of an
 //! open handle waits for the outcome ([`Check::settle`]) and drops them, and a file whose check
 //! failed is opened without `FOPEN_KEEP_CACHE` (`DafFs::failed_check`).
+//!
+//! A check names its content in messages with a [`Label`]: a member of a mapped archive is named
+//! by where its name lies in the archive's central directory, read only when a message needs it
+//! (a mount of a million members keeps no million names for errors that never happen).
 
+use std::fmt;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -42,18 +48,63 @@ pub enum CheckState {
     Bad,
 }
 
+/// A mapped archive, for the [`Label`]s of its members.
+#[derive(Debug)]
+pub struct ArchiveName {
+    /// Where the archive is.
+    pub path: PathBuf,
+    /// The whole archive, mapped.
+    pub bytes: Bytes,
+}
+
+/// What names checked content in messages (archive and entry).
+#[derive(Clone, Debug)]
+pub enum Label {
+    /// The text itself.
+    Text(Box<str>),
+    /// The member of `archive` whose name is the `len` bytes at `at` of the archive.
+    Member {
+        /// The archive.
+        archive: Arc<ArchiveName>,
+        /// Where the member's name starts in the archive.
+        at: u64,
+        /// Its length.
+        len: u16,
+    },
+}
+
+impl From<String> for Label {
+    fn from(text: String) -> Label {
+        Label::Text(text.into_boxed_str())
+    }
+}
+
+impl fmt::Display for Label {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Label::Text(text) => f.write_str(text),
+            Label::Member { archive, at, len } => {
+                let name = archive.bytes.slice(*at, u64::from(*len));
+                let name = name.as_ref().map(|b| String::from_utf8_lossy(b.as_slice()));
+                let name = name.as_deref().unwrap_or("?");
+                write!(f, "{}: entry {name}", archive.path.display())
+            }
+        }
+    }
+}
+
 /// The sticky outcome of a CRC-32 check of some content: the CRC it must have, what names it
 /// (archive and entry), and where it stands. Shared by [`Check`] (mapped bytes) and
 /// `range_check::RangeCheck` (content read by ranges).
 pub(super) struct Verdict {
     expected: u32,
-    what: String,
+    what: Label,
     state: AtomicU8,
 }
 
 impl Verdict {
     /// Not decided yet: the content must have CRC-32 `expected`; `what` names it.
-    pub(super) fn new(expected: u32, what: String) -> Verdict {
+    pub(super) fn new(expected: u32, what: Label) -> Verdict {
         Verdict {
             expected,
             what,
@@ -114,7 +165,7 @@ pub struct Check {
 
 impl Check {
     /// A check that `bytes` have CRC-32 `expected`; `what` names them (archive and entry).
-    pub fn new(bytes: Bytes, expected: u32, what: String) -> Check {
+    pub fn new(bytes: Bytes, expected: u32, what: Label) -> Check {
         Check {
             bytes,
             verdict: Verdict::new(expected, what),

@@ -7,6 +7,11 @@
 //!
 //! Every kind of store implements one small trait, [`Store`] (`store`): list, size, mtime, read a
 //! range, map when local, and the [`StoreIndex`] the readers read.
+//!
+//! An index's entries are either made when it is built (directories, HTTP) or *deferred*: made
+//! on first [`StoreIndex::get`] by the index's [`EntryMaker`] and kept by it, so that every copy
+//! and sub-tree of the index shares them. A ZIP archive's index is deferred (`zip_index`): its
+//! blobs are made only for the members a reader asks for, not one per member at open.
 
 pub mod blob;
 pub mod bytes;
@@ -30,6 +35,7 @@ pub mod zip;
 pub mod zip_append;
 pub mod zip_copy;
 pub mod zip_entry;
+pub mod zip_index;
 pub mod zip_stream;
 pub mod zip_write;
 
@@ -110,10 +116,32 @@ pub struct Entry {
     pub mtime: SystemTime,
 }
 
+/// Makes the entries of a deferred index ([`StoreIndex::deferred`]) on first use.
+pub trait EntryMaker: Send + Sync + std::fmt::Debug {
+    /// Entry number `id`, stored under `key`: made on the first call, the same one after.
+    fn entry(&self, id: u32, key: &str) -> &Entry;
+
+    /// The modification time of entry `id`, known without making it.
+    fn mtime(&self, id: u32) -> SystemTime;
+
+    /// How many entries were made so far (for tests).
+    #[cfg(test)]
+    fn made(&self) -> usize;
+}
+
+/// One key's entry: made already, or made by the index's maker on first use.
+#[derive(Clone, Debug)]
+enum Slot {
+    Made(Entry),
+    Deferred(u32),
+}
+
 /// The keys of an opened source, sorted, with their entries.
 #[derive(Clone, Debug, Default)]
 pub struct StoreIndex {
-    entries: BTreeMap<String, Entry>,
+    entries: BTreeMap<Box<str>, Slot>,
+    /// Makes the deferred entries (shared by every copy and sub-tree of the index).
+    maker: Option<Arc<dyn EntryMaker>>,
     /// Modification time of the source itself (root directory or archive file).
     pub root_mtime: Option<SystemTime>,
 }
@@ -122,14 +150,53 @@ impl StoreIndex {
     /// An index over the given entries.
     pub fn new(entries: BTreeMap<String, Entry>, root_mtime: Option<SystemTime>) -> StoreIndex {
         StoreIndex {
-            entries,
+            entries: entries
+                .into_iter()
+                .map(|(key, entry)| (key.into_boxed_str(), Slot::Made(entry)))
+                .collect(),
+            maker: None,
+            root_mtime,
+        }
+    }
+
+    /// An index whose entries `maker` makes on first use: `keys` maps each key to its entry's
+    /// number (of duplicated keys, the last one wins).
+    pub fn deferred(
+        keys: Vec<(Box<str>, u32)>,
+        maker: Arc<dyn EntryMaker>,
+        root_mtime: Option<SystemTime>,
+    ) -> StoreIndex {
+        StoreIndex {
+            // Collected (sorted, then built in one pass: full nodes), not inserted one by one.
+            entries: keys
+                .into_iter()
+                .map(|(key, id)| (key, Slot::Deferred(id)))
+                .collect(),
+            maker: Some(maker),
             root_mtime,
         }
     }
 
     /// The entry stored under `key`.
     pub fn get(&self, key: &str) -> Option<&Entry> {
-        self.entries.get(key)
+        match self.entries.get_key_value(key)? {
+            (_, Slot::Made(entry)) => Some(entry),
+            (key, Slot::Deferred(id)) => Some(self.maker.as_ref()?.entry(*id, key)),
+        }
+    }
+
+    /// How many entries are made (not deferred) so far.
+    #[cfg(test)]
+    pub(crate) fn made_count(&self) -> usize {
+        let made = self.entries.values().filter(|s| matches!(s, Slot::Made(_)));
+        made.count() + self.maker.as_ref().map_or(0, |m| m.made())
+    }
+
+    fn mtime_of(&self, slot: &Slot) -> Option<SystemTime> {
+        match slot {
+            Slot::Made(entry) => Some(entry.mtime),
+            Slot::Deferred(id) => self.maker.as_ref().map(|m| m.mtime(*id)),
+        }
     }
 
     /// Whether `key` is stored.
@@ -149,7 +216,7 @@ impl StoreIndex {
 
     /// All keys, sorted.
     pub fn keys(&self) -> impl Iterator<Item = &str> {
-        self.entries.keys().map(String::as_str)
+        self.entries.keys().map(|key| &**key)
     }
 
     /// The names directly under directory `dir` ("" for the root): files and sub-directories,
@@ -201,10 +268,11 @@ impl StoreIndex {
                 std::ops::Bound::Unbounded,
             ))
             .take_while(|(key, _)| key.starts_with(&full))
-            .map(|(key, entry)| (key[full.len()..].to_string(), entry.clone()))
+            .map(|(key, slot)| (Box::from(&key[full.len()..]), slot.clone()))
             .collect();
         StoreIndex {
             entries,
+            maker: self.maker.clone(),
             root_mtime: self.root_mtime,
         }
     }
@@ -219,8 +287,9 @@ impl StoreIndex {
                 std::ops::Bound::Unbounded,
             ))
             .take_while(|(key, _)| key.starts_with(&full))
-            .map(|(_, entry)| entry.mtime);
-        below.chain(self.get(dir).map(|e| e.mtime)).max()
+            .filter_map(|(_, slot)| self.mtime_of(slot));
+        let own = self.entries.get(dir).and_then(|slot| self.mtime_of(slot));
+        below.chain(own).max()
     }
 }
 

@@ -34,7 +34,7 @@ impl RangeCheck {
     pub fn new(len: u64, expected: u32, what: String) -> RangeCheck {
         RangeCheck {
             len,
-            verdict: Verdict::new(expected, what),
+            verdict: Verdict::new(expected, what.into()),
             covered: Mutex::new(BTreeMap::new()),
         }
     }

@@ -19,15 +19,14 @@
 //!   central record in name, method, CRC or sizes without a data descriptor; data that runs into
 //!   the central directory) is that record's `defect`: the entry gives `EIO`, the rest works.
 
-use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use super::store::IndexedStore;
-use super::zip_entry::{entry_blob, entry_problem};
-use super::{Bytes, Entry, StoreError, StoreIndex};
+use super::zip_index::IndexBuilder;
+use super::{Bytes, StoreError, StoreIndex};
 use crate::sys::map_readonly;
 
 pub(super) const EOCD_SIG: u32 = 0x0605_4b50;
@@ -89,6 +88,12 @@ pub struct ZipArchive {
 
 /// Opens and parses the archive at `path`.
 pub fn open_archive(path: &Path) -> Result<ZipArchive, StoreError> {
+    let (bytes, file_mtime) = map_archive(path)?;
+    parse(path, bytes, file_mtime)
+}
+
+/// The archive at `path`, mapped, and its file's modification time.
+fn map_archive(path: &Path) -> Result<(Bytes, SystemTime), StoreError> {
     let file = File::open(path).map_err(|e| StoreError::io(path, e))?;
     let meta = file.metadata().map_err(|e| StoreError::io(path, e))?;
     let file_mtime = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
@@ -99,7 +104,7 @@ pub fn open_archive(path: &Path) -> Result<ZipArchive, StoreError> {
             map_readonly(&file).map_err(|e| StoreError::io(path, e))?,
         ))
     };
-    parse(path, bytes, file_mtime)
+    Ok((bytes, file_mtime))
 }
 
 /// Parses an archive already in memory (a ZIP inside a file, such as a packed shard); `path`
@@ -108,9 +113,13 @@ pub fn parse_archive(path: &Path, bytes: Bytes) -> Result<ZipArchive, StoreError
     parse(path, bytes, SystemTime::UNIX_EPOCH)
 }
 
-/// Opens the archive at `path` as a store index (one entry per distinct file name).
+/// Opens the archive at `path` as a store index (one entry per distinct file name): its central
+/// records become the compact records of `zip_index` as they are parsed, never all held at once.
 pub fn open_zip(path: &Path) -> Result<StoreIndex, StoreError> {
-    Ok(open_archive(path)?.index())
+    let (bytes, file_mtime) = map_archive(path)?;
+    let mut builder = IndexBuilder::new(path, bytes.clone());
+    parse_each(path, &bytes, file_mtime, &mut |record| builder.add(record))?;
+    Ok(builder.finish(Some(file_mtime)))
 }
 
 /// A ZIP archive as a [`Store`]: the index of [`open_zip`] (stored members are ranges of the
@@ -122,30 +131,17 @@ pub fn open_store(path: &Path) -> Result<IndexedStore, StoreError> {
 }
 
 impl ZipArchive {
-    /// The index of the archive's files: the last record of each name wins.
+    /// The index of the archive's files: the last record of each name wins (the index
+    /// [`open_zip`] gives, from records already parsed).
     pub fn index(&self) -> StoreIndex {
-        let mut entries = BTreeMap::new();
+        let mut builder = IndexBuilder::new(&self.path, self.bytes.clone());
         for record in &self.records {
-            if record.name.ends_with('/') {
-                continue;
+            // Past u32::MAX members (impossible below a 197 GB directory) the rest is left out.
+            if builder.add(record.clone()).is_err() {
+                break;
             }
-            let blob = entry_blob(&self.path, &self.bytes, record);
-            if let Some(problem) = entry_problem(record) {
-                log::warn!(
-                    "{}: entry {}: {problem}; reads of it give EIO",
-                    self.path.display(),
-                    record.name
-                );
-            }
-            entries.insert(
-                record.name.clone(),
-                Entry {
-                    blob,
-                    mtime: record.mtime,
-                },
-            );
         }
-        StoreIndex::new(entries, Some(self.file_mtime))
+        builder.finish(Some(self.file_mtime))
     }
 }
 
@@ -193,6 +189,29 @@ pub(super) fn find_eocd(data: &[u8]) -> Option<u64> {
 }
 
 fn parse(path: &Path, bytes: Bytes, file_mtime: SystemTime) -> Result<ZipArchive, StoreError> {
+    let mut records = Vec::new();
+    let (cd_offset, cd_size) = parse_each(path, &bytes, file_mtime, &mut |record| {
+        records.push(record);
+        Ok(())
+    })?;
+    Ok(ZipArchive {
+        path: path.to_path_buf(),
+        bytes,
+        records,
+        cd_offset,
+        cd_size,
+        file_mtime,
+    })
+}
+
+/// Parses the archive's end records and hands its central records to `each`, in archive order;
+/// the central directory's offset and size.
+fn parse_each(
+    path: &Path,
+    bytes: &Bytes,
+    file_mtime: SystemTime,
+    each: &mut dyn FnMut(CentralRecord) -> Result<(), StoreError>,
+) -> Result<(u64, u64), StoreError> {
     let data = bytes.as_slice();
     let eocd = find_eocd(data).ok_or_else(|| {
         corrupt(
@@ -233,25 +252,17 @@ fn parse(path: &Path, bytes: Bytes, file_mtime: SystemTime) -> Result<ZipArchive
             ),
         ));
     }
-    // The count is bounded by the directory's size above; the vector still grows with the
-    // records actually parsed rather than trusting it.
-    let mut records = Vec::with_capacity(usize::try_from(count.min(1 << 12)).unwrap_or(0));
+    // The count is bounded by the directory's size above; records are handed on as they are
+    // parsed rather than trusting it.
     let mut at = cd_offset;
     for n in 0..count {
         let damaged = || corrupt(path, format!("central directory record {n} is damaged"));
         let record =
             parse_record(path, data, at, cd_end, cd_offset, file_mtime).ok_or_else(damaged)??;
         at = record.raw_range.1;
-        records.push(record);
+        each(record)?;
     }
-    Ok(ZipArchive {
-        path: path.to_path_buf(),
-        bytes,
-        records,
-        cd_offset,
-        cd_size,
-        file_mtime,
-    })
+    Ok((cd_offset, cd_size))
 }
 
 /// Size of a central record without its name, extra field and comment.

@@ -14,9 +14,9 @@
 //!
 //! `st_size` of an entry is its declared size, capped at [`MAX_SHOWN`].
 
-use std::path::Path;
 use std::sync::Arc;
 
+use super::check::Label;
 use super::zip::{CentralRecord, METHOD_BZIP2, METHOD_DEFLATE, METHOD_STORED, METHOD_ZSTD};
 use super::zip_stream::MemberStream;
 use super::{Blob, Bytes, StoreError};
@@ -24,11 +24,48 @@ use super::{Blob, Bytes, StoreError};
 /// The largest `st_size` shown for an entry (sizes declared beyond it are absurd anyway).
 pub const MAX_SHOWN: u64 = 1 << 40;
 
+/// What serving a member needs of its central record: where its data lies, its sizes, method,
+/// flags and CRC (40 bytes; no name, no defect).
+#[derive(Clone, Copy, Debug)]
+pub struct MemberSpec {
+    /// Offset of the member's data in the archive.
+    pub data_offset: u64,
+    /// Stored (compressed) size.
+    pub compressed_size: u64,
+    /// Uncompressed size.
+    pub size: u64,
+    /// CRC-32 of the uncompressed data.
+    pub crc32: u32,
+    /// Compression method.
+    pub method: u16,
+    /// General-purpose flags.
+    pub flags: u16,
+}
+
+impl MemberSpec {
+    /// The spec of `record`'s member.
+    pub fn of(record: &CentralRecord) -> MemberSpec {
+        MemberSpec {
+            data_offset: record.data_offset,
+            compressed_size: record.compressed_size,
+            size: record.size,
+            crc32: record.crc32,
+            method: record.method,
+            flags: record.flags,
+        }
+    }
+}
+
 /// Why the entry of `record` can never be served, if it cannot (checked without decompressing).
 pub fn entry_problem(record: &CentralRecord) -> Option<String> {
-    if let Some(defect) = &record.defect {
-        return Some(defect.clone());
+    match &record.defect {
+        Some(defect) => Some(defect.clone()),
+        None => member_problem(&MemberSpec::of(record)),
     }
+}
+
+/// Why a member without a defect in its local header can never be served, if it cannot.
+fn member_problem(record: &MemberSpec) -> Option<String> {
     if record.flags & 1 != 0 {
         return Some("it is encrypted".into());
     }
@@ -69,18 +106,23 @@ fn max_expansion(method: u16, packed: u64) -> u64 {
     packed.saturating_mul(ratio).saturating_add(1 << 16)
 }
 
-/// The blob of `record`'s entry in `archive` (the archive at `path`, mapped).
-pub fn entry_blob(path: &Path, archive: &Bytes, record: &CentralRecord) -> Arc<Blob> {
-    let what = format!("{}: entry {}", path.display(), record.name);
+/// The blob of the member `record` in `archive` (the archive, mapped), named `label` in errors
+/// (archive and entry); `problem`: why it can never be served ([`entry_problem`]), if it cannot.
+pub fn member_blob(
+    label: Label,
+    archive: &Bytes,
+    record: &MemberSpec,
+    problem: Option<&str>,
+) -> Arc<Blob> {
     let shown = record.size.min(MAX_SHOWN);
-    if let Some(problem) = entry_problem(record) {
-        return failing(shown, format!("{what}: {problem}"));
+    if let Some(problem) = problem {
+        return failing(shown, format!("{label}: {problem}"));
     }
     let Some(raw) = archive.slice(record.data_offset, record.compressed_size) else {
-        return failing(shown, format!("{what}: it lies outside the archive"));
+        return failing(shown, format!("{label}: it lies outside the archive"));
     };
     if record.method == METHOD_STORED {
-        return Blob::checked(raw, record.crc32, what);
+        return Blob::checked_as(raw, record.crc32, label);
     }
     // Decompressed on demand, window by window, through the mount-wide decode cache.
     let fetch = move |offset: u64, len: u64| {
@@ -88,7 +130,7 @@ pub fn entry_blob(path: &Path, archive: &Bytes, record: &CentralRecord) -> Arc<B
             .ok_or_else(|| StoreError::Produce("compressed data outside its member".into()))
     };
     let stream = MemberStream::new(
-        what,
+        label.to_string(),
         record.method,
         (record.compressed_size, record.size, record.crc32),
         Arc::new(fetch),

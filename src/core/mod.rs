@@ -299,10 +299,11 @@ impl DafFs {
         // Its own presence, and its sub-directories' (for `st_nlink`) unless their count is kept:
         // a large directory is stat'ed for every `..` of a recursive listing.
         let children = match &node.kind {
-            NodeKind::Dir { children } if !ns.subdirs_known(ino) => &children[..],
+            NodeKind::Dir { .. } if !ns.subdirs_known(ino) => ns.children(ino),
             _ => &[],
         };
-        presence::settle(&ns, std::iter::once(ino).chain(children.iter().copied()))?;
+        let children = children.iter().map(|c| u64::from(*c));
+        presence::settle(&ns, std::iter::once(ino).chain(children))?;
         if ns.present(ino) == Some(false) {
             return Err(FsError::NotFound);
         }
@@ -364,9 +365,10 @@ impl DafFs {
     pub fn readdir(&self, ino: u64, offset: u64, limit: usize) -> Result<Vec<DirEntry>, FsError> {
         let ns = self.namespace();
         let node = ns.node(ino).ok_or(FsError::NotFound)?;
-        let NodeKind::Dir { children } = &node.kind else {
+        let NodeKind::Dir { .. } = &node.kind else {
             return Err(FsError::NotDir);
         };
+        let children = ns.children(ino);
         let kind_of = |ino: u64| {
             if ns.node(ino).is_some_and(namespace::Node::is_dir) {
                 Kind::Dir
@@ -374,11 +376,14 @@ impl DafFs {
                 Kind::File
             }
         };
-        let dots = [(".", ino), ("..", node.parent)];
+        let dots = [(".", ino), ("..", node.parent())];
         let len = children.len() + 2;
         let at = |i: usize| match dots.get(i) {
             Some(&dot) => dot,
-            None => (ns.name(children[i - 2]), children[i - 2]),
+            None => {
+                let child = u64::from(children[i - 2]);
+                (ns.name(child), child)
+            }
         };
         // Offsets count hidden children too, so they stay valid whatever is learnt meanwhile.
         // Presence is settled a batch at a time (a listing of a large directory asks for many

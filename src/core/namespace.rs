@@ -19,9 +19,12 @@
 //! of a recursive listing) does not count its children again.
 
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
+
+use hashbrown::HashTable;
 
 use crate::stores::{lock, Blob};
 
@@ -111,9 +114,10 @@ pub struct Node {
     /// Parent inode (the root is its own parent; inode numbers stay far below 2^32: see
     /// [`InodeTable`]).
     parent: u32,
-    /// Where its name is in the tree's names (a tree's names are far below 4 GiB; a name is at
-    /// most `NAME_MAX` bytes).
-    name: (u32, u16),
+    /// Where its name starts in the tree's names (a tree's names are far below 4 GiB).
+    name_start: u32,
+    /// Its name's length (a name is at most `NAME_MAX` bytes).
+    name_len: u16,
     /// Its modification time, an index into the tree's times.
     mtime: u32,
     /// Present only if its blob (a file) or one of its children (a directory) is.
@@ -162,7 +166,7 @@ impl Namespace {
         entries: impl IntoIterator<Item = Entry>,
         root_mtime: SystemTime,
         inodes: &mut InodeTable,
-    ) -> Namespace {
+    ) -> Arc<Namespace> {
         let mut builder = Builder {
             nodes: NodeTable::default(),
             names: String::new(),
@@ -170,13 +174,16 @@ impl Namespace {
             mtime_index: HashMap::default(),
             edges: Vec::new(),
             inodes,
+            added: HashTable::new(),
+            hasher: foldhash::fast::RandomState::default(),
             depth: vec![vec![ROOT_U32]],
             last_dir: (String::new(), Some(ROOT), false),
         };
         let mtime = builder.mtime(root_mtime);
         let root = Node {
             parent: ROOT_U32,
-            name: (0, 0),
+            name_start: 0,
+            name_len: 0,
             mtime,
             elidable: false,
             kind: NodeKind::Dir {
@@ -194,7 +201,10 @@ impl Namespace {
             .rev()
             .flatten()
         {
-            let Some((mtime, parent)) = builder.nodes.get(u64::from(*ino)).map(|n| (n.mtime, n.parent()))
+            let Some((mtime, parent)) = builder
+                .nodes
+                .get(u64::from(*ino))
+                .map(|n| (n.mtime, n.parent()))
             else {
                 continue;
             };
@@ -254,13 +264,15 @@ impl Namespace {
             }
         }
         kept.shrink_to_fit();
-        Namespace {
+        let tree = Arc::new(Namespace {
             nodes,
             children,
             names,
             mtimes,
             subdirs_kept: Mutex::new(kept),
-        }
+        });
+        inodes.set_tree(tree.clone());
+        tree
     }
 
     /// The modification time of `node`.
@@ -424,7 +436,7 @@ fn slice_of(all: &[u32], range: Children) -> &[u32] {
 
 /// The name of `node` in `names`.
 fn name_in<'a>(names: &'a str, node: &Node) -> &'a str {
-    let (start, len) = (node.name.0 as usize, node.name.1 as usize);
+    let (start, len) = (node.name_start as usize, usize::from(node.name_len));
     names.get(start..start + len).unwrap_or("")
 }
 
@@ -448,7 +460,10 @@ impl NodeTable {
     }
 
     fn insert(&mut self, ino: u64, node: Node) {
-        let Some(at) = u32::try_from(ino).ok().and_then(|i| usize::try_from(i).ok()) else {
+        let Some(at) = u32::try_from(ino)
+            .ok()
+            .and_then(|i| usize::try_from(i).ok())
+        else {
             return;
         };
         if self.slots.len() <= at {
@@ -469,6 +484,9 @@ struct Builder<'a> {
     /// (directory, child) of every node but the root, sorted into the directories at the end.
     edges: Vec<(u32, u32)>,
     inodes: &'a mut InodeTable,
+    /// The nodes of this build by (parent, name), for the paths the table did not number yet.
+    added: HashTable<u32>,
+    hasher: foldhash::fast::RandomState,
     /// Inodes by depth (the root is depth 0), for the mtime pass.
     depth: Vec<Vec<u32>>,
     /// The directory of the previous entry (`None`: blocked by a file), and whether that entry
@@ -517,7 +535,7 @@ impl Builder<'_> {
             EntryKind::Blob(blob) => NodeKind::File(blob),
             EntryKind::Staged(path) => NodeKind::Staged(StagedPath(Box::new(path))),
         };
-        let ino = self.inodes.child(parent, name);
+        let ino = self.child(parent, name);
         let existing = self.nodes.get(ino).map(Node::is_dir);
         match (existing, &kind) {
             (Some(true), NodeKind::File(_) | NodeKind::Staged(_))
@@ -551,7 +569,7 @@ impl Builder<'_> {
     fn directory(&mut self, dir: &str, mtime: SystemTime, elidable: bool) -> Option<u64> {
         let mut parent = ROOT;
         for (depth, component) in dir.split('/').filter(|c| !c.is_empty()).enumerate() {
-            let ino = self.inodes.child(parent, component);
+            let ino = self.child(parent, component);
             match self.nodes.get_mut(ino) {
                 Some(node) if node.is_dir() => node.elidable &= elidable,
                 Some(_) => return None,
@@ -594,22 +612,47 @@ impl Builder<'_> {
             len -= 1;
         }
         self.names.push_str(&name[..len]);
-        let name = (
-            u32::try_from(start).unwrap_or(u32::MAX),
-            u16::try_from(len).unwrap_or(0),
-        );
         let mtime = self.mtime(mtime);
         self.nodes.insert(
             ino,
             Node {
                 parent,
-                name,
+                name_start: u32::try_from(start).unwrap_or(u32::MAX),
+                name_len: u16::try_from(len).unwrap_or(0),
                 mtime,
                 elidable,
                 kind,
             },
         );
         self.edges.push((parent, ino32));
+        // Found again by (parent, name) for the rest of this build.
+        let (nodes, names, hasher) = (&self.nodes, &self.names, &self.hasher);
+        let hash = hasher.hash_one((parent, &names[start..start + len]));
+        self.added.insert_unique(hash, ino32, |&other| {
+            let node = nodes.get(u64::from(other));
+            let name = node.map_or("", |n| name_in(names, n));
+            hasher.hash_one((node.map_or(0, |n| n.parent), name))
+        });
+    }
+
+    /// The inode number of `name` in directory `parent`: the one the table knows, else the one
+    /// this build gave it, else a new one.
+    fn child(&mut self, parent: u64, name: &str) -> u64 {
+        if let Some(ino) = self.inodes.known(parent, name) {
+            return ino;
+        }
+        let (nodes, names) = (&self.nodes, &self.names);
+        let found = u32::try_from(parent).ok().and_then(|parent| {
+            let hash = self.hasher.hash_one((parent, name));
+            self.added
+                .find(hash, |&ino| {
+                    nodes
+                        .get(u64::from(ino))
+                        .is_some_and(|n| n.parent == parent && name_in(names, n) == name)
+                })
+                .copied()
+        });
+        found.map_or_else(|| self.inodes.fresh(), u64::from)
     }
 
     /// The index of `time` among the tree's times.

@@ -128,7 +128,7 @@ impl State {
                 elidable: false,
             });
         }
-        self.namespace = Arc::new(Namespace::build(entries, self.root_mtime, &mut self.inodes));
+        self.namespace = Namespace::build(entries, self.root_mtime, &mut self.inodes);
         // The rendered views and the previous tree are freed: give their pages back.
         crate::sys::release_free_memory();
     }

@@ -1,49 +1,46 @@
-//! Inode numbers for the life of a mount: a table of (parent inode, name) → inode number, so a
-//! path keeps its number across the rebuilds of the tree (commits, staged files) and a renamed
-//! file keeps its own (the kernel keeps the inode).
+//! Inode numbers for the life of a mount, so a path keeps its number across the rebuilds of the
+//! tree (commits, staged files) and a renamed file keeps its own (the kernel keeps the inode).
+//!
+//! The current tree is the table for every path it shows: a rebuild asks the previous tree for
+//! the number of each (parent inode, name) (a binary search among the parent's children), so the
+//! table costs nothing per shown path. Only the paths the tree does not show are kept apart, by
+//! (parent inode, name): numbers given before the tree shows them (a file being created, a
+//! rename's target, a path the kernel is told to forget) and numbers of paths a rebuild took out
+//! (a path that comes back gets its number back, as when every number was kept in one table).
 
-use std::hash::BuildHasher;
+use std::collections::HashMap;
+use std::sync::Arc;
 
-use hashbrown::HashTable;
+use super::namespace::Namespace;
 
 /// Inode number of the mount root.
 pub const ROOT: u64 = 1;
 
-/// Where an inode sits: its parent and its name (a range of [`InodeTable::names`]).
-#[derive(Clone, Copy, Debug)]
-struct Link {
-    parent: u64,
-    start: u32,
-    len: u32,
-}
+type Hasher = foldhash::fast::RandomState;
 
-/// Path → inode number, for the life of the mount. Stored by (parent inode, name), the names
-/// back to back in one string, so a path costs its last component and about 26 bytes however
-/// deep it is, where a map of full paths cost the path twice and about 60 bytes. The names of a
-/// mount's life must stay under 4 GiB (hundreds of millions of paths: far beyond memory).
+/// Paths by parent inode, then name (looked up by a borrowed name: no allocation).
+type ByLink<V> = HashMap<u64, HashMap<Box<str>, V, Hasher>, Hasher>;
+
+/// Path → inode number, for the life of the mount (see the module doc).
 #[derive(Debug)]
 pub struct InodeTable {
-    /// Every name given an inode, back to back (a renamed inode's old name stays, unused).
-    names: String,
-    /// By inode number (index 0 unused; the root is its own parent, with no name).
-    links: Vec<Link>,
-    /// Inode numbers by (parent, name), hashed with foldhash (seeded per process).
-    by_link: HashTable<u64>,
-    hasher: foldhash::fast::RandomState,
+    /// The tree the numbers of shown paths are read from (`None` before the first build).
+    tree: Option<Arc<Namespace>>,
+    /// The next number to give.
+    next: u64,
+    /// Numbers of paths the tree does not show.
+    outside: ByLink<u64>,
+    /// Paths of the tree whose number a rename gave to another path: they get a new one.
+    moved: ByLink<()>,
 }
 
 impl Default for InodeTable {
     fn default() -> InodeTable {
-        let root = Link {
-            parent: ROOT,
-            start: 0,
-            len: 0,
-        };
         InodeTable {
-            names: String::new(),
-            links: vec![root, root],
-            by_link: HashTable::new(),
-            hasher: foldhash::fast::RandomState::default(),
+            tree: None,
+            next: ROOT + 1,
+            outside: HashMap::default(),
+            moved: HashMap::default(),
         }
     }
 }
@@ -61,10 +58,28 @@ impl InodeTable {
         if let Some(ino) = self.find(parent, name) {
             return ino;
         }
-        let ino = self.links.len() as u64;
-        let link = self.push_name(parent, name);
-        self.links.push(link);
-        self.insert(ino);
+        let ino = self.next;
+        self.next += 1;
+        insert(&mut self.outside, parent, name, ino);
+        ino
+    }
+
+    /// The number `name` in `parent` already has, if any (a tree being built numbers the paths
+    /// it adds itself, with [`InodeTable::fresh`]).
+    pub(super) fn known(&self, parent: u64, name: &str) -> Option<u64> {
+        self.find(parent, name)
+    }
+
+    /// How many paths are numbered apart from the tree.
+    #[cfg(test)]
+    pub(super) fn kept_apart(&self) -> usize {
+        self.outside.values().map(HashMap::len).sum()
+    }
+
+    /// A number never given before.
+    pub(super) fn fresh(&mut self) -> u64 {
+        let ino = self.next;
+        self.next += 1;
         ino
     }
 
@@ -77,19 +92,49 @@ impl InodeTable {
         if name.is_empty() {
             return;
         }
-        self.unlink(ino);
+        self.take(from);
+        // A path the tree shows is displaced too: numbers kept apart come first.
         let parent = self.ino(dir);
-        if let Some(displaced) = self.find(parent, name) {
-            self.unlink(displaced);
+        insert(&mut self.outside, parent, name, ino);
+    }
+
+    /// Takes the numbers of `tree` (just built from this table) as those of the paths it shows;
+    /// the paths the previous tree showed and this one does not keep theirs apart.
+    pub fn set_tree(&mut self, tree: Arc<Namespace>) {
+        let shown = |parent: u64, name: &str| tree.child(parent, name).is_some_and(|r| r.is_ok());
+        if let Some(previous) = self.tree.take() {
+            for (ino, node) in previous.nodes() {
+                if ino == ROOT || tree.node(ino).is_some() {
+                    continue;
+                }
+                let (parent, name) = (node.parent(), previous.name(ino));
+                if get(&self.moved, parent, name).is_none() && !shown(parent, name) {
+                    insert(&mut self.outside, parent, name, ino);
+                }
+            }
         }
-        let new = self.push_name(parent, name);
-        if let Some(link) = usize::try_from(ino)
-            .ok()
-            .and_then(|i| self.links.get_mut(i))
-        {
-            *link = new;
+        self.moved = HashMap::default();
+        self.outside.retain(|parent, names| {
+            names.retain(|name, _| !shown(*parent, name));
+            !names.is_empty()
+        });
+        self.outside.shrink_to_fit();
+        self.tree = Some(tree);
+    }
+
+    /// The number `name` in `parent` has, if any.
+    fn find(&self, parent: u64, name: &str) -> Option<u64> {
+        get(&self.outside, parent, name)
+            .copied()
+            .or_else(|| self.in_tree(parent, name))
+    }
+
+    /// The number of `name` in `parent` in the tree, unless a rename took it.
+    fn in_tree(&self, parent: u64, name: &str) -> Option<u64> {
+        if get(&self.moved, parent, name).is_some() {
+            return None;
         }
-        self.insert(ino);
+        self.tree.as_ref()?.child(parent, name)?.ok()
     }
 
     /// The inode number of `path` if it has one.
@@ -99,60 +144,34 @@ impl InodeTable {
             .try_fold(ROOT, |dir, name| self.find(dir, name))
     }
 
-    /// Adds `name` to the names: the link of a child `name` of `parent`.
-    fn push_name(&mut self, parent: u64, name: &str) -> Link {
-        let start = u32::try_from(self.names.len()).unwrap_or(u32::MAX);
-        self.names.push_str(name);
-        Link {
-            parent,
-            start,
-            len: u32::try_from(name.len()).unwrap_or(0),
-        }
-    }
-
-    fn link(&self, ino: u64) -> Option<(u64, &str)> {
-        let link = self.links.get(usize::try_from(ino).ok()?)?;
-        Some((link.parent, name_of(&self.names, link)?))
-    }
-
-    fn hash(&self, parent: u64, name: &str) -> u64 {
-        self.hasher.hash_one((parent, name))
-    }
-
-    fn find(&self, parent: u64, name: &str) -> Option<u64> {
-        let hash = self.hash(parent, name);
-        self.by_link
-            .find(hash, |&ino| self.link(ino) == Some((parent, name)))
-            .copied()
-    }
-
-    fn insert(&mut self, ino: u64) {
-        let Some((parent, name)) = self.link(ino) else {
+    /// Takes the number away from `path` (a rename's source): it gets a new one if used again.
+    fn take(&mut self, path: &str) {
+        let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
+        let Some(parent) = self.resolve(dir) else {
             return;
         };
-        let hash = self.hash(parent, name);
-        let (links, names, hasher) = (&self.links, &self.names, &self.hasher);
-        self.by_link.insert_unique(hash, ino, |&other| {
-            let link = usize::try_from(other).ok().and_then(|i| links.get(i));
-            let name = link.and_then(|l| name_of(names, l));
-            hasher.hash_one((link.map_or(0, |l| l.parent), name.unwrap_or("")))
-        });
-    }
-
-    /// Takes `ino` out of the map (its link stays until it is given another).
-    fn unlink(&mut self, ino: u64) {
-        let Some((parent, name)) = self.link(ino) else {
-            return;
-        };
-        let hash = self.hash(parent, name);
-        if let Ok(entry) = self.by_link.find_entry(hash, |&other| other == ino) {
-            entry.remove();
+        if remove(&mut self.outside, parent, name).is_none() {
+            insert(&mut self.moved, parent, name, ());
         }
     }
 }
 
-/// The name of `link` in `names`.
-fn name_of<'a>(names: &'a str, link: &Link) -> Option<&'a str> {
-    let start = link.start as usize;
-    names.get(start..start + link.len as usize)
+fn get<'a, V>(map: &'a ByLink<V>, parent: u64, name: &str) -> Option<&'a V> {
+    if map.is_empty() {
+        return None;
+    }
+    map.get(&parent)?.get(name)
+}
+
+fn insert<V>(map: &mut ByLink<V>, parent: u64, name: &str, value: V) {
+    map.entry(parent).or_default().insert(name.into(), value);
+}
+
+fn remove<V>(map: &mut ByLink<V>, parent: u64, name: &str) -> Option<V> {
+    let names = map.get_mut(&parent)?;
+    let value = names.remove(name);
+    if names.is_empty() {
+        map.remove(&parent);
+    }
+    value
 }

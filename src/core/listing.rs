@@ -35,10 +35,11 @@ impl DafFs {
         // Its own presence, and its sub-directories' (for `st_nlink`) unless their count is kept:
         // a large directory is stat'ed for every `..` of a recursive listing.
         let children = match &node.kind {
-            NodeKind::Dir { children } if !ns.subdirs_known(ino) => &children[..],
+            NodeKind::Dir { .. } if !ns.subdirs_known(ino) => ns.children(ino),
             _ => &[],
         };
-        presence::settle(ns, std::iter::once(ino).chain(children.iter().copied()))?;
+        let children = children.iter().map(|c| u64::from(*c));
+        presence::settle(ns, std::iter::once(ino).chain(children))?;
         if ns.present(ino) == Some(false) {
             return Err(FsError::NotFound);
         }
@@ -114,14 +115,15 @@ impl DafFs {
     ) -> Result<(), FsError> {
         let ns = self.namespace();
         let node = ns.node(ino).ok_or(FsError::NotFound)?;
-        let NodeKind::Dir { children } = &node.kind else {
+        let NodeKind::Dir { .. } = &node.kind else {
             return Err(FsError::NotDir);
         };
+        let children = ns.children(ino);
         let len = children.len() + 2;
         let ino_at = |i: usize| match i {
             0 => ino,
-            1 => node.parent,
-            _ => children[i - 2],
+            1 => node.parent(),
+            _ => u64::from(children[i - 2]),
         };
         // Offsets count hidden children too, so they stay valid whatever is learnt meanwhile.
         // Presence is settled a batch at a time (a listing of a large directory asks for many

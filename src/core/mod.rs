@@ -256,11 +256,7 @@ impl DafFs {
             stuck: BTreeMap::new(),
             inodes: InodeTable::default(),
             root_mtime,
-            namespace: Arc::new(Namespace::build(
-                Vec::new(),
-                root_mtime,
-                &mut InodeTable::default(),
-            )),
+            namespace: Namespace::build(Vec::new(), root_mtime, &mut InodeTable::default()),
             publisher: options.zip.then(|| (Publisher::default(), options)),
         };
         state.rebuild();

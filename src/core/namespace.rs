@@ -5,8 +5,9 @@
 //! mount, whichever tree it is in. Directories keep their children sorted, so `readdir` offsets
 //! are plain indices and lookups are binary searches. A directory's mtime is the latest of its own
 //! and its descendants'. A node stores no path: its name (in one string of the tree's names), its
-//! parent, and an index into the tree's few distinct times, 48 bytes in all; paths are rebuilt
-//! from parents when asked ([`Namespace::path`]).
+//! parent, an index into the tree's few distinct times, and for a directory a range of the tree's
+//! one array of children (inode numbers as `u32`), 32 bytes in all; paths are rebuilt from parents
+//! when asked ([`Namespace::path`]). Every table is sized exactly once the tree is built.
 //!
 //! An *elidable* file (a view entry shown only if its blob exists, see `Blob::presence`) makes
 //! its implied parent directories elidable too; such a node is present when its blob is (a file)
@@ -25,6 +26,9 @@ use std::time::SystemTime;
 use crate::stores::{lock, Blob};
 
 pub use super::inodes::{InodeTable, ROOT};
+
+#[path = "namespace_build.rs"]
+mod build;
 
 /// What a path of the tree is made of.
 #[derive(Clone, Debug)]
@@ -53,26 +57,67 @@ pub struct Entry {
 /// What an inode is.
 #[derive(Debug)]
 pub enum NodeKind {
-    /// A directory with its children's inodes, sorted by name.
+    /// A directory; its children's inodes, sorted by name, are [`Namespace::children`].
     Dir {
-        /// Inode numbers, sorted by name ([`Namespace::name`]).
-        children: Box<[u64]>,
+        /// Where its children are in the tree's array of children.
+        children: Children,
     },
     /// A committed file.
     File(Arc<Blob>),
     /// A staged file on disk.
-    Staged(Box<Path>),
+    Staged(StagedPath),
 }
 
-/// One inode (48 bytes). Its name is [`Namespace::name`], its path [`Namespace::path`] (rebuilt
+/// The disk path of a staged file, behind a thin pointer (a node stays at 32 bytes).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StagedPath(Box<PathBuf>);
+
+impl std::ops::Deref for StagedPath {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for StagedPath {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+/// A directory's children: a range of the tree's one array of children (see
+/// [`Namespace::children`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Children {
+    start: u32,
+    len: u32,
+}
+
+impl Children {
+    /// Number of children.
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    /// Whether the directory is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// One inode (32 bytes). Its name is [`Namespace::name`], its path [`Namespace::path`] (rebuilt
 /// from its parents: a path is stored once per tree, as its last component), its modification
 /// time [`Namespace::mtime`] (one of the tree's few distinct times).
 #[derive(Debug)]
 pub struct Node {
-    /// Parent inode (the root is its own parent).
-    pub parent: u64,
-    /// Where its name is in the tree's names (a tree's names are far below 4 GiB).
-    name: (u32, u32),
+    /// Parent inode (the root is its own parent; inode numbers stay far below 2^32: see
+    /// [`InodeTable`]).
+    parent: u32,
+    /// Where its name starts in the tree's names (a tree's names are far below 4 GiB).
+    name_start: u32,
+    /// Its name's length (a name is at most `NAME_MAX` bytes).
+    name_len: u16,
     /// Its modification time, an index into the tree's times.
     mtime: u32,
     /// Present only if its blob (a file) or one of its children (a directory) is.
@@ -82,11 +127,19 @@ pub struct Node {
 }
 
 impl Node {
+    /// Its parent's inode number (the root is its own parent).
+    pub fn parent(&self) -> u64 {
+        u64::from(self.parent)
+    }
+
     /// Whether this is a directory.
     pub fn is_dir(&self) -> bool {
         matches!(self.kind, NodeKind::Dir { .. })
     }
 }
+
+/// [`ROOT`] as stored in a node.
+const ROOT_U32: u32 = 1;
 
 /// Directories with at least this many children keep their final sub-directory count.
 const LARGE_DIR: usize = 64;
@@ -95,6 +148,8 @@ const LARGE_DIR: usize = 64;
 #[derive(Debug)]
 pub struct Namespace {
     nodes: NodeTable,
+    /// The children of every directory, back to back, each directory's sorted by name.
+    children: Box<[u32]>,
     /// The names of all nodes, back to back.
     names: String,
     /// The distinct modification times of the nodes.
@@ -104,104 +159,6 @@ pub struct Namespace {
 }
 
 impl Namespace {
-    /// Builds the tree. Parents are created as needed. Later entries replace earlier files at the
-    /// same path (a staged file hides the committed one it is replacing); a path used both as a
-    /// file and as a directory keeps its first use (the conflict is logged).
-    pub fn build(
-        entries: impl IntoIterator<Item = Entry>,
-        root_mtime: SystemTime,
-        inodes: &mut InodeTable,
-    ) -> Namespace {
-        let mut builder = Builder {
-            nodes: NodeTable::default(),
-            names: String::new(),
-            mtimes: Vec::new(),
-            mtime_index: HashMap::default(),
-            edges: Vec::new(),
-            inodes,
-            depth: vec![vec![ROOT]],
-            last_dir: (String::new(), Some(ROOT), false),
-        };
-        let mtime = builder.mtime(root_mtime);
-        let root = Node {
-            parent: ROOT,
-            name: (0, 0),
-            mtime,
-            elidable: false,
-            kind: NodeKind::Dir {
-                children: Box::default(),
-            },
-        };
-        builder.nodes.insert(ROOT, root);
-        for entry in entries {
-            builder.add(entry);
-        }
-        // Deepest first: propagate mtimes upward.
-        for ino in std::mem::take(&mut builder.depth)
-            .iter()
-            .skip(1)
-            .rev()
-            .flatten()
-        {
-            let Some((mtime, parent)) = builder.nodes.get(*ino).map(|n| (n.mtime, n.parent)) else {
-                continue;
-            };
-            let Some(parent_mtime) = builder.nodes.get(parent).map(|n| n.mtime) else {
-                continue;
-            };
-            let (time, parent_time) = (
-                builder.mtimes[mtime as usize],
-                builder.mtimes[parent_mtime as usize],
-            );
-            if time > parent_time {
-                if let Some(parent) = builder.nodes.get_mut(parent) {
-                    parent.mtime = mtime;
-                }
-            }
-        }
-        let Builder {
-            mut nodes,
-            mut names,
-            mut edges,
-            mtimes,
-            ..
-        } = builder;
-        names.shrink_to_fit();
-        nodes.slots.shrink_to_fit();
-        // Each directory's children, sorted by name.
-        let name = |ino: u64| nodes.get(ino).map_or("", |n| name_in(&names, n));
-        edges.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| name(a.1).cmp(name(b.1))));
-        for siblings in edges.chunk_by(|a, b| a.0 == b.0) {
-            if let Some(NodeKind::Dir { children }) =
-                nodes.get_mut(siblings[0].0).map(|n| &mut n.kind)
-            {
-                *children = siblings.iter().map(|e| e.1).collect();
-            }
-        }
-        drop(edges);
-        // The sub-directory counts of large directories none of whose children may be absent
-        // are final already: a first `stat` (a lookup right after the mount) counts nothing.
-        let mut kept = HashMap::default();
-        for (ino, node) in (0u64..).zip(&nodes.slots) {
-            let Some(NodeKind::Dir { children }) = node.as_ref().map(|n| &n.kind) else {
-                continue;
-            };
-            if children.len() < LARGE_DIR {
-                continue;
-            }
-            let children: Option<Vec<&Node>> = children.iter().map(|c| nodes.get(*c)).collect();
-            if let Some(children) = children.filter(|c| c.iter().all(|n| !n.elidable)) {
-                kept.insert(ino, children.iter().filter(|n| n.is_dir()).count() as u32);
-            }
-        }
-        Namespace {
-            nodes,
-            names,
-            mtimes,
-            subdirs_kept: Mutex::new(kept),
-        }
-    }
-
     /// The modification time of `node`.
     pub fn mtime(&self, node: &Node) -> SystemTime {
         self.mtimes
@@ -213,6 +170,14 @@ impl Namespace {
     /// The inode `ino`.
     pub fn node(&self, ino: u64) -> Option<&Node> {
         self.nodes.get(ino)
+    }
+
+    /// The children of directory `ino`, sorted by name (empty for a file or an unknown inode).
+    pub fn children(&self, ino: u64) -> &[u32] {
+        match self.node(ino).map(|n| &n.kind) {
+            Some(NodeKind::Dir { children }) => slice_of(&self.children, *children),
+            _ => &[],
+        }
     }
 
     /// The name of inode `ino` in its directory ("" for the root or an unknown inode).
@@ -227,7 +192,7 @@ impl Namespace {
         while at != ROOT {
             let node = self.node(at)?;
             names.push(name_in(&self.names, node));
-            at = node.parent;
+            at = node.parent();
         }
         names.reverse();
         Some(names.join("/"))
@@ -236,10 +201,13 @@ impl Namespace {
     /// The child `name` of directory `parent`: `None` if absent, `Err(())` if `parent` is a file.
     pub fn child(&self, parent: u64, name: &str) -> Option<Result<u64, ()>> {
         match &self.node(parent)?.kind {
-            NodeKind::Dir { children } => children
-                .binary_search_by(|c| self.name(*c).cmp(name))
-                .ok()
-                .map(|i| Ok(children[i])),
+            NodeKind::Dir { children } => {
+                let children = slice_of(&self.children, *children);
+                children
+                    .binary_search_by(|c| self.name(u64::from(*c)).cmp(name))
+                    .ok()
+                    .map(|i| Ok(u64::from(children[i])))
+            }
             NodeKind::File(_) | NodeKind::Staged(_) => Some(Err(())),
         }
     }
@@ -256,8 +224,8 @@ impl Namespace {
             NodeKind::Staged(_) => Some(true),
             NodeKind::Dir { children } => {
                 let mut unknown = false;
-                for child in children {
-                    match self.present(*child) {
+                for child in slice_of(&self.children, *children) {
+                    match self.present(u64::from(*child)) {
                         Some(true) => return Some(true),
                         Some(false) => {}
                         None => unknown = true,
@@ -276,8 +244,8 @@ impl Namespace {
         match &node.kind {
             NodeKind::File(blob) if blob.presence().is_none() => out.push(blob.clone()),
             NodeKind::Dir { children } => {
-                for child in children {
-                    self.unresolved(*child, out);
+                for child in slice_of(&self.children, *children) {
+                    self.unresolved(u64::from(*child), out);
                 }
             }
             _ => {}
@@ -310,11 +278,12 @@ impl Namespace {
         let Some(NodeKind::Dir { children }) = self.node(ino).map(|n| &n.kind) else {
             return 0;
         };
+        let children = slice_of(&self.children, *children);
         let mut unknown = false;
         let mut count = 0;
-        for child in children.iter() {
-            if self.node(*child).is_some_and(Node::is_dir) {
-                match self.present(*child) {
+        for child in children.iter().map(|c| u64::from(*c)) {
+            if self.node(child).is_some_and(Node::is_dir) {
+                match self.present(child) {
                     Some(true) => count += 1,
                     Some(false) => {}
                     None => {
@@ -343,13 +312,20 @@ thread_local! {
     pub static VISITS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
+/// The children `range` of `all`.
+fn slice_of(all: &[u32], range: Children) -> &[u32] {
+    let start = range.start as usize;
+    all.get(start..start + range.len as usize).unwrap_or(&[])
+}
+
 /// The name of `node` in `names`.
 fn name_in<'a>(names: &'a str, node: &Node) -> &'a str {
-    let (start, len) = (node.name.0 as usize, node.name.1 as usize);
+    let (start, len) = (node.name_start as usize, usize::from(node.name_len));
     names.get(start..start + len).unwrap_or("")
 }
 
-/// Nodes by inode number: inode numbers are small and dense (see [`InodeTable`]).
+/// Nodes by inode number: inode numbers are small and dense (see [`InodeTable`]); one beyond
+/// `u32::MAX` (never: billions of paths) is not kept.
 #[derive(Debug, Default)]
 struct NodeTable {
     slots: Vec<Option<Node>>,
@@ -368,7 +344,10 @@ impl NodeTable {
     }
 
     fn insert(&mut self, ino: u64, node: Node) {
-        let Ok(at) = usize::try_from(ino) else {
+        let Some(at) = u32::try_from(ino)
+            .ok()
+            .and_then(|i| usize::try_from(i).ok())
+        else {
             return;
         };
         if self.slots.len() <= at {
@@ -377,157 +356,5 @@ impl NodeTable {
         if self.slots[at].replace(node).is_none() {
             self.len += 1;
         }
-    }
-}
-
-/// The state of one [`Namespace::build`].
-struct Builder<'a> {
-    nodes: NodeTable,
-    names: String,
-    mtimes: Vec<SystemTime>,
-    mtime_index: HashMap<SystemTime, u32, foldhash::fast::RandomState>,
-    /// (directory, child) of every node but the root, sorted into the directories at the end.
-    edges: Vec<(u64, u64)>,
-    inodes: &'a mut InodeTable,
-    /// Inodes by depth (the root is depth 0), for the mtime pass.
-    depth: Vec<Vec<u64>>,
-    /// The directory of the previous entry (`None`: blocked by a file), and whether that entry
-    /// was elidable: entries come grouped by directory, so most need no walk from the root.
-    last_dir: (String, Option<u64>, bool),
-}
-
-impl Builder<'_> {
-    fn add(&mut self, entry: Entry) {
-        let path = if entry.path.split('/').any(str::is_empty) {
-            entry
-                .path
-                .split('/')
-                .filter(|c| !c.is_empty())
-                .collect::<Vec<_>>()
-                .join("/")
-        } else {
-            entry.path
-        };
-        if path.is_empty() {
-            let root = self.nodes.get(ROOT).map(|r| self.mtimes[r.mtime as usize]);
-            if root.is_some_and(|root| entry.mtime > root) {
-                let mtime = self.mtime(entry.mtime);
-                if let Some(root) = self.nodes.get_mut(ROOT) {
-                    root.mtime = mtime;
-                }
-            }
-            return;
-        }
-        let (dir, name) = path.rsplit_once('/').unwrap_or(("", &path));
-        let parent = if self.last_dir.0 == dir && (entry.elidable || !self.last_dir.2) {
-            self.last_dir.1
-        } else {
-            let parent = self.directory(dir, entry.mtime, entry.elidable);
-            self.last_dir = (dir.to_string(), parent, entry.elidable);
-            parent
-        };
-        let Some(parent) = parent else {
-            log::warn!("{path}: shown both as a file and a directory, keeping the first");
-            return;
-        };
-        let kind = match entry.kind {
-            EntryKind::Dir => NodeKind::Dir {
-                children: Box::default(),
-            },
-            EntryKind::Blob(blob) => NodeKind::File(blob),
-            EntryKind::Staged(path) => NodeKind::Staged(path.into_boxed_path()),
-        };
-        let ino = self.inodes.child(parent, name);
-        let existing = self.nodes.get(ino).map(Node::is_dir);
-        match (existing, &kind) {
-            (Some(true), NodeKind::File(_) | NodeKind::Staged(_))
-            | (Some(false), NodeKind::Dir { .. }) => {
-                log::warn!("{path}: shown both as a file and a directory, keeping the first");
-            }
-            (Some(true), NodeKind::Dir { .. }) => {
-                if let Some(node) = self.nodes.get_mut(ino) {
-                    node.elidable &= entry.elidable;
-                }
-            }
-            (Some(false), _) => {
-                // A file replacing a file: keep its place among the parent's children.
-                let mtime = self.mtime(entry.mtime);
-                if let Some(node) = self.nodes.get_mut(ino) {
-                    node.kind = kind;
-                    node.mtime = mtime;
-                    node.elidable = entry.elidable;
-                }
-            }
-            (None, _) => {
-                let depth = path.matches('/').count() + 1;
-                self.insert(ino, parent, name, depth, entry.mtime, kind, entry.elidable);
-            }
-        }
-    }
-
-    /// The inode of directory `dir`, created (with its parents) if needed; `None` if a file is
-    /// in the way. Directories implied by an elidable entry are elidable until another entry
-    /// needs them.
-    fn directory(&mut self, dir: &str, mtime: SystemTime, elidable: bool) -> Option<u64> {
-        let mut parent = ROOT;
-        for (depth, component) in dir.split('/').filter(|c| !c.is_empty()).enumerate() {
-            let ino = self.inodes.child(parent, component);
-            match self.nodes.get_mut(ino) {
-                Some(node) if node.is_dir() => node.elidable &= elidable,
-                Some(_) => return None,
-                None => {
-                    let kind = NodeKind::Dir {
-                        children: Box::default(),
-                    };
-                    self.insert(ino, parent, component, depth + 1, mtime, kind, elidable);
-                }
-            }
-            parent = ino;
-        }
-        Some(parent)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn insert(
-        &mut self,
-        ino: u64,
-        parent: u64,
-        name: &str,
-        depth: usize,
-        mtime: SystemTime,
-        kind: NodeKind,
-        elidable: bool,
-    ) {
-        if self.depth.len() <= depth {
-            self.depth.resize_with(depth + 1, Vec::new);
-        }
-        self.depth[depth].push(ino);
-        let start = self.names.len();
-        self.names.push_str(name);
-        let name = (
-            u32::try_from(start).unwrap_or(u32::MAX),
-            u32::try_from(name.len()).unwrap_or(0),
-        );
-        let mtime = self.mtime(mtime);
-        self.nodes.insert(
-            ino,
-            Node {
-                parent,
-                name,
-                mtime,
-                elidable,
-                kind,
-            },
-        );
-        self.edges.push((parent, ino));
-    }
-
-    /// The index of `time` among the tree's times.
-    fn mtime(&mut self, time: SystemTime) -> u32 {
-        let next = u32::try_from(self.mtimes.len()).unwrap_or(u32::MAX);
-        *self.mtime_index.entry(time).or_insert_with(|| {
-            self.mtimes.push(time);
-            next
-        })
     }
 }

@@ -60,16 +60,23 @@ impl State {
         }
     }
 
+    /// Builds the tree anew. The views are rendered one at a time as the tree takes their
+    /// entries (all first only when a published ZIP needs its data set's Zarr view), so no list
+    /// of every entry of the mount is ever made.
     pub(super) fn rebuild(&mut self) {
-        let mut entries: Vec<Entry> = Vec::new();
-        let rendered: Vec<Vec<ViewEntry>> = self
-            .roots
-            .iter()
-            .map(|root| view_entries(&self.datasets[root.dataset].dataset, root))
+        let mut rendered: Vec<Option<Vec<ViewEntry>>> = std::iter::repeat_with(|| None)
+            .take(self.roots.len())
             .collect();
+        let mut published = Vec::new();
         if let Some((publisher, options)) = &mut self.publisher {
-            // A published archive is made of its data set's Zarr view, rendered just above when
-            // the mount shows it.
+            // A published archive is made of its data set's Zarr view, rendered here once for
+            // both.
+            let datasets = &self.datasets;
+            rendered = self
+                .roots
+                .iter()
+                .map(|root| Some(view_entries(&datasets[root.dataset].dataset, root)))
+                .collect();
             let roots = &self.roots;
             let zarr_files = |dataset: usize| {
                 let (root, views) = roots
@@ -79,6 +86,7 @@ impl State {
                 Some(
                     views
                         .iter()
+                        .flatten()
                         .filter_map(|e| match &e.node {
                             ViewNode::File(blob) => {
                                 Some((root.relative(&e.path).to_string(), blob.clone()))
@@ -88,49 +96,54 @@ impl State {
                         .collect(),
                 )
             };
-            let published = publisher.entries(&self.datasets, *options, zarr_files);
-            entries.extend(published.into_iter().map(tree_entry));
+            published = publisher.entries(&self.datasets, *options, zarr_files);
         }
-        for (root, views) in self.roots.iter().zip(rendered) {
-            let hidden = |path: &str| {
-                // A committed path being deleted (or inside a directory being deleted).
-                let mut canonical = root.canonical_path(root.relative(path));
-                loop {
-                    if self.deleted.contains(&canonical) {
-                        return true;
-                    }
-                    match canonical.rsplit_once('/') {
-                        Some((parent, _)) => canonical = parent.to_string(),
-                        None => return false,
-                    }
-                }
-            };
-            entries.extend(
-                views
-                    .into_iter()
-                    .filter(|e| self.deleted.is_empty() || !hidden(&e.path))
-                    .map(tree_entry),
-            );
-        }
-        for (path, staged) in &self.staged {
-            let Some((root, rel)) = split_canonical(&self.roots, path) else {
-                continue;
-            };
+        let (datasets, roots, deleted) = (&self.datasets, &self.roots, &self.deleted);
+        let views = roots.iter().zip(rendered).flat_map(move |(root, views)| {
+            let views =
+                views.unwrap_or_else(|| view_entries(&datasets[root.dataset].dataset, root));
+            views
+                .into_iter()
+                .filter(move |e| deleted.is_empty() || !hidden(root, deleted, &e.path))
+                .map(tree_entry)
+        });
+        let staged = self.staged.iter().filter_map(|(path, staged)| {
+            let (root, rel) = split_canonical(roots, path)?;
             let kind = if staged.is_dir {
                 EntryKind::Dir
             } else {
                 EntryKind::Staged(staged.disk.clone())
             };
-            entries.push(Entry {
+            Some(Entry {
                 path: root.mount_path(rel),
                 mtime: staged.mtime,
                 kind,
                 elidable: false,
-            });
-        }
-        self.namespace = Arc::new(Namespace::build(entries, self.root_mtime, &mut self.inodes));
+            })
+        });
+        let entries = published
+            .into_iter()
+            .map(tree_entry)
+            .chain(views)
+            .chain(staged);
+        self.namespace = Namespace::build(entries, self.root_mtime, &mut self.inodes);
         // The rendered views and the previous tree are freed: give their pages back.
         crate::sys::release_free_memory();
+    }
+}
+
+/// Whether mount path `path` of view `root` is a committed path being deleted (or inside a
+/// directory being deleted).
+fn hidden(root: &ViewRoot, deleted: &BTreeSet<String>, path: &str) -> bool {
+    let mut canonical = root.canonical_path(root.relative(path));
+    loop {
+        if deleted.contains(&canonical) {
+            return true;
+        }
+        match canonical.rsplit_once('/') {
+            Some((parent, _)) => canonical = parent.to_string(),
+            None => return false,
+        }
     }
 }
 

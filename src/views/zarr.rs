@@ -132,7 +132,11 @@ pub fn zarr_view_with(dataset: &Dataset, prefix: &str, dimension_names: bool) ->
     }
     // Rendered when read (into the bounded decode cache), its size counted: a `stat` (every
     // `ls -l` of the root) renders nothing.
-    let documents = Arc::new(std::mem::take(&mut z.metadata));
+    let mut documents = std::mem::take(&mut z.metadata);
+    // Kept for the mount's life: no spare capacity.
+    documents.keys.shrink_to_fit();
+    documents.blobs.shrink_to_fit();
+    let documents = Arc::new(documents);
     let counted = documents.clone();
     z.view.file(
         ".zmetadata",

@@ -234,6 +234,8 @@ impl Entries {
             }
         }
         self.entries = kept;
+        // Kept for the mount's life: no spare capacity.
+        self.keys.shrink_to_fit();
         self
     }
 

@@ -1,13 +1,13 @@
-//! A mount of a ZarrDaf v2 ZIP with 300,000 entries (issue 12, point 3): it mounts, a directory
-//! of 100,000 properties lists fully (names and attributes) in both views, a small file reads
-//! back, and the daemon's anonymous memory stays under a per-entry bound after the mount and
-//! after the listing.
+//! A mount of a large ZarrDaf v2 ZIP (issue 12, point 3): it mounts, its directory of all
+//! properties lists fully (names and attributes) in both views, a small file reads back, and the
+//! daemon's anonymous memory stays under a per-entry bound after the mount and after the listing.
 //!
-//! The issue's target is 150 bytes per entry at 1,000,000 entries; a debug build takes minutes to
-//! mount a million entries on the shared CI machine, so this test uses 300,000 (the same layout:
-//! ~3 entries per small vector, as `scripts/bench.py` `make_entries_zip`). Its bound is what the
-//! tree achieves now with a margin (`BYTES_PER_ENTRY`), well under what it took before (about
-//! 1,400 bytes per entry): it guards against regressions until the target is reached.
+//! The archive has 3 ZIP entries per small vector, as `scripts/bench.py` `make_entries_zip`:
+//! 100,000 vectors (300,000 entries) by default, `DAF_SCALE_VECTORS` vectors when set
+//! (`scripts/test` sets 333,334: the issue's 1,000,000-entry archive). The issue's target is 150
+//! bytes per entry at 1,000,000 entries; the bound here is what the tree achieves now with a
+//! margin (`BYTES_PER_ENTRY`), well under what it took before (about 1,400 bytes per entry): it
+//! guards against regressions until the target is reached.
 
 mod common;
 
@@ -18,14 +18,21 @@ use std::time::Duration;
 
 use common::{io_deadline, rss_anon, start_foreground_within, Unmount};
 
-/// Vectors `vectors/item/pN`, 3 ZIP entries each.
+/// Vectors `vectors/item/pN`, 3 ZIP entries each, unless `DAF_SCALE_VECTORS` says otherwise.
 const VECTORS: u64 = 100_000;
+
+fn vectors() -> u64 {
+    std::env::var("DAF_SCALE_VECTORS")
+        .ok()
+        .map(|v| v.parse().expect("DAF_SCALE_VECTORS: a number"))
+        .unwrap_or(VECTORS)
+}
 /// RssAnon allowed per ZIP entry, on top of `BASE`.
-const BYTES_PER_ENTRY: u64 = 1_000;
+const BYTES_PER_ENTRY: u64 = 500;
 const BASE: u64 = 48 << 20;
 
 /// The ZIP (stored members, written by Python's `zipfile`, as `scripts/bench.py` does).
-fn generate(archive: &Path) {
+fn generate(archive: &Path, vectors: u64) {
     let script = "import struct, sys, zipfile\n\
         out, n = sys.argv[1], int(sys.argv[2])\n\
         g = '{\"zarr_format\":2}'\n\
@@ -51,34 +58,35 @@ fn generate(archive: &Path) {
     let status = std::process::Command::new("python3")
         .args(["-c", script])
         .arg(archive)
-        .arg(VECTORS.to_string())
+        .arg(vectors.to_string())
         .status()
         .unwrap();
     assert!(status.success());
 }
 
 #[test]
-fn a_300k_entry_archive_mounts_lists_and_stays_small() {
+fn a_large_archive_mounts_lists_and_stays_small() {
     require_fuse!();
+    let vectors = vectors();
     let tmp = tempfile::tempdir().unwrap();
     let archive = tmp.path().join("scale.daf.zarr.zip");
-    generate(&archive);
+    generate(&archive, vectors);
     let entries = common::zip_names(&archive).len() as u64;
-    assert!(entries >= 3 * VECTORS, "{entries} entries");
+    assert!(entries >= 3 * vectors, "{entries} entries");
     let mnt = tmp.path().join("mnt");
     fs::create_dir(&mnt).unwrap();
     // Read-only: no ZIP tail-writer helper (a fork sharing the daemon's pages).
     let child = start_foreground_within(
         &[archive.to_str().unwrap(), mnt.to_str().unwrap(), "-o", "ro"],
         Stdio::inherit(),
-        Duration::from_secs(240),
+        Duration::from_secs(600),
     );
     let pid = child.id();
     let mut guard = Unmount(child, mnt.clone());
     let bound = BASE + BYTES_PER_ENTRY * entries;
     let mounted = rss_anon(pid);
     let root = mnt.clone();
-    let (zarr_names, files_names, chunk) = io_deadline(&mnt, Duration::from_secs(300), move || {
+    let (zarr_names, files_names, chunk) = io_deadline(&mnt, Duration::from_secs(600), move || {
         // As `ls -l`: every entry's name and attributes.
         let names = |dir: &str| {
             let mut names: Vec<String> = fs::read_dir(root.join(dir))
@@ -105,9 +113,10 @@ fn a_300k_entry_archive_mounts_lists_and_stays_small() {
         bound >> 20
     );
     // The vectors and the group's .zgroup and .zattrs.
-    assert_eq!(zarr_names.len() as u64, VECTORS + 2);
-    assert_eq!(files_names.len() as u64, 2 * VECTORS);
-    assert!(zarr_names.binary_search(&"p99999".to_string()).is_ok());
+    assert_eq!(zarr_names.len() as u64, vectors + 2);
+    assert_eq!(files_names.len() as u64, 2 * vectors);
+    let last = format!("p{}", vectors - 1);
+    assert!(zarr_names.binary_search(&last).is_ok());
     assert!(files_names.binary_search(&"p0.json".to_string()).is_ok());
     assert_eq!(chunk, [12345f32.to_le_bytes(); 4].concat());
     assert!(mounted < bound, "after the mount: {mounted} > {bound}");

@@ -105,7 +105,7 @@ def http_rows(bench, work, rounds, mib, props, row, rows):
                 m.close()
     row(f"first read of a {mib} MiB matrix from nginx on 127.0.0.1 through a mount of the URL vs curl of the chunk's "
         "URL to /dev/null (throughput ratio)", statistics.median(firsts), statistics.median(curls), "s", ">= 0.8")
-    row(f"re-read of it through the same mount vs a warm native read of the chunk file (throughput ratio)",
+    row("re-read of it through the same mount vs a warm native read of the chunk file (throughput ratio)",
         statistics.median(rereads), statistics.median(natives), "s", "(not a target)")
     t = statistics.median(mounts)
     rows.append({"figure": f"mount until usable, remote data set with {props:,} properties (nginx on 127.0.0.1)",

@@ -5,7 +5,6 @@ members' CRC-32s and fills the page cache; it is reported, not a target). The fi
     python scripts/bench_publish.py [--mib N] [--rounds R]     (alone: a data set of one N MiB matrix)
 """
 import os
-import statistics
 import subprocess
 import sys
 import zipfile

@@ -7,6 +7,7 @@
 pub mod dimensions;
 pub mod files;
 pub mod files_layout;
+mod keyed;
 pub mod layout;
 pub mod zarr;
 pub mod zarr_v2_layout;

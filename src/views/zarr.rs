@@ -17,12 +17,13 @@ use crate::stores::rendered::rendered;
 use crate::stores::{Blob, Bytes};
 
 use super::dimensions::DimensionNames;
+use super::keyed::Keyed;
 use super::{dataset_mtime, ViewBuilder, ViewEntry};
 
 /// Builds the Zarr tree and remembers every metadata document for `.zmetadata`.
 struct ZarrBuilder {
     view: ViewBuilder,
-    metadata: Documents,
+    metadata: Keyed<Arc<Blob>>,
     /// The arrays' dimension names, if shown.
     dimensions: Option<DimensionNames>,
 }
@@ -100,7 +101,7 @@ pub fn zarr_view_with(dataset: &Dataset, prefix: &str, dimension_names: bool) ->
     let mtime = dataset_mtime(dataset);
     let mut z = ZarrBuilder {
         view: ViewBuilder::new(prefix),
-        metadata: Documents::default(),
+        metadata: Keyed::default(),
         dimensions: dimension_names.then(|| DimensionNames::new(dataset)),
     };
     z.group("", mtime);
@@ -133,9 +134,7 @@ pub fn zarr_view_with(dataset: &Dataset, prefix: &str, dimension_names: bool) ->
     // Rendered when read (into the bounded decode cache), its size counted: a `stat` (every
     // `ls -l` of the root) renders nothing.
     let mut documents = std::mem::take(&mut z.metadata);
-    // Kept for the mount's life: no spare capacity.
-    documents.keys.shrink_to_fit();
-    documents.blobs.shrink_to_fit();
+    documents.shrink_to_fit();
     let documents = Arc::new(documents);
     let counted = documents.clone();
     z.view.file(
@@ -154,7 +153,7 @@ pub fn zarr_view_with(dataset: &Dataset, prefix: &str, dimension_names: bool) ->
 pub fn item_entries(dataset: &Dataset, id: &PropertyId) -> Vec<ViewEntry> {
     let mut z = ZarrBuilder {
         view: ViewBuilder::new(""),
-        metadata: Documents::default(),
+        metadata: Keyed::default(),
         dimensions: None,
     };
     item_nodes(&mut z, dataset, id);
@@ -248,29 +247,6 @@ fn property(z: &mut ZarrBuilder, path: &str, payload: &Payload, shape: &[u64], m
                 z.numeric(&format!("{path}/nzval"), *eltype, &[nnz], nzval, mtime);
             }
         }
-    }
-}
-
-/// The metadata documents `.zmetadata` is made of, kept for the mount's life: their keys back to
-/// back in one string (NUL-separated: no path holds one) and their (shared) blobs.
-#[derive(Default)]
-struct Documents {
-    keys: String,
-    blobs: Vec<Arc<Blob>>,
-}
-
-impl Documents {
-    fn push(&mut self, key: &str, blob: Arc<Blob>) {
-        if !self.blobs.is_empty() {
-            self.keys.push('\0');
-        }
-        self.keys.push_str(key);
-        self.blobs.push(blob);
-    }
-
-    fn iter(&self) -> impl Iterator<Item = (&str, &Arc<Blob>)> {
-        let keys = self.keys.split('\0').take(self.blobs.len());
-        keys.zip(&self.blobs)
     }
 }
 

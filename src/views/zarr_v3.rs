@@ -30,6 +30,7 @@ use crate::formats::types::{ElementType, NumType};
 use crate::stores::{Blob, Bytes, StoreError};
 
 use super::dimensions::DimensionNames;
+use super::keyed::Keyed;
 use super::{dataset_mtime, ViewBuilder, ViewEntry};
 
 /// The `zarr.json` of every group but the root (37 bytes).
@@ -199,57 +200,12 @@ fn scalar_is_fill(scalar: &Scalar) -> bool {
     }
 }
 
-/// The consolidated metadata's entries, kept for the mount's life by the root `zarr.json`: the
-/// node paths back to back in one string, each with its (shared) entry, about 40 bytes a node
-/// where a map of `String`s took about 130.
-#[derive(Default)]
-struct Entries {
-    keys: String,
-    /// (start of the key, its length, the entry).
-    entries: Vec<(u32, u32, Bytes)>,
-}
-
-impl Entries {
-    fn insert(&mut self, key: &str, entry: Bytes) {
-        let start = u32::try_from(self.keys.len()).unwrap_or(u32::MAX);
-        self.keys.push_str(key);
-        let len = u32::try_from(key.len()).unwrap_or(0);
-        self.entries.push((start, len, entry));
-    }
-
-    fn key(&self, (start, len, _): &(u32, u32, Bytes)) -> &str {
-        let start = *start as usize;
-        self.keys.get(start..start + *len as usize).unwrap_or("")
-    }
-
-    /// Sorted by key in byte order, one entry per key (the last one inserted).
-    fn sorted(mut self) -> Entries {
-        let mut entries = std::mem::take(&mut self.entries);
-        entries.sort_by(|a, b| self.key(a).cmp(self.key(b)));
-        let mut kept: Vec<(u32, u32, Bytes)> = Vec::with_capacity(entries.len());
-        for entry in entries {
-            match kept.last_mut() {
-                Some(last) if self.key(last) == self.key(&entry) => *last = entry,
-                _ => kept.push(entry),
-            }
-        }
-        self.entries = kept;
-        // Kept for the mount's life: no spare capacity.
-        self.keys.shrink_to_fit();
-        self
-    }
-
-    fn iter(&self) -> impl Iterator<Item = (&str, &[u8])> {
-        self.entries.iter().map(|e| (self.key(e), e.2.as_slice()))
-    }
-}
-
 /// Builds the v3 tree and remembers every node's document for the consolidated metadata.
 struct V3Builder {
     view: ViewBuilder,
     /// Node path → its entry in the consolidated metadata (an array's entry shares the bytes
     /// of its `zarr.json`; groups share one literal).
-    metadata: Entries,
+    metadata: Keyed<Bytes>,
     group_entry: Bytes,
     /// The arrays' dimension names, if shown.
     dimensions: Option<DimensionNames>,
@@ -259,7 +215,7 @@ impl V3Builder {
     fn new(prefix: &str) -> V3Builder {
         V3Builder {
             view: ViewBuilder::new(prefix),
-            metadata: Entries::default(),
+            metadata: Keyed::default(),
             group_entry: Bytes::from_vec(GROUP_ENTRY.into()),
             dimensions: None,
         }
@@ -283,7 +239,7 @@ impl V3Builder {
         self.view.dir(path, mtime);
         self.document(path, GROUP.into(), mtime);
         let entry = self.group_entry.clone();
-        self.metadata.insert(path, entry);
+        self.metadata.push(path, entry);
     }
 
     /// An array node with document `doc` and its single chunk (left out when the array is empty
@@ -305,7 +261,7 @@ impl V3Builder {
             let key = format!("{path}/{}", single_chunk_key(ndim));
             self.view.elidable_file(&key, chunk, mtime);
         }
-        self.metadata.insert(path, doc);
+        self.metadata.push(path, doc);
     }
 
     /// A flat or packed array of `shape` holding `blob` (flat content) or its packing's shard.
@@ -366,13 +322,13 @@ pub fn zarr_v3_view_with(dataset: &Dataset, prefix: &str, dimension_names: bool)
     }
     // Rendered when read (into the bounded decode cache), its size counted: a `stat` (every
     // `ls -l` of the root) renders nothing.
-    let metadata = Arc::new(std::mem::take(&mut z.metadata).sorted());
+    let metadata = Arc::new(z.metadata.sorted());
     let counted = metadata.clone();
     z.view.file(
         "zarr.json",
         crate::stores::rendered::rendered(
-            move || Ok(consolidated_root_len(counted.iter())),
-            move || Ok(consolidated_root(metadata.iter())),
+            move || Ok(consolidated_root_len(slices(&counted))),
+            move || Ok(consolidated_root(slices(&metadata))),
         ),
         mtime,
     );
@@ -395,6 +351,11 @@ pub fn item_entries(dataset: &Dataset, id: &PropertyId) -> Vec<ViewEntry> {
         }
     }
     z.view.finish()
+}
+
+/// The entries of `metadata` as the root document takes them.
+fn slices(metadata: &Keyed<Bytes>) -> impl Iterator<Item = (&str, &[u8])> {
+    metadata.iter().map(|(key, entry)| (key, entry.as_slice()))
 }
 
 /// The root document with the inline consolidated metadata `metadata` (node path → entry), keys

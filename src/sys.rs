@@ -218,6 +218,7 @@ pub fn lower_thread_priority() -> Lowered {
 /// Thread `tid`'s (0: the calling thread's) scheduling policy and I/O priority as the kernel
 /// reports them (`sched_getscheduler`, `ioprio_get`; -1 where it cannot): for the tests of
 /// [`lower_thread_priority`] and of its callers.
+#[cfg(test)]
 pub fn thread_priority(tid: i32) -> (i32, i64) {
     // SAFETY: both are query-only calls about one thread of ours, with integer arguments only.
     let policy = unsafe { libc::sched_getscheduler(tid) };
@@ -243,22 +244,8 @@ pub fn copy_range(from: &File, from_at: u64, to: &File, to_at: u64, len: u64) ->
     let mut to_at =
         i64::try_from(to_at).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
     let len = usize::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    use std::os::fd::AsRawFd;
-    // SAFETY: the two offsets are valid, exclusive pointers to locals that live across the call
-    // (the kernel reads and updates them); the descriptors are owned by `from` and `to`, open
-    // for the call; flags 0. The kernel writes no other memory of ours.
-    let copied = unsafe {
-        libc::syscall(
-            libc::SYS_copy_file_range,
-            from.as_raw_fd(),
-            &mut from_at as *mut i64,
-            to.as_raw_fd(),
-            &mut to_at as *mut i64,
-            len,
-            0 as libc::c_uint,
-        )
-    };
-    u64::try_from(copied).map_err(|_| io::Error::last_os_error())
+    let copied = nix::fcntl::copy_file_range(from, Some(&mut from_at), to, Some(&mut to_at), len)?;
+    Ok(copied as u64)
 }
 
 /// Starts the writeback of the dirty pages of `file` in `[at, at + len)` without waiting for

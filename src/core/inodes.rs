@@ -55,11 +55,10 @@ impl InodeTable {
 
     /// The inode number of `name` in directory `parent`, assigned on first use.
     pub fn child(&mut self, parent: u64, name: &str) -> u64 {
-        if let Some(ino) = self.find(parent, name) {
+        if let Some(ino) = self.known(parent, name) {
             return ino;
         }
-        let ino = self.next;
-        self.next += 1;
+        let ino = self.fresh();
         insert(&mut self.outside, parent, name, ino);
         ino
     }
@@ -67,7 +66,9 @@ impl InodeTable {
     /// The number `name` in `parent` already has, if any (a tree being built numbers the paths
     /// it adds itself, with [`InodeTable::fresh`]).
     pub(super) fn known(&self, parent: u64, name: &str) -> Option<u64> {
-        self.find(parent, name)
+        get(&self.outside, parent, name)
+            .copied()
+            .or_else(|| self.in_tree(parent, name))
     }
 
     /// How many paths are numbered apart from the tree.
@@ -122,13 +123,6 @@ impl InodeTable {
         self.tree = Some(tree);
     }
 
-    /// The number `name` in `parent` has, if any.
-    fn find(&self, parent: u64, name: &str) -> Option<u64> {
-        get(&self.outside, parent, name)
-            .copied()
-            .or_else(|| self.in_tree(parent, name))
-    }
-
     /// The number of `name` in `parent` in the tree, unless a rename took it.
     fn in_tree(&self, parent: u64, name: &str) -> Option<u64> {
         if get(&self.moved, parent, name).is_some() {
@@ -141,7 +135,7 @@ impl InodeTable {
     fn resolve(&self, path: &str) -> Option<u64> {
         path.split('/')
             .filter(|c| !c.is_empty())
-            .try_fold(ROOT, |dir, name| self.find(dir, name))
+            .try_fold(ROOT, |dir, name| self.known(dir, name))
     }
 
     /// Takes the number away from `path` (a rename's source): it gets a new one if used again.

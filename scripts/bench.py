@@ -346,6 +346,20 @@ def interleave(rounds, mounted, native):
 
 # ---------------------------------------------------------------- main
 
+# The sections that read the 1 GiB payload or its ZIP natively (scripts/bench recaches both before them).
+PAYLOAD_READERS = ("directory source: reads and listings", "ZIP source: first read and re-read",
+                   "FUSE ceiling (scripts/bench_ceiling.py)", "peers (scripts/bench_peers.py)",
+                   "reads during commits (scripts/bench_commit.py)", "published ZIP (scripts/bench_publish.py)",
+                   "four readers, zarr-python 3", "mount until usable; cp into a ZIP source")
+
+
+def section_filter(words):
+    """`wanted(name)`: whether the section `name` runs under `--sections words` (comma-separated, any of them
+    contained in the name, case-insensitive; all sections when `words` is empty)."""
+    chosen = [w.strip().lower() for w in words.split(",") if w.strip()]
+    return lambda name: not chosen or any(w in name.lower() for w in chosen)
+
+
 def run_alone(add_options, measure):
     """Measures only some rows (a row script run by itself, `scripts/bench_*.py`): `add_options(parser)`
     adds the script's options, `measure(args, row, rows)` measures; then prints the rows and the time it took."""
@@ -375,10 +389,14 @@ def main():
     parser.add_argument("--json", default=os.path.join(ROOT, "bench-results.json"))
     parser.add_argument("--packed-mib", type=int, default=1024, help="size of the packed matrix (scripts/bench_packed.py)")
     parser.add_argument("--http-mib", type=int, default=1024, help="size of the remote matrix (scripts/bench_http.py)")
+    parser.add_argument("--sections", default="",
+                        help="run only the sections whose names contain one of these comma-separated words "
+                             "(case-insensitive; e.g. 'peers,scale: 1M'); the data sets are always checked")
     args = parser.parse_args()
     os.makedirs(WORK, exist_ok=True)
     rows = []
     sections = bench_report.Sections()
+    wanted = section_filter(args.sections)
     with sections("data sets (built once, then cached)", rows):
         files_dir = os.path.join(WORK, "big.daf")
         make_filesdaf(files_dir)
@@ -391,8 +409,10 @@ def main():
         payload = os.path.join(files_dir, "matrices/cell/gene/fraction.data")
         size = os.path.getsize(payload)
         gib = size / 2**30
-        for path in (payload, zip_path):
-            recache(path)
+        start, length = entry_range(zip_path, "matrices/cell/gene/fraction/0.0")
+        if any(wanted(name) for name in PAYLOAD_READERS):  # only for the sections whose native side reads them
+            for path in (payload, zip_path):
+                recache(path)
 
     def row(name, mounted, native, unit, target, higher_is_better=True, **extra):
         ratio = (native / mounted) if unit == "s" and higher_is_better else (mounted / native if native else float("nan"))
@@ -401,110 +421,123 @@ def main():
         log(f"{name}: mounted {mounted:.4g} {unit}, native {native:.4g} {unit}, ratio {ratio:.3f} (target {target})")
 
     rss = []
-    with sections("directory source: reads and listings", rows):
-        # 1. Sequential read, directory source, warm.
-        m = Mount(files_dir, "-o", "ro", "--view", "files")
-        view = os.path.join(m.path, "matrices/cell/gene/fraction.data")
-        dd(view)
-        t_m, t_n = interleave(args.rounds, lambda: dd(view), lambda: dd(payload))
-        row("seq read 1 GiB, FilesDaf view of a directory, warm (throughput ratio)", t_m, t_n, "s", ">= 0.9")
-        # 4. Random 4 KiB reads, second pass (directory source).
-        random_reads(view, 0, size)
-        random_reads(payload, 0, size)
-        t_m, t_n = interleave(args.rounds, lambda: random_reads(view, 0, size), lambda: random_reads(payload, 0, size))
-        row("4 KiB random reads, second pass (throughput ratio)", t_m, t_n, "s", ">= 0.8")
-        # 6. ls -lR and find -ls over the 10,000-property data set.
-        for name, tool in (("ls -lR", lambda p: ["ls", "-lR", p]), ("find -ls", lambda p: ["find", p, "-ls"])):
-            t_m, t_n = interleave(args.rounds, lambda: timed(tool(m.path)), lambda: timed(tool(files_dir)))
-            row(f"{name} over 10,000 properties (time ratio)", t_m, t_n, "s", "<= 1.5", higher_is_better=False)
-        rss.append(m.rss_anon_kib())
-        m.close()
-    with sections("ZIP source: first read and re-read", rows):
-        # 2, 3. ZIP source: first read (fresh mount each round) and second read.
-        start, length = entry_range(zip_path, "matrices/cell/gene/fraction/0.0")
-        firsts, seconds, natives = [], [], []
-        for r in range(args.rounds):
-            zm = Mount(zip_path, "-o", "ro", "--view", "files")
-            zview = os.path.join(zm.path, "matrices/cell/gene/fraction.data")
-            firsts.append(dd(zview))
-            seconds.append(dd(zview))
-            natives.append(dd(zip_path, start, length))
-            if r == 0:  # What bounds the ratios of the ZIP rows: the page size of each side's cache.
-                folios = {"archive": large_folio_share(zip_path, start + (64 << 20)), "mounted": large_folio_share(zview)}
-            rss.append(zm.rss_anon_kib())
-            zm.close()
-            if settled(firsts, seconds, natives):
-                break
-        native = statistics.median(natives)
-        row("seq read 1 GiB, ZIP source, first read (throughput ratio)", statistics.median(firsts), native, "s", ">= 0.4")
-        row("seq read 1 GiB, ZIP source, second read (throughput ratio)", statistics.median(seconds), native, "s",
-            ">= 0.75")
+    folios = {}
+    mounts_100k = []
+    if wanted("directory source: reads and listings"):
+        with sections("directory source: reads and listings", rows):
+            # 1. Sequential read, directory source, warm.
+            m = Mount(files_dir, "-o", "ro", "--view", "files")
+            view = os.path.join(m.path, "matrices/cell/gene/fraction.data")
+            dd(view)
+            t_m, t_n = interleave(args.rounds, lambda: dd(view), lambda: dd(payload))
+            row("seq read 1 GiB, FilesDaf view of a directory, warm (throughput ratio)", t_m, t_n, "s", ">= 0.9")
+            # 4. Random 4 KiB reads, second pass (directory source).
+            random_reads(view, 0, size)
+            random_reads(payload, 0, size)
+            t_m, t_n = interleave(args.rounds, lambda: random_reads(view, 0, size), lambda: random_reads(payload, 0, size))
+            row("4 KiB random reads, second pass (throughput ratio)", t_m, t_n, "s", ">= 0.8")
+            # 6. ls -lR and find -ls over the 10,000-property data set.
+            for name, tool in (("ls -lR", lambda p: ["ls", "-lR", p]), ("find -ls", lambda p: ["find", p, "-ls"])):
+                t_m, t_n = interleave(args.rounds, lambda: timed(tool(m.path)), lambda: timed(tool(files_dir)))
+                row(f"{name} over 10,000 properties (time ratio)", t_m, t_n, "s", "<= 1.5", higher_is_better=False)
+            rss.append(m.rss_anon_kib())
+            m.close()
+    if wanted("ZIP source: first read and re-read"):
+        with sections("ZIP source: first read and re-read", rows):
+            # 2, 3. ZIP source: first read (fresh mount each round) and second read.
+            firsts, seconds, natives = [], [], []
+            for r in range(args.rounds):
+                zm = Mount(zip_path, "-o", "ro", "--view", "files")
+                zview = os.path.join(zm.path, "matrices/cell/gene/fraction.data")
+                firsts.append(dd(zview))
+                seconds.append(dd(zview))
+                natives.append(dd(zip_path, start, length))
+                if r == 0:  # What bounds the ratios of the ZIP rows: the page size of each side's cache.
+                    folios = {"archive": large_folio_share(zip_path, start + (64 << 20)), "mounted": large_folio_share(zview)}
+                rss.append(zm.rss_anon_kib())
+                zm.close()
+                if settled(firsts, seconds, natives):
+                    break
+            native = statistics.median(natives)
+            row("seq read 1 GiB, ZIP source, first read (throughput ratio)", statistics.median(firsts), native, "s", ">= 0.4")
+            row("seq read 1 GiB, ZIP source, second read (throughput ratio)", statistics.median(seconds), native, "s",
+                ">= 0.75")
     # 13. The ZIP rows against the FUSE ceiling (issue 12: examples/fuse_ceiling.rs, scripts/bench_ceiling.py).
-    with sections("FUSE ceiling (scripts/bench_ceiling.py)", rows):
-        import bench_ceiling
-        bench_ceiling.ceiling_rows(sys.modules[__name__], args.rounds, zip_path, row)
+    if wanted("FUSE ceiling (scripts/bench_ceiling.py)"):
+        with sections("FUSE ceiling (scripts/bench_ceiling.py)", rows):
+            import bench_ceiling
+            bench_ceiling.ceiling_rows(sys.modules[__name__], args.rounds, zip_path, row)
     # 14. The peers on the same ZIPs (issue 12: fuse-zip, archivemount, ratarmount; scripts/bench_peers.py).
-    with sections("peers (scripts/bench_peers.py)", rows):
-        import bench_peers
-        bench_peers.peer_rows(sys.modules[__name__], args.rounds, zip_path, zip100k, rows)
+    if wanted("peers (scripts/bench_peers.py)"):
+        with sections("peers (scripts/bench_peers.py)", rows):
+            import bench_peers
+            bench_peers.peer_rows(sys.modules[__name__], args.rounds, zip_path, zip100k, rows)
     # 15. Decoded copies bounded (issue 12, point 4): RssAnon reading 1 GiB of compressed data (scripts/bench_decode.py).
-    with sections("decode cache (scripts/bench_decode.py)", rows):
-        import bench_decode
-        bench_decode.decode_rows(sys.modules[__name__], WORK, 1, rows)
+    if wanted("decode cache (scripts/bench_decode.py)"):
+        with sections("decode cache (scripts/bench_decode.py)", rows):
+            import bench_decode
+            bench_decode.decode_rows(sys.modules[__name__], WORK, 1, rows)
     # 16. Reads while a 1 GiB property is committed (issue 12, point 5; scripts/bench_commit.py).
-    with sections("reads during commits (scripts/bench_commit.py)", rows):
-        import bench_commit
-        bench_commit.commit_rows(sys.modules[__name__], args.rounds, files_dir, rows)
+    if wanted("reads during commits (scripts/bench_commit.py)"):
+        with sections("reads during commits (scripts/bench_commit.py)", rows):
+            import bench_commit
+            bench_commit.commit_rows(sys.modules[__name__], args.rounds, files_dir, rows)
     # 17. Scale: mount, memory, listings and a lookup at 100k and 1M entries, Zarr v2 and v3 (issue 12 point 3;
     #     scripts/bench_scale_rows.py, archives from scripts/bench_scale.py), one section per archive.
     import bench_scale_rows
     mounts_100k = bench_scale_rows.scale_rows(sys.modules[__name__], args.rounds, bench_scale_rows.SIZES, row, rows,
-                                              sections)
+                                              sections, wanted)
     # 12. cp of the published ZIP (--zip, issue 13) vs cp of the native ZIP, warm (scripts/bench_publish.py).
-    with sections("published ZIP (scripts/bench_publish.py)", rows):
-        import bench_publish
-        bench_publish.publish_row(sys.modules[__name__], WORK, args.rounds, zip_path, f"{gib:.0f} GiB", row)
-    with sections("four readers, zarr-python 3", rows):
-        # 9. Four concurrent readers, warm.
-        zm = Mount(zip_path, "-o", "ro", "--view", "files")
-        zview = os.path.join(zm.path, "matrices/cell/gene/fraction.data")
-        dd(zview)
-        t_m, t_n = interleave(args.rounds, lambda: four(lambda: dd(zview)),
-                              lambda: four(lambda: dd(zip_path, start, length)))
-        row("four concurrent readers of the ZIP payload, warm (aggregate throughput ratio)", t_m, t_n, "s", ">= 0.7")
-        rss.append(zm.rss_anon_kib())
-        zm.close()
-        # 5. zarr-python 3 reads the whole matrix: Zarr view vs a native Zarr v2 directory, same chunk.
-        zarr_rows(args.rounds, files_dir, payload, row, rss)
+    if wanted("published ZIP (scripts/bench_publish.py)"):
+        with sections("published ZIP (scripts/bench_publish.py)", rows):
+            import bench_publish
+            bench_publish.publish_row(sys.modules[__name__], WORK, args.rounds, zip_path, f"{gib:.0f} GiB", row)
+    if wanted("four readers, zarr-python 3"):
+        with sections("four readers, zarr-python 3", rows):
+            # 9. Four concurrent readers, warm.
+            zm = Mount(zip_path, "-o", "ro", "--view", "files")
+            zview = os.path.join(zm.path, "matrices/cell/gene/fraction.data")
+            dd(zview)
+            t_m, t_n = interleave(args.rounds, lambda: four(lambda: dd(zview)),
+                                  lambda: four(lambda: dd(zip_path, start, length)))
+            row("four concurrent readers of the ZIP payload, warm (aggregate throughput ratio)", t_m, t_n, "s", ">= 0.7")
+            rss.append(zm.rss_anon_kib())
+            zm.close()
+            # 5. zarr-python 3 reads the whole matrix: Zarr view vs a native Zarr v2 directory, same chunk.
+            zarr_rows(args.rounds, files_dir, payload, row, rss)
     # 10. Packed 1 GiB matrix: FilesDaf view (decoded lazily by the daemon) vs zarr-python 3 on the same shard.
-    with sections("packed matrix (scripts/bench_packed.py)", rows):
-        import bench_packed
-        bench_packed.packed_row(sys.modules[__name__], WORK, args.rounds, args.packed_mib, row, rows)
+    if wanted("packed matrix (scripts/bench_packed.py)"):
+        with sections("packed matrix (scripts/bench_packed.py)", rows):
+            import bench_packed
+            bench_packed.packed_row(sys.modules[__name__], WORK, args.rounds, args.packed_mib, row, rows)
     # 11. Remote data set over HTTP (issue 11): first read vs curl, re-read, mount time (scripts/bench_http.py).
-    with sections("HTTP source (scripts/bench_http.py)", rows):
-        import bench_http
-        try:
-            bench_http.http_rows(sys.modules[__name__], WORK, args.rounds, args.http_mib, SMALL, row, rows)
-        except (RuntimeError, OSError, subprocess.CalledProcessError) as e:  # the other rows still get reported
-            log(f"HTTP rows NOT MEASURED: {e}")
-            rows.append({"figure": f"HTTP rows not measured: {str(e).strip()[:200]}", "mounted": float("nan"),
-                         "native": None, "unit": "-", "ratio": None, "target": "-"})
-    with sections("mount until usable; cp into a ZIP source", rows):
-        # 7. Mount until usable (the 100,000-entry archive's mounts are the scale rows' of the same archive).
-        for label, archive, target, known in [("10,000", zip10k, "<= 0.1 s", []),
-                                              ("100,000", zip100k, "<= 0.5 s", mounts_100k)]:
-            times = list(known)
-            while not times or (len(times) < args.rounds and not settled(times)):
-                mm = Mount(archive, "-o", "ro")
-                times.append(mm.seconds)
-                mm.close()
-            t = statistics.median(times)
-            rows.append({"figure": f"mount until usable, {label} entries", "mounted": t, "native": None, "unit": "s",
-                         "ratio": None, "target": target})
-            log(f"mount {label}: {t:.3f} s ({len(times)} mounts)")
-        cp_rows(args.rounds, payload, size, row, rss)
-    rows.append({"figure": "anonymous memory (RssAnon) of the daemon, max over the runs above", "mounted": max(rss) / 1024,
-                 "native": None, "unit": "MiB", "ratio": None, "target": "<= 64 MiB"})
+    if wanted("HTTP source (scripts/bench_http.py)"):
+        with sections("HTTP source (scripts/bench_http.py)", rows):
+            import bench_http
+            try:
+                bench_http.http_rows(sys.modules[__name__], WORK, args.rounds, args.http_mib, SMALL, row, rows)
+            except (RuntimeError, OSError, subprocess.CalledProcessError) as e:  # the other rows still get reported
+                log(f"HTTP rows NOT MEASURED: {e}")
+                rows.append({"figure": f"HTTP rows not measured: {str(e).strip()[:200]}", "mounted": float("nan"),
+                             "native": None, "unit": "-", "ratio": None, "target": "-"})
+    if wanted("mount until usable; cp into a ZIP source"):
+        with sections("mount until usable; cp into a ZIP source", rows):
+            # 7. Mount until usable (the 100,000-entry archive's mounts are the scale rows' of the same archive).
+            for label, archive, target, known in [("10,000", zip10k, "<= 0.1 s", []),
+                                                  ("100,000", zip100k, "<= 0.5 s", mounts_100k)]:
+                times = list(known)
+                while not times or (len(times) < args.rounds and not settled(times)):
+                    mm = Mount(archive, "-o", "ro")
+                    times.append(mm.seconds)
+                    mm.close()
+                t = statistics.median(times)
+                rows.append({"figure": f"mount until usable, {label} entries", "mounted": t, "native": None, "unit": "s",
+                             "ratio": None, "target": target})
+                log(f"mount {label}: {t:.3f} s ({len(times)} mounts)")
+            cp_rows(args.rounds, payload, size, row, rss)
+    if rss:
+        rows.append({"figure": "anonymous memory (RssAnon) of the daemon, max over the runs above",
+                     "mounted": max(rss) / 1024, "native": None, "unit": "MiB", "ratio": None, "target": "<= 64 MiB"})
     bench_report.write_json(args.json, sections, rows, payload_gib=gib, rounds=args.rounds, min_rounds=MIN_ROUNDS,
                             large_folio_share=folios)
     bench_report.print_rows(rows)

@@ -5,11 +5,14 @@ distribution where it packages them: a row says "not packaged" otherwise), on th
   mount time until usable (100k ZIP), first read and re-read of the 1 GiB member, `ls -lR` of the 100k ZIP (each of
   daf-mount's views), the daemon's RssAnon after the listing. A tool that cannot mount an input is reported as such.
 A read that does not end within READ_LIMIT is stopped there (SIGINT: dd reports what it copied) and its time is
-extrapolated from the bytes read (or, if none yet, the time so far), a lower bound marked ">=" in its row; a peer's `ls -lR` not done in LS_LIMIT is
-stopped, its time a lower bound too, and a mount not done in MOUNT_LIMIT is reported as such. The first round of
-each tool does everything; the later ones (at most --rounds, fewer once the samples agree) only the mounts and
-reads, and only while the tool's rounds have taken less than TOOL_BUDGET seconds (archivemount: one round), so the
-rows take about 3 minutes.
+extrapolated from the bytes read (or, if none yet, the time so far), a lower bound marked ">=" in its row; a peer's
+`ls -lR` is stopped once it has taken LS_FACTOR times daf-mount's slower view's listing (measured first; at least
+LS_FLOOR s), its time a lower bound that already decides "ahead of all", and a mount not done in MOUNT_LIMIT is
+reported as such. The first round of each tool does everything; the later ones (at most --rounds, fewer once the
+samples agree) only the mounts and reads, and for a peer only while its rounds have taken less than TOOL_BUDGET
+seconds (its first round, with its listing, takes longer: its reads get one round, their figures being several
+times daf-mount's); past that its rounds only mount the 100k ZIP (the closest race), if that takes less than
+MOUNT_ONLY_LIMIT seconds. So the rows take about 2-2.5 minutes.
 
     python scripts/bench_peers.py [--rounds R]      (alone: the bench's data sets; installs the peers as root)
 """
@@ -27,9 +30,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VENV = os.path.join(ROOT, ".venv", "peers")
 MEMBER = "matrices/cell/gene/fraction/0.0"
 MOUNT_LIMIT = 120  # seconds a peer may take to mount (archivemount took 18-100 s for 100,000 entries)
-READ_LIMIT = 10  # seconds a read of the 1 GiB member may take before it is stopped and extrapolated
-LS_LIMIT = 30  # seconds a peer's ls -lR of the 100k ZIP may take before it is stopped (a lower bound)
-TOOL_BUDGET = 45  # seconds of rounds after which a tool gets no further round
+READ_LIMIT = 5  # seconds a read of the 1 GiB member may take before it is stopped and extrapolated
+LS_FACTOR = 1.25  # a peer's ls -lR of the 100k ZIP is stopped at this many times daf-mount's slower listing ...
+LS_FLOOR = 5  # ... and at least this many seconds (a lower bound then)
+LS_LIMIT = 30  # seconds, if daf-mount's listings were not measured
+TOOL_BUDGET = 25  # seconds of rounds after which a peer's rounds only mount the 100k ZIP ...
+MOUNT_ONLY_LIMIT = 5  # ... if its first mount of it took less than this (archivemount: 18-100 s)
 PACKAGED = ("fuse-zip", "archivemount", "mount-zip", "fuse-archive")  # from the distribution, where it has them
 
 
@@ -59,12 +65,12 @@ def dd(path):
         return (seconds * size / copied[-1] if copied and copied[-1] else seconds), True
 
 
-def listing(command):
-    """(seconds, stopped) of `command` (an ls) with its output discarded, stopped after LS_LIMIT s."""
+def listing(command, limit):
+    """(seconds, stopped) of `command` (an ls) with its output discarded, stopped after `limit` s."""
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     start = time.perf_counter()
     try:
-        if proc.wait(timeout=LS_LIMIT) != 0:
+        if proc.wait(timeout=limit) != 0:
             raise subprocess.CalledProcessError(proc.returncode, command)
         return time.perf_counter() - start, False
     except subprocess.TimeoutExpired:
@@ -182,16 +188,20 @@ def peer_rows(bench, rounds, big_zip, zip100k, rows):
         r = {"mount": [], "first": [], "second": [], "ls": [], "ls_zarr": [], "rss": [], "extrapolated": set()}
         began = time.perf_counter()
         for i in range(rounds):
-            if i and (time.perf_counter() - began > TOOL_BUDGET or bench.settled(r["mount"], r["first"], r["second"])):
+            # Past TOOL_BUDGET (daf-mount has none: its rounds take seconds), a peer's later rounds only mount the 100k
+            # ZIP (the closest race), and only if that mount is quick.
+            reads = i == 0 or tool == "daf-mount" or time.perf_counter() - began <= TOOL_BUDGET
+            measured = (r["mount"], r["first"], r["second"]) if reads else (r["mount"],)
+            if i and (bench.settled(*measured) or (not reads and r["mount"][0] > MOUNT_ONLY_LIMIT)):
                 break
             # The 1 GiB member: first read through a fresh mount, then the re-read.
             member = "matrices/cell/gene/fraction.data" if tool == "daf-mount" else MEMBER
-            m = PeerMount(daf("files") if tool == "daf-mount" else argv, big_zip, member)
+            m = PeerMount(daf("files") if tool == "daf-mount" else argv, big_zip, member) if reads else None
             try:
-                if not m.ok:
+                if m and not m.ok:
                     r["error"] = f"cannot mount {os.path.basename(big_zip)}: {' '.join(m.error)}"
                     break
-                for key in ("first", "second"):
+                for key in ("first", "second") if m else ():
                     try:
                         seconds, extrapolated = dd(os.path.join(m.path, member))
                     except RuntimeError as e:
@@ -201,7 +211,8 @@ def peer_rows(bench, rounds, big_zip, zip100k, rows):
                     if extrapolated:
                         r["extrapolated"].add(key)
             finally:
-                m.close()
+                if m:
+                    m.close()
             if "error" in r:
                 break
             # The 100k ZIP: mount until usable, ls -lR (each view), RssAnon after.
@@ -217,7 +228,9 @@ def peer_rows(bench, rounds, big_zip, zip100k, rows):
                         r["ls"].append(bench.timed(["ls", "-lR", os.path.join(m.path, f"{name_100k}.daf")]))
                         r["ls_zarr"].append(bench.timed(["ls", "-lR", os.path.join(m.path, f"{name_100k}.daf.zarr")]))
                     else:
-                        seconds, stopped = listing(["ls", "-lR", m.path])
+                        ours = results["daf-mount"].get("ls", []) + results["daf-mount"].get("ls_zarr", [])
+                        limit = max(LS_FLOOR, LS_FACTOR * max(ours)) if ours else LS_LIMIT
+                        seconds, stopped = listing(["ls", "-lR", m.path], limit)
                         r["ls"].append(seconds)
                         if stopped:
                             r["extrapolated"].add("ls")
@@ -252,7 +265,7 @@ def peer_rows(bench, rounds, big_zip, zip100k, rows):
             ratio = med(theirs) / med(ours)  # > 1: daf-mount is faster (or smaller)
             at_least = ">= " if extrapolated else ""
             if key.startswith("ls"):
-                note = f", {tool} stopped after {LS_LIMIT} s" if extrapolated else ""
+                note = f", {tool} stopped after {med(theirs):.0f} s" if extrapolated else ""
             else:
                 note = f", {tool} stopped after {READ_LIMIT} s and extrapolated" if extrapolated else ""
             rounds_note = f", {len(theirs)} round(s)" if len(theirs) < len(ours) else ""

@@ -608,7 +608,9 @@ def cp_rows(rounds, payload, size, row, rss):
         rss.append(cm.rss_anon_kib())
         cm.close()
         os.remove(target_zip)
-        subprocess.run(["rm", "-rf", os.path.join(WORK, f".cp{r}.daf.zarr.zip.daf-mount")])
+        # The staging area and its record of accepted appends (`.accepted`), which the mount leaves beside the copy.
+        subprocess.run(["rm", "-rf", os.path.join(WORK, f".cp{r}.daf.zarr.zip.daf-mount"),
+                        os.path.join(WORK, f".cp{r}.daf.zarr.zip.daf-mount.accepted")])
         if not committed:
             raise RuntimeError("the copied property was not in the archive after fsync")
         if settled(cps, natives):

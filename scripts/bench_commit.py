@@ -3,8 +3,8 @@ committed (a copy of 1 GiB into the FilesDaf view in 1 MiB writes, as `cp` does,
 file, which for a ZIP source waits for the append) into a directory source and into a ZIP source, other processes
 measure, side by side with the same probes on the idle mount just before (every probe file read once before the
 first round, so that neither side counts a file's first lookup and decode):
-  - `open` + `read` + `close` of small files (100 small vectors), p50 and p99 latency (target p99 <= 5 ms);
-  - 4 KiB reads at random offsets of another 1 GiB property, p50 and p99 latency (target p99 <= 5 ms);
+  - `open` + `read` + `close` of small files (100 small vectors), p50, p99 and worst latency (target p99 <= 5 ms);
+  - 4 KiB reads at random offsets of another 1 GiB property, p50, p99 and worst latency (target p99 <= 5 ms);
   - sequential reads of that whole 1 GiB property, throughput against its idle throughput (target >= 0.8).
 The probes sleep 1 ms between samples (they sample, they do not load the machine). Each sample carries its start
 time, so the slow ones (over 5 ms) during a commit are logged with the phase they fell in (write, close, fsync) and
@@ -206,9 +206,12 @@ def commit_rows(bench, rounds, files_dir, rows):
             bench.log(f"{kind} source: commit phases (s) {phases}; probe samples over 5 ms during it: "
                       f"{slow if slow else 'none'}")
             for probe_kind, label in (("small", "open+read of small files"), ("random", "4 KiB random reads of another 1 GiB property")):
-                for q, target in ((0.5, "information"), (0.99, "<= 5 ms")):
+                # The worst sample too: a probe blocked for a while (the swap under the state lock) is one sample,
+                # which a p99 of a few thousand does not show.
+                for q, target in ((0.5, "information"), (0.99, "<= 5 ms"), (1.0, "information")):
                     during, before = pct(busy[probe_kind], q) * 1e3, pct(idle[probe_kind], q) * 1e3
-                    figure = f"{what}: {label}, p{int(q * 100)} latency during (idle)"
+                    quantile = "worst" if q == 1.0 else f"p{int(q * 100)}"
+                    figure = f"{what}: {label}, {quantile} latency during (idle)"
                     bench.log(f"{figure}: {during:.3g} ms ({before:.3g} ms idle; {len(busy[probe_kind])} samples)")
                     rows.append({"figure": figure, "mounted": during, "native": before, "unit": "ms",
                                  "ratio": during / before if before else None, "target": target,

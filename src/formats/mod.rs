@@ -30,6 +30,7 @@ pub mod validate;
 pub mod zarr_chunks;
 pub mod zarr_daf;
 pub mod zarr_decode;
+mod zarr_meta;
 pub mod zarr_v2;
 pub mod zarr_v3;
 

@@ -144,7 +144,7 @@ pub enum ArrayKind {
 }
 
 /// How to assemble an array from its chunks.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ChunkLayout {
     /// Zarr shape.
     pub shape: Vec<u64>,

@@ -105,8 +105,17 @@ pub(super) fn parse_fill(fill: &Value, kind: ArrayKind) -> Result<Vec<u8>, Strin
     Ok(bytes)
 }
 
-/// Parses `key/.zarray` into a chunk layout.
+/// Parses `key/.zarray` into a chunk layout: the typed reading when the document fits it,
+/// else [`parse_zarray_value`] (which also says what is wrong).
 fn parse_zarray(bytes: &[u8]) -> Result<ChunkLayout, String> {
+    match super::zarr_meta::zarray_layout(bytes) {
+        Some(layout) => Ok(layout),
+        None => parse_zarray_value(bytes),
+    }
+}
+
+/// Parses `key/.zarray` into a chunk layout through a JSON value.
+pub(super) fn parse_zarray_value(bytes: &[u8]) -> Result<ChunkLayout, String> {
     let meta: Value = serde_json::from_slice(bytes).map_err(|e| format!("invalid JSON: {e}"))?;
     if meta.get("zarr_format").and_then(Value::as_u64) != Some(2) {
         return Err("zarr_format is not 2".into());

@@ -16,14 +16,16 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use serde_json::Value;
 
-use crate::stores::StoreIndex;
+use crate::stores::{Bytes, StoreIndex};
 
 use super::shard::{flat_blob, Packing};
 use super::types::{ElementType, Endian, NumType};
 use super::zarr_decode::{check_grid, ArrayKind, ChunkLayout, Compressor};
+use super::zarr_meta::{v3_node, V3Node};
 use super::zarr_v2::{open_chunked, parse_fill, stored_chunks, ZarrArray};
 use super::FormatError;
 
@@ -39,19 +41,35 @@ fn meta_key(key: &str) -> String {
     }
 }
 
-/// The parsed `zarr.json` of node `key`.
-fn read_meta(index: &StoreIndex, key: &str) -> Result<Value, FormatError> {
+/// The bytes of the `zarr.json` of node `key`, and its mtime.
+fn meta_bytes(index: &StoreIndex, key: &str) -> Result<(Bytes, SystemTime), FormatError> {
     let name = meta_key(key);
     let entry = index
         .get(&name)
         .ok_or_else(|| FormatError::MissingFile(name.clone()))?;
-    serde_json::from_slice(entry.blob.bytes()?.as_slice())
-        .map_err(|e| FormatError::bad(format!("{name}: invalid JSON: {e}")))
+    Ok((entry.blob.bytes()?, entry.mtime))
+}
+
+/// `zarr.json` of node `key` as a JSON value.
+fn parse_meta(key: &str, bytes: &Bytes) -> Result<Value, FormatError> {
+    serde_json::from_slice(bytes.as_slice())
+        .map_err(|e| FormatError::bad(format!("{}: invalid JSON: {e}", meta_key(key))))
+}
+
+/// The parsed `zarr.json` of node `key`.
+fn read_meta(index: &StoreIndex, key: &str) -> Result<Value, FormatError> {
+    parse_meta(key, &meta_bytes(index, key)?.0)
 }
 
 /// Whether node `key` is a group (its `zarr.json` says so).
 pub fn is_group(index: &StoreIndex, key: &str) -> bool {
-    read_meta(index, key).is_ok_and(|meta| is_group_meta(&meta))
+    let Ok((bytes, _)) = meta_bytes(index, key) else {
+        return false;
+    };
+    match v3_node(bytes.as_slice()) {
+        Some(node) => matches!(node, V3Node::Group),
+        None => parse_meta(key, &bytes).is_ok_and(|meta| is_group_meta(&meta)),
+    }
 }
 
 fn is_group_meta(meta: &Value) -> bool {
@@ -62,11 +80,18 @@ fn is_group_meta(meta: &Value) -> bool {
 /// The array under `key`, or `None` when `key` is a group: [`is_group`] and [`open_array`]
 /// with one parse of its `zarr.json` (an unreadable one is an array's error, as there).
 pub fn open_unless_group(index: &StoreIndex, key: &str) -> Result<Option<ZarrArray>, FormatError> {
-    let meta = read_meta(index, key)?;
-    if is_group_meta(&meta) {
-        return Ok(None);
+    let (bytes, mtime) = meta_bytes(index, key)?;
+    match v3_node(bytes.as_slice()) {
+        Some(V3Node::Group) => Ok(None),
+        Some(V3Node::Array(v3)) => open_layout(index, key, v3, None, mtime).map(Some),
+        None => {
+            let meta = parse_meta(key, &bytes)?;
+            if is_group_meta(&meta) {
+                return Ok(None);
+            }
+            open_parsed(index, key, &meta, mtime).map(Some)
+        }
     }
-    open_parsed(index, key, meta).map(Some)
 }
 
 /// Whether node `key` is the root of a ZarrDaf on Zarr v3: a group with `attributes.daf`.
@@ -124,16 +149,16 @@ pub fn check_marker(index: &StoreIndex, path: &Path) -> Result<(), FormatError> 
 
 /// What a v3 array's `zarr.json` says: how to assemble it, where its chunks are, and whether
 /// it is sharded.
-struct V3Layout {
-    layout: ChunkLayout,
+pub(super) struct V3Layout {
+    pub(super) layout: ChunkLayout,
     /// What chunk names start with after the array's key: `c/` (`c.`) or `""` (v2 encoding).
-    prefix: String,
+    pub(super) prefix: String,
     /// The array's codec is one `sharding_indexed`.
-    sharded: bool,
+    pub(super) sharded: bool,
 }
 
 /// The element kind of a v3 `data_type`.
-fn data_kind(name: &str) -> Option<ArrayKind> {
+pub(super) fn data_kind(name: &str) -> Option<ArrayKind> {
     let t = match name {
         "string" => return Some(ArrayKind::Strings),
         "bool" => NumType::Bool,
@@ -153,7 +178,7 @@ fn data_kind(name: &str) -> Option<ArrayKind> {
 }
 
 /// The fill value's bytes: v2's forms, plus the v3 hex form of a float's bits (`"0x7fc00000"`).
-fn fill_bytes(fill: &Value, kind: ArrayKind) -> Result<Vec<u8>, String> {
+pub(super) fn fill_bytes(fill: &Value, kind: ArrayKind) -> Result<Vec<u8>, String> {
     match (fill, kind) {
         (Value::String(s), ArrayKind::Strings) if s.is_empty() => Ok(Vec::new()),
         (_, ArrayKind::Strings) => Err(format!("unsupported string fill_value {fill}")),
@@ -188,7 +213,7 @@ fn codec(entry: &Value) -> Result<(&str, &Value), String> {
 }
 
 /// Parses an array's `zarr.json` (refusing, with the codec's name, what cannot be read).
-fn parse_array(meta: &Value) -> Result<V3Layout, String> {
+pub(super) fn parse_array(meta: &Value) -> Result<V3Layout, String> {
     if meta.get("zarr_format").and_then(Value::as_u64) != Some(3)
         || meta.get("node_type").and_then(Value::as_str) != Some("array")
     {
@@ -326,28 +351,53 @@ fn parse_codecs(list: &[Value], kind: ArrayKind, ndim: u64) -> Result<Codecs, St
 }
 
 /// Parses the `zarr.json` of array `key` (errors name nothing: the caller adds the path).
-fn array_layout(index: &StoreIndex, key: &str) -> Result<(Value, V3Layout), FormatError> {
-    let meta = read_meta(index, key)?;
-    let layout = parse_array(&meta).map_err(FormatError::Bad)?;
-    Ok((meta, layout))
+fn array_layout(index: &StoreIndex, key: &str) -> Result<V3Layout, FormatError> {
+    let (bytes, _) = meta_bytes(index, key)?;
+    if let Some(V3Node::Array(v3)) = v3_node(bytes.as_slice()) {
+        return Ok(v3);
+    }
+    parse_array(&parse_meta(key, &bytes)?).map_err(FormatError::Bad)
 }
 
 /// Opens the Zarr v3 array stored under `key` (`key/zarr.json` and its chunks).
 pub fn open_array(index: &StoreIndex, key: &str) -> Result<ZarrArray, FormatError> {
-    open_parsed(index, key, read_meta(index, key)?)
+    let (bytes, mtime) = meta_bytes(index, key)?;
+    if let Some(V3Node::Array(v3)) = v3_node(bytes.as_slice()) {
+        return open_layout(index, key, v3, None, mtime);
+    }
+    open_parsed(index, key, &parse_meta(key, &bytes)?, mtime)
 }
 
-/// [`open_array`] of the array whose `zarr.json` was parsed as `meta`.
-fn open_parsed(index: &StoreIndex, key: &str, meta: Value) -> Result<ZarrArray, FormatError> {
-    let v3 = parse_array(&meta).map_err(FormatError::Bad)?;
-    let meta_mtime = index
-        .get(&meta_key(key))
-        .map(|e| e.mtime)
-        .unwrap_or(std::time::SystemTime::UNIX_EPOCH);
+/// [`open_array`] of the array whose `zarr.json` was parsed as `meta` (modified at
+/// `meta_mtime`).
+fn open_parsed(
+    index: &StoreIndex,
+    key: &str,
+    meta: &Value,
+    meta_mtime: SystemTime,
+) -> Result<ZarrArray, FormatError> {
+    let v3 = parse_array(meta).map_err(FormatError::Bad)?;
+    open_layout(index, key, v3, Some(meta), meta_mtime)
+}
+
+/// Opens array `key` of layout `v3`; `meta`, its document, is needed for a sharded one (its
+/// packing reads it).
+fn open_layout(
+    index: &StoreIndex,
+    key: &str,
+    v3: V3Layout,
+    meta: Option<&Value>,
+    meta_mtime: SystemTime,
+) -> Result<ZarrArray, FormatError> {
     let mtime = index.latest_mtime_under(key).unwrap_or(meta_mtime);
     if !v3.sharded {
         return open_chunked(index, key, v3.layout, mtime, &v3.prefix);
     }
+    let Some(meta) = meta else {
+        return Err(FormatError::bad(
+            "a sharded array read without its zarr.json",
+        ));
+    };
     let layout = v3.layout;
     // One shard covers the array (DAF's shard is the shape; a rounded-up shard is larger).
     if layout.grid_total() != Some(1) {
@@ -368,7 +418,7 @@ fn open_parsed(index: &StoreIndex, key: &str, meta: Value) -> Result<ZarrArray, 
         ArrayKind::Numeric(t, _) => ElementType::Num(t),
         ArrayKind::Strings => ElementType::String,
     };
-    let packing = Packing::from_zarr_v3(&meta, eltype, layout.shape.clone(), shard.blob.clone())?;
+    let packing = Packing::from_zarr_v3(meta, eltype, layout.shape.clone(), shard.blob.clone())?;
     let blob = flat_blob(&packing, key.to_string())?;
     Ok(ZarrArray {
         kind: layout.kind,
@@ -382,7 +432,7 @@ fn open_parsed(index: &StoreIndex, key: &str, meta: Value) -> Result<ZarrArray, 
 /// Whether every chunk of the array under `key` (from its `zarr.json`) is stored. Counts the
 /// stored chunks against the size of the grid; the grid itself is never enumerated.
 pub fn all_chunks_stored(index: &StoreIndex, key: &str) -> Result<bool, FormatError> {
-    let (_, v3) = array_layout(index, key)?;
+    let v3 = array_layout(index, key)?;
     let stored = stored_chunks(index, key, &v3.layout, &v3.prefix).len() as u64;
     Ok(v3.layout.grid_total() == Some(stored))
 }

@@ -1,8 +1,11 @@
 //! The build of a tree ([`Namespace::build`]): the entries, grouped by directory, become nodes
 //! numbered by the [`InodeTable`] (paths it does not know yet are numbered here and found again
-//! through a transient hash table of this build's nodes); then each directory's children are
-//! sorted into the tree's one array, mtimes are propagated upward, and every table is sized
-//! exactly.
+//! through a transient hash table of this build's nodes, which keeps each node's hash so that
+//! growing it hashes no name again). Then the children are placed into the tree's one array by a
+//! counting pass over the nodes' parents (no comparison between directories), each directory's
+//! run sorted by name only if it is not already (views render in order, so a first build sorts
+//! nothing large), mtimes are propagated upward in one pass over the directories, and every table
+//! is sized exactly.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -15,6 +18,10 @@ use super::{
     name_in, slice_of, Children, Entry, EntryKind, InodeTable, Namespace, Node, NodeKind,
     NodeTable, StagedPath, LARGE_DIR, ROOT, ROOT_U32,
 };
+
+#[cfg(test)]
+#[path = "namespace_build_tests.rs"]
+mod tests;
 
 impl Namespace {
     /// Builds the tree. Parents are created as needed. Later entries replace earlier files at the
@@ -30,11 +37,10 @@ impl Namespace {
             names: String::new(),
             mtimes: Vec::new(),
             mtime_index: HashMap::default(),
-            edges: Vec::new(),
+            last_mtime: None,
             inodes,
             added: HashTable::new(),
             hasher: foldhash::fast::RandomState::default(),
-            depth: vec![vec![ROOT_U32]],
             last_dir: (String::new(), Some(ROOT), false),
         };
         let mtime = builder.mtime(root_mtime);
@@ -52,57 +58,18 @@ impl Namespace {
         for entry in entries {
             builder.add(entry);
         }
-        // Deepest first: propagate mtimes upward.
-        for ino in std::mem::take(&mut builder.depth)
-            .iter()
-            .skip(1)
-            .rev()
-            .flatten()
-        {
-            let Some((mtime, parent)) = builder
-                .nodes
-                .get(u64::from(*ino))
-                .map(|n| (n.mtime, n.parent()))
-            else {
-                continue;
-            };
-            let Some(parent_mtime) = builder.nodes.get(parent).map(|n| n.mtime) else {
-                continue;
-            };
-            let (time, parent_time) = (
-                builder.mtimes[mtime as usize],
-                builder.mtimes[parent_mtime as usize],
-            );
-            if time > parent_time {
-                if let Some(parent) = builder.nodes.get_mut(parent) {
-                    parent.mtime = mtime;
-                }
-            }
-        }
         let Builder {
             mut nodes,
             mut names,
-            mut edges,
             mtimes,
+            added,
             ..
         } = builder;
+        drop(added);
         names.shrink_to_fit();
         nodes.slots.shrink_to_fit();
-        // Each directory's children, sorted by name, one range of one array.
-        let name = |ino: u32| nodes.get(u64::from(ino)).map_or("", |n| name_in(&names, n));
-        edges.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| name(a.1).cmp(name(b.1))));
-        let children: Box<[u32]> = edges.iter().map(|e| e.1).collect();
-        let mut start = 0u32;
-        for siblings in edges.chunk_by(|a, b| a.0 == b.0) {
-            let len = u32::try_from(siblings.len()).unwrap_or(u32::MAX);
-            if let Some(NodeKind::Dir { children }) =
-                nodes.get_mut(u64::from(siblings[0].0)).map(|n| &mut n.kind)
-            {
-                *children = Children { start, len };
-            }
-            start = start.saturating_add(len);
-        }
-        drop(edges);
+        let children = place_children(&mut nodes, &names);
+        propagate_mtimes(&mut nodes, &children, &mtimes);
         // The sub-directory counts of large directories none of whose children may be absent
         // are final already: a first `stat` (a lookup right after the mount) counts nothing.
         let mut kept = HashMap::default();
@@ -134,23 +101,126 @@ impl Namespace {
     }
 }
 
+/// The nodes but the root, with their parents.
+fn with_parents(nodes: &NodeTable) -> impl Iterator<Item = (u32, usize)> + '_ {
+    (0u32..)
+        .zip(&nodes.slots)
+        .filter(|(ino, _)| *ino != ROOT_U32)
+        .filter_map(|(ino, node)| Some((ino, node.as_ref()?.parent as usize)))
+}
+
+/// Each directory's children, sorted by name, as one range of one array: a counting pass over
+/// the nodes' parents places them (in inode order, the order a first build took the entries in),
+/// then a directory's run is sorted only if it is not in order already.
+fn place_children(nodes: &mut NodeTable, names: &str) -> Box<[u32]> {
+    // First the number of children of each directory, then where its run starts, then (once
+    // the children are placed) where it ends.
+    let mut ends = vec![0u32; nodes.slots.len()];
+    for (_, parent) in with_parents(nodes) {
+        if let Some(count) = ends.get_mut(parent) {
+            *count = count.saturating_add(1);
+        }
+    }
+    let mut total = 0u32;
+    for end in &mut ends {
+        let count = *end;
+        *end = total;
+        total = total.saturating_add(count);
+    }
+    let mut children = vec![0u32; total as usize].into_boxed_slice();
+    for (ino, parent) in with_parents(nodes) {
+        let Some(cursor) = ends.get_mut(parent) else {
+            continue;
+        };
+        if let Some(slot) = children.get_mut(*cursor as usize) {
+            *slot = ino;
+        }
+        *cursor = cursor.saturating_add(1);
+    }
+    let mut start = 0u32;
+    for (slot, end) in nodes.slots.iter_mut().zip(ends) {
+        if let Some(NodeKind::Dir { children: range }) = slot.as_mut().map(|n| &mut n.kind) {
+            *range = Children {
+                start,
+                len: end.saturating_sub(start),
+            };
+        }
+        start = end;
+    }
+    let name = |ino: &u32| nodes.get(u64::from(*ino)).map_or("", |n| name_in(names, n));
+    for node in nodes.slots.iter().flatten() {
+        let NodeKind::Dir { children: range } = node.kind else {
+            continue;
+        };
+        let (from, to) = (range.start as usize, range.start as usize + range.len());
+        if let Some(run) = children.get_mut(from..to) {
+            if !run.is_sorted_by(|a, b| name(a) <= name(b)) {
+                run.sort_unstable_by(|a, b| name(a).cmp(name(b)));
+            }
+        }
+    }
+    children
+}
+
+/// Gives each directory the latest mtime of its own and its descendants': the directories are
+/// visited breadth first from the root, then each takes its children's in the reverse order (a
+/// directory's sub-directories are final before it).
+fn propagate_mtimes(nodes: &mut NodeTable, children: &[u32], mtimes: &[SystemTime]) {
+    let time = |index: u32| mtimes.get(index as usize).copied();
+    let mut order = vec![ROOT_U32];
+    let mut next = 0;
+    while let Some(&dir) = order.get(next) {
+        next += 1;
+        let Some(NodeKind::Dir { children: range }) = nodes.get(u64::from(dir)).map(|n| &n.kind)
+        else {
+            continue;
+        };
+        let subdirs = slice_of(children, *range)
+            .iter()
+            .filter(|c| nodes.get(u64::from(**c)).is_some_and(Node::is_dir));
+        order.extend(subdirs);
+    }
+    for dir in order.into_iter().rev() {
+        let Some(node) = nodes.get(u64::from(dir)) else {
+            continue;
+        };
+        let NodeKind::Dir { children: range } = node.kind else {
+            continue;
+        };
+        let latest = slice_of(children, range)
+            .iter()
+            .filter_map(|c| nodes.get(u64::from(*c)))
+            .map(|n| n.mtime)
+            .max_by_key(|m| time(*m));
+        if let Some(latest) = latest.filter(|m| time(*m) > time(node.mtime)) {
+            if let Some(node) = nodes.get_mut(u64::from(dir)) {
+                node.mtime = latest;
+            }
+        }
+    }
+}
+
 /// The state of one [`Namespace::build`].
 struct Builder<'a> {
     nodes: NodeTable,
     names: String,
     mtimes: Vec<SystemTime>,
     mtime_index: HashMap<SystemTime, u32, foldhash::fast::RandomState>,
-    /// (directory, child) of every node but the root, sorted into the directories at the end.
-    edges: Vec<(u32, u32)>,
+    /// The last time asked for and its index (most entries share a few times).
+    last_mtime: Option<(SystemTime, u32)>,
     inodes: &'a mut InodeTable,
-    /// The nodes of this build by (parent, name), for the paths the table did not number yet.
-    added: HashTable<u32>,
+    /// The nodes of this build by (parent, name), for the paths the table did not number yet,
+    /// each with its hash (32 bits of it: growing the table hashes no name again).
+    added: HashTable<(u32, u32)>,
     hasher: foldhash::fast::RandomState,
-    /// Inodes by depth (the root is depth 0), for the mtime pass.
-    depth: Vec<Vec<u32>>,
     /// The directory of the previous entry (`None`: blocked by a file), and whether that entry
     /// was elidable: entries come grouped by directory, so most need no walk from the root.
     last_dir: (String, Option<u64>, bool),
+}
+
+/// A 32-bit hash spread over the 64 bits the hash table takes (it uses both ends).
+fn spread(hash: u32) -> u64 {
+    u64::from(hash).wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
 impl Builder<'_> {
@@ -216,8 +286,7 @@ impl Builder<'_> {
                 }
             }
             (None, _) => {
-                let depth = path.matches('/').count() + 1;
-                self.insert(ino, parent, name, depth, entry.mtime, kind, entry.elidable);
+                self.insert(ino, parent, name, entry.mtime, kind, entry.elidable);
             }
         }
     }
@@ -227,7 +296,7 @@ impl Builder<'_> {
     /// needs them.
     fn directory(&mut self, dir: &str, mtime: SystemTime, elidable: bool) -> Option<u64> {
         let mut parent = ROOT;
-        for (depth, component) in dir.split('/').filter(|c| !c.is_empty()).enumerate() {
+        for component in dir.split('/').filter(|c| !c.is_empty()) {
             let ino = self.child(parent, component);
             match self.nodes.get_mut(ino) {
                 Some(node) if node.is_dir() => node.elidable &= elidable,
@@ -236,7 +305,7 @@ impl Builder<'_> {
                     let kind = NodeKind::Dir {
                         children: Children::default(),
                     };
-                    self.insert(ino, parent, component, depth + 1, mtime, kind, elidable);
+                    self.insert(ino, parent, component, mtime, kind, elidable);
                 }
             }
             parent = ino;
@@ -244,13 +313,11 @@ impl Builder<'_> {
         Some(parent)
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn insert(
         &mut self,
         ino: u64,
         parent: u64,
         name: &str,
-        depth: usize,
         mtime: SystemTime,
         kind: NodeKind,
         elidable: bool,
@@ -259,10 +326,6 @@ impl Builder<'_> {
             log::warn!("{name}: inode number beyond 2^32, not shown");
             return;
         };
-        if self.depth.len() <= depth {
-            self.depth.resize_with(depth + 1, Vec::new);
-        }
-        self.depth[depth].push(ino32);
         let start = self.names.len();
         // A component longer than a u16 (never: the kernel's names are at most 255 bytes) is
         // cut at a character boundary.
@@ -283,15 +346,16 @@ impl Builder<'_> {
                 kind,
             },
         );
-        self.edges.push((parent, ino32));
         // Found again by (parent, name) for the rest of this build.
-        let (nodes, names, hasher) = (&self.nodes, &self.names, &self.hasher);
-        let hash = hasher.hash_one((parent, &names[start..start + len]));
-        self.added.insert_unique(hash, ino32, |&other| {
-            let node = nodes.get(u64::from(other));
-            let name = node.map_or("", |n| name_in(names, n));
-            hasher.hash_one((node.map_or(0, |n| n.parent), name))
-        });
+        let hash = self.hash(parent, &name[..len]);
+        self.added
+            .insert_unique(spread(hash), (ino32, hash), |&(_, h)| spread(h));
+    }
+
+    /// The 32-bit hash of (parent, name) in [`Builder::added`].
+    fn hash(&self, parent: u32, name: &str) -> u32 {
+        // The table spreads the 32 bits it keeps again: the truncation is intended.
+        self.hasher.hash_one((parent, name)) as u32
     }
 
     /// The inode number of `name` in directory `parent`: the one the table knows, else the one
@@ -300,26 +364,32 @@ impl Builder<'_> {
         if let Some(ino) = self.inodes.known(parent, name) {
             return ino;
         }
-        let (nodes, names) = (&self.nodes, &self.names);
         let found = u32::try_from(parent).ok().and_then(|parent| {
-            let hash = self.hasher.hash_one((parent, name));
+            let hash = self.hash(parent, name);
+            let (nodes, names) = (&self.nodes, &self.names);
             self.added
-                .find(hash, |&ino| {
-                    nodes
-                        .get(u64::from(ino))
-                        .is_some_and(|n| n.parent == parent && name_in(names, n) == name)
+                .find(spread(hash), |&(ino, h)| {
+                    h == hash
+                        && nodes
+                            .get(u64::from(ino))
+                            .is_some_and(|n| n.parent == parent && name_in(names, n) == name)
                 })
-                .copied()
+                .map(|&(ino, _)| ino)
         });
         found.map_or_else(|| self.inodes.fresh(), u64::from)
     }
 
     /// The index of `time` among the tree's times.
     fn mtime(&mut self, time: SystemTime) -> u32 {
+        if let Some((_, index)) = self.last_mtime.filter(|(last, _)| *last == time) {
+            return index;
+        }
         let next = u32::try_from(self.mtimes.len()).unwrap_or(u32::MAX);
-        *self.mtime_index.entry(time).or_insert_with(|| {
+        let index = *self.mtime_index.entry(time).or_insert_with(|| {
             self.mtimes.push(time);
             next
-        })
+        });
+        self.last_mtime = Some((time, index));
+        index
     }
 }

@@ -148,7 +148,11 @@ impl DafFs {
                     .iter()
                     .map(|(path, f)| (path.as_str(), f.disk.as_path()));
                 discard_staged(&state, staging, files);
-                state.rebuild();
+                let edits: Vec<_> = members
+                    .iter()
+                    .map(|(path, _)| state.removal_edit(path))
+                    .collect();
+                state.apply(edits);
                 return Ok(());
             }
             Ok(Outcome::Appending(append)) => {

@@ -257,7 +257,9 @@ impl DafFs {
             inodes: InodeTable::default(),
             root_mtime,
             namespace: Namespace::build(Vec::new(), root_mtime, &mut InodeTable::default()),
-            publisher: options.zip.then(|| (Publisher::default(), options)),
+            publisher: options
+                .zip
+                .then(|| (Mutex::new(Publisher::default()), options)),
         };
         state.rebuild();
         let found_at_mount = state
@@ -409,6 +411,8 @@ impl DafFs {
 
 #[cfg(test)]
 mod commit_tests;
+#[cfg(test)]
+mod edit_tests;
 #[cfg(test)]
 mod listing_tests;
 #[cfg(test)]

@@ -13,7 +13,7 @@ use crate::views::layout::Removal;
 use crate::views::ViewRoot;
 
 use super::commit::{derived_mount_paths, item_mount_paths};
-use super::namespace::NodeKind;
+use super::namespace::{Edit, NodeKind};
 use super::{resolve_in, split_canonical, DafFs, FsError, State};
 use crate::stores::Bytes;
 
@@ -35,7 +35,8 @@ impl DafFs {
         fs::remove_file(&disk)?;
         let canonical = Self::canonical(&state, &path)?;
         state.staged.remove(&canonical);
-        state.rebuild();
+        let edit = state.removal_edit(&canonical);
+        state.apply([edit]);
         Ok(())
     }
 
@@ -75,10 +76,17 @@ impl DafFs {
                 .iter()
                 .all(|e| state.deleted.contains(&root.canonical_path(&e.path)));
             if gone {
+                // The item leaves the data set: a new tree.
                 self.delete_now(&mut state, &root, &id)?;
+                state.rebuild();
+                return Ok(());
             }
         }
-        state.rebuild();
+        // Hidden: only that path leaves the tree.
+        state.apply([Some(Edit::Remove {
+            path: mount.to_string(),
+            uncover: false,
+        })]);
         Ok(())
     }
 
@@ -118,10 +126,14 @@ impl DafFs {
         let id = root.layout().node_item(&rel).ok_or_else(refused)?;
         if rel == id.path() {
             self.delete_now(&mut state, &root, &id)?;
+            state.rebuild();
         } else {
             state.deleted.insert(root.canonical_path(&rel));
+            state.apply([Some(Edit::Remove {
+                path: mount.to_string(),
+                uncover: false,
+            })]);
         }
-        state.rebuild();
         Ok(())
     }
 
@@ -182,10 +194,10 @@ impl DafFs {
         let mut state = self.lock_state();
         let ino = Self::existing_child(&state, parent, name)?;
         let node = state.namespace.node(ino).ok_or(FsError::NotFound)?;
-        let NodeKind::Dir { children } = &node.kind else {
+        if !node.is_dir() {
             return Err(FsError::NotDir);
-        };
-        if !children.is_empty() {
+        }
+        if !state.namespace.children(ino).is_empty() {
             return Err(FsError::NotEmpty);
         }
         let path = state.namespace.path(ino).ok_or(FsError::NotFound)?;
@@ -195,7 +207,8 @@ impl DafFs {
         }
         let _ = fs::remove_dir(staging.disk_path(&canonical));
         state.staged.remove(&canonical);
-        state.rebuild();
+        let edit = state.removal_edit(&canonical);
+        state.apply([edit]);
         Ok(())
     }
 }

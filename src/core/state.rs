@@ -3,14 +3,31 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use crate::formats::source::NamedDataset;
 use crate::views::zip_publish::{published_path, Publisher};
 use crate::views::{view_entries, ViewEntry, ViewKind, ViewNode, ViewOptions, ViewRoot};
 
-use super::namespace::{Entry, EntryKind, InodeTable, Namespace, ROOT};
+use super::namespace::{Edit, Entry, EntryKind, InodeTable, Namespace, ROOT};
+
+#[cfg(test)]
+thread_local! {
+    /// Tests only: changes of staged or hidden paths build the tree anew (as before edits).
+    pub(super) static EDITS_OFF: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Tests only: the time staged paths get, if set.
+    pub(super) static CLOCK: std::cell::Cell<Option<SystemTime>> = const { std::cell::Cell::new(None) };
+}
+
+/// The time a path staged now gets.
+pub(super) fn now() -> SystemTime {
+    #[cfg(test)]
+    if let Some(now) = CLOCK.with(std::cell::Cell::get) {
+        return now;
+    }
+    SystemTime::now()
+}
 
 /// A staged path: its disk location in the staging area.
 #[derive(Clone, Debug)]
@@ -38,7 +55,8 @@ pub(super) struct State {
     pub(super) namespace: Arc<Namespace>,
     /// The files made from whole data sets at the mount root (`--zip`), and the options they
     /// are made with.
-    pub(super) publisher: Option<(Publisher, ViewOptions)>,
+    /// (Behind a lock of its own: a tree is built under the state lock taken shared.)
+    pub(super) publisher: Option<(Mutex<Publisher>, ViewOptions)>,
 }
 
 impl State {
@@ -60,15 +78,60 @@ impl State {
         }
     }
 
-    /// Builds the tree anew. The views are rendered one at a time as the tree takes their
-    /// entries (all first only when a published ZIP needs its data set's Zarr view), so no list
-    /// of every entry of the mount is ever made.
+    /// The edit that shows the staged path `canonical` (a `--view both` path) as staged now.
+    pub(super) fn put_edit(&self, canonical: &str) -> Option<Edit> {
+        let staged = self.staged.get(canonical)?;
+        let (root, rel) = split_canonical(&self.roots, canonical)?;
+        Some(Edit::Put {
+            path: root.mount_path(rel),
+            mtime: staged.mtime,
+            staged: (!staged.is_dir).then(|| staged.disk.clone()),
+        })
+    }
+
+    /// The edit that takes the staged path `canonical` out: the committed file it hid shows
+    /// again unless that is hidden too.
+    pub(super) fn removal_edit(&self, canonical: &str) -> Option<Edit> {
+        let (root, rel) = split_canonical(&self.roots, canonical)?;
+        let path = root.mount_path(rel);
+        let uncover = split_mount(&self.roots, &path)
+            .is_some_and(|(root, _)| !hidden(root, &self.deleted, &path));
+        Some(Edit::Remove { path, uncover })
+    }
+
+    /// Applies changes of staged or hidden paths to the tree ([`Namespace::edited`]), or builds
+    /// it anew when an edit cannot.
+    pub(super) fn apply(&mut self, edits: impl IntoIterator<Item = Option<Edit>>) {
+        let edits: Vec<Edit> = edits.into_iter().flatten().collect();
+        #[cfg(test)]
+        if EDITS_OFF.with(std::cell::Cell::get) {
+            return self.rebuild();
+        }
+        match self.namespace.edited(&edits, &mut self.inodes) {
+            Some(tree) => self.namespace = tree,
+            None => self.rebuild(),
+        }
+    }
+
+    /// Builds the tree anew (see [`State::build`]) and takes it.
     pub(super) fn rebuild(&mut self) {
+        let mut inodes = std::mem::take(&mut self.inodes);
+        self.namespace = self.build(&mut inodes);
+        self.inodes = inodes;
+        // The rendered views and the previous tree are freed: give their pages back.
+        crate::sys::release_free_memory();
+    }
+
+    /// A new tree of the state as it is, numbered by `inodes` (which takes it as its tree). The
+    /// views are rendered one at a time as the tree takes their entries (all first only when a
+    /// published ZIP needs its data set's Zarr view), so no list of every entry of the mount is
+    /// ever made. Needs the state only shared: the caller keeps other writers out.
+    pub(super) fn build(&self, inodes: &mut InodeTable) -> Arc<Namespace> {
         let mut rendered: Vec<Option<Vec<ViewEntry>>> = std::iter::repeat_with(|| None)
             .take(self.roots.len())
             .collect();
         let mut published = Vec::new();
-        if let Some((publisher, options)) = &mut self.publisher {
+        if let Some((publisher, options)) = &self.publisher {
             // A published archive is made of its data set's Zarr view, rendered here once for
             // both.
             let datasets = &self.datasets;
@@ -96,6 +159,7 @@ impl State {
                         .collect(),
                 )
             };
+            let mut publisher = crate::stores::lock(publisher);
             published = publisher.entries(&self.datasets, *options, zarr_files);
         }
         let (datasets, roots, deleted) = (&self.datasets, &self.roots, &self.deleted);
@@ -126,9 +190,7 @@ impl State {
             .map(tree_entry)
             .chain(views)
             .chain(staged);
-        self.namespace = Namespace::build(entries, self.root_mtime, &mut self.inodes);
-        // The rendered views and the previous tree are freed: give their pages back.
-        crate::sys::release_free_memory();
+        Namespace::build(entries, self.root_mtime, inodes)
     }
 }
 

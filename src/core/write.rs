@@ -16,7 +16,7 @@ use crate::staging::StagingArea;
 use crate::stores::Bytes;
 use crate::views::join;
 
-use super::namespace::NodeKind;
+use super::namespace::{Edit, NodeKind};
 use super::{split_mount, Attr, DafFs, FsError, Handle, Staged, State};
 
 impl DafFs {
@@ -152,14 +152,15 @@ impl DafFs {
         let disk = staging.prepare_parent(&canonical)?;
         fs::write(&disk, content.as_ref().map_or(&[][..], Bytes::as_slice))?;
         state.staged.insert(
-            canonical,
+            canonical.clone(),
             Staged {
                 disk: disk.clone(),
                 is_dir: false,
-                mtime: SystemTime::now(),
+                mtime: super::state::now(),
             },
         );
-        state.rebuild();
+        let edit = state.put_edit(&canonical);
+        state.apply([edit]);
         Ok((mount.to_string(), disk))
     }
 
@@ -197,14 +198,15 @@ impl DafFs {
             .truncate(true)
             .open(&disk)?;
         state.staged.insert(
-            canonical,
+            canonical.clone(),
             Staged {
                 disk,
                 is_dir: false,
-                mtime: SystemTime::now(),
+                mtime: super::state::now(),
             },
         );
-        state.rebuild();
+        let edit = state.put_edit(&canonical);
+        state.apply([edit]);
         let ino = state.inodes.ino(&mount);
         drop(state);
         let fh = self.new_handle(ino, Some(file), true);
@@ -362,14 +364,15 @@ impl DafFs {
         let disk = staging.disk_path(&canonical);
         fs::create_dir_all(&disk)?;
         state.staged.insert(
-            canonical,
+            canonical.clone(),
             Staged {
                 disk,
                 is_dir: true,
-                mtime: SystemTime::now(),
+                mtime: super::state::now(),
             },
         );
-        state.rebuild();
+        let edit = state.put_edit(&canonical);
+        state.apply([edit]);
         let ino = state.inodes.ino(&mount);
         drop(state);
         self.getattr(ino)
@@ -475,11 +478,15 @@ impl DafFs {
             Staged {
                 disk: new_disk.clone(),
                 is_dir: false,
-                mtime: SystemTime::now(),
+                mtime: super::state::now(),
             },
         );
         state.inodes.rename(&old_path, &new_mount);
-        state.rebuild();
+        let edits = [
+            state.removal_edit(&old_canonical),
+            state.put_edit(&new_canonical),
+        ];
+        state.apply(edits);
         drop(state);
         let committed = self.try_commit(&new_mount, None, false);
         if committed.is_err() {
@@ -519,7 +526,13 @@ impl DafFs {
         let canonical = Self::canonical(state, old_path)?;
         state.staged.remove(&canonical);
         state.inodes.rename(old_path, new_mount);
-        state.rebuild();
+        let edits = [
+            state.removal_edit(&canonical),
+            Some(Edit::Renumber {
+                path: new_mount.to_string(),
+            }),
+        ];
+        state.apply(edits);
         Ok(state.inodes.ino(new_mount))
     }
 
@@ -553,14 +566,15 @@ impl DafFs {
         let new_disk = staging.prepare_parent(&canonical)?;
         fs::hard_link(&disk, &new_disk)?;
         state.staged.insert(
-            canonical,
+            canonical.clone(),
             Staged {
                 disk: new_disk,
                 is_dir: false,
-                mtime: SystemTime::now(),
+                mtime: super::state::now(),
             },
         );
-        state.rebuild();
+        let edit = state.put_edit(&canonical);
+        state.apply([edit]);
         let ino = state.inodes.ino(&mount);
         drop(state);
         self.try_commit(&mount, None, false)?;

@@ -28,7 +28,7 @@ impl DafFs {
         touch_item(&mut state.datasets[root.dataset], &id, mtime)
             .map_err(|e| FsError::NotPermitted(e.to_string()))?;
         let changed = item_mount_paths(&state, root.dataset, &id);
-        state.rebuild();
+        state = state.rebuilt();
         let inos: Vec<u64> = changed.iter().map(|p| state.inodes.ino(p)).collect();
         drop(state);
         self.invalidate(inos);
@@ -152,7 +152,7 @@ impl DafFs {
                     .iter()
                     .map(|(path, _)| state.removal_edit(path))
                     .collect();
-                state.apply(edits);
+                drop(state.apply(edits));
                 return Ok(());
             }
             Ok(Outcome::Appending(append)) => {
@@ -211,7 +211,7 @@ impl DafFs {
             state.staged.remove(&dir);
             staging.prune(&dir);
         }
-        state.rebuild();
+        drop(state.rebuilt());
         if let Some(append) = appending {
             let staged = members
                 .into_iter()
@@ -222,7 +222,8 @@ impl DafFs {
                 append,
                 staged,
             };
-            self.appender.push(job, &self.state, staging)?;
+            self.appender
+                .push(job, (&self.state, &self.writers), staging)?;
         }
         Ok(())
     }

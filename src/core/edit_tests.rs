@@ -348,3 +348,46 @@ fn a_change_of_a_staged_path_looks_at_few_nodes_of_a_large_tree() {
     assert!(removed <= BOUND, "an rmdir looked at {removed} nodes");
     assert!(fs.resolve("files_v1_0.daf/scalars/new.json").is_err());
 }
+
+/// A commit builds its new tree under the state lock taken shared: a read of another file is
+/// served while the build is paused, before it resumes.
+#[test]
+fn reads_go_on_while_a_commit_builds_its_tree() {
+    use std::sync::mpsc::channel;
+    use std::sync::Arc;
+    let tmp = tempfile::tempdir().unwrap();
+    let fs = Arc::new(writable(tmp.path()));
+    let (paused, build_paused) = channel();
+    let (resume, resumed) = channel();
+    *crate::stores::lock(&fs.read_state().build_pause) = Some((paused, resumed));
+    let axes = fs.resolve("files_v1_0.daf/axes").unwrap();
+    let writer = {
+        let fs = fs.clone();
+        std::thread::spawn(move || {
+            let (_, fh) = fs.create(axes, OsStr::new("new.txt"), false).unwrap();
+            fs.write(fh, 0, b"a\nb\n").unwrap();
+            // Complete: the close commits the axis, and builds a new tree.
+            fs.flush(fh, None).unwrap();
+            fs.release(fh);
+        })
+    };
+    build_paused
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the commit builds a tree");
+    let (served, done) = channel();
+    let reader = {
+        let fs = fs.clone();
+        std::thread::spawn(move || {
+            let ino = fs.resolve("files_v1_0.daf/scalars/title.json").unwrap();
+            let size = fs.getattr(ino).unwrap().size;
+            let read = fs.read(ino, 0, 0, 4096).unwrap().len() as u64;
+            let _ = served.send(size == read);
+        })
+    };
+    let answer = done.recv_timeout(Duration::from_secs(10));
+    resume.send(()).unwrap();
+    writer.join().unwrap();
+    reader.join().unwrap();
+    assert_eq!(answer, Ok(true), "a read waited for the build of a tree");
+    assert!(fs.resolve("files_v1_0.daf.zarr/axes/new").is_ok());
+}

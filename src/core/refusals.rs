@@ -63,7 +63,7 @@ impl DafFs {
         fs::remove_file(disk)?;
         state.staged.remove(&canonical);
         let edit = state.removal_edit(&canonical);
-        state.apply([edit]);
+        drop(state.apply([edit]));
         match verdict {
             Ok(()) => {
                 log::info!("{mount}: a rewrite that changes nothing dropped");

@@ -5,7 +5,6 @@
 use std::collections::BTreeSet;
 use std::ffi::OsStr;
 use std::fs;
-use std::sync::RwLockWriteGuard;
 
 use crate::formats::model::PropertyId;
 use crate::staging::commit::{delete_item, CommitError};
@@ -14,6 +13,7 @@ use crate::views::ViewRoot;
 
 use super::commit::{derived_mount_paths, item_mount_paths};
 use super::namespace::{Edit, NodeKind};
+use super::state::Writer;
 use super::{resolve_in, split_canonical, DafFs, FsError, State};
 use crate::stores::Bytes;
 
@@ -36,7 +36,7 @@ impl DafFs {
         let canonical = Self::canonical(&state, &path)?;
         state.staged.remove(&canonical);
         let edit = state.removal_edit(&canonical);
-        state.apply([edit]);
+        drop(state.apply([edit]));
         Ok(())
     }
 
@@ -45,7 +45,7 @@ impl DafFs {
     /// node goes when its directory is removed, as `rm -r` and zarr's `del` do last).
     pub(super) fn remove_committed(
         &self,
-        mut state: RwLockWriteGuard<'_, State>,
+        mut state: Writer<'_>,
         mount: &str,
     ) -> Result<(), FsError> {
         Self::replaceable(&state, mount)?;
@@ -78,15 +78,15 @@ impl DafFs {
             if gone {
                 // The item leaves the data set: a new tree.
                 self.delete_now(&mut state, &root, &id)?;
-                state.rebuild();
+                drop(state.rebuilt());
                 return Ok(());
             }
         }
         // Hidden: only that path leaves the tree.
-        state.apply([Some(Edit::Remove {
+        drop(state.apply([Some(Edit::Remove {
             path: mount.to_string(),
             uncover: false,
-        })]);
+        })]));
         Ok(())
     }
 
@@ -110,7 +110,7 @@ impl DafFs {
     /// deleted) or a directory inside one (hidden until the node goes).
     pub(super) fn remove_committed_dir(
         &self,
-        mut state: RwLockWriteGuard<'_, State>,
+        mut state: Writer<'_>,
         mount: &str,
     ) -> Result<(), FsError> {
         Self::replaceable(&state, mount)?;
@@ -126,13 +126,13 @@ impl DafFs {
         let id = root.layout().node_item(&rel).ok_or_else(refused)?;
         if rel == id.path() {
             self.delete_now(&mut state, &root, &id)?;
-            state.rebuild();
+            drop(state.rebuilt());
         } else {
             state.deleted.insert(root.canonical_path(&rel));
-            state.apply([Some(Edit::Remove {
+            drop(state.apply([Some(Edit::Remove {
                 path: mount.to_string(),
                 uncover: false,
-            })]);
+            })]));
         }
         Ok(())
     }
@@ -208,7 +208,7 @@ impl DafFs {
         let _ = fs::remove_dir(staging.disk_path(&canonical));
         state.staged.remove(&canonical);
         let edit = state.removal_edit(&canonical);
-        state.apply([edit]);
+        drop(state.apply([edit]));
         Ok(())
     }
 }

@@ -1,9 +1,10 @@
 //! The state a mount's tree is built from (data sets, view roots, staged and deleted paths), the
-//! rebuild of that tree, and the mapping of mount paths to view roots.
+//! rebuild of that tree, the lock a change holds ([`Writer`]), and the mapping of mount paths to
+//! view roots.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockWriteGuard};
 use std::time::SystemTime;
 
 use crate::formats::source::NamedDataset;
@@ -53,6 +54,10 @@ pub(super) struct State {
     pub(super) inodes: InodeTable,
     pub(super) root_mtime: SystemTime,
     pub(super) namespace: Arc<Namespace>,
+    /// Tests only: where the next build of a tree by a [`Writer`] pauses, under the state lock
+    /// taken shared (it says so on the sender, then waits for the receiver).
+    #[cfg(test)]
+    pub(super) build_pause: Arc<super::appender::Pause>,
     /// The files made from whole data sets at the mount root (`--zip`), and the options they
     /// are made with.
     /// (Behind a lock of its own: a tree is built under the state lock taken shared.)
@@ -67,6 +72,18 @@ impl State {
     ) -> Option<(ViewRoot, String, Option<crate::formats::model::PropertyId>)> {
         let (root, rel) = split_mount(&self.roots, mount)?;
         Some((root.clone(), rel.to_string(), root.layout().item_of(rel)))
+    }
+
+    /// Whether inode `ino` is still the staged file `disk`: in the tree, and in the state (a
+    /// commit takes it out of the state before its new tree is swapped in).
+    pub(super) fn still_staged(&self, ino: u64, disk: &std::path::Path) -> bool {
+        let path = self.namespace.path(ino).unwrap_or_default();
+        let staged = split_mount(&self.roots, &path)
+            .filter(|(_, rel)| !rel.is_empty())
+            .and_then(|(root, rel)| self.staged.get(&root.canonical_path(rel)));
+        let shown = self.namespace.node(ino).map(|n| &n.kind);
+        matches!(shown, Some(super::NodeKind::Staged(d)) if **d == *disk)
+            && staged.is_some_and(|s| s.disk == disk)
     }
 
     /// The mount paths of the files made from the whole of data set `dataset` (they change
@@ -191,6 +208,108 @@ impl State {
             .chain(views)
             .chain(staged);
         Namespace::build(entries, self.root_mtime, inodes)
+    }
+}
+
+/// The state locked for a change. Other writers are kept out (the writers' lock) for as long as it
+/// lives; the state lock, which every read takes shared, is held exclusively except while a new
+/// tree is built ([`Writer::rebuilt`]): readers go on with the current tree meanwhile. Trees it
+/// replaced are freed after both locks are released.
+pub(super) struct Writer<'a> {
+    guard: RwLockWriteGuard<'a, State>,
+    lock: &'a RwLock<State>,
+    _writers: MutexGuard<'a, ()>,
+    retired: Retired,
+}
+
+/// Trees (and tables) replaced under the lock, dropped after it (a large tree takes a while to
+/// free), then their pages are given back.
+#[derive(Default)]
+struct Retired(Vec<Arc<Namespace>>, Vec<InodeTable>);
+
+impl Drop for Retired {
+    fn drop(&mut self) {
+        if !self.0.is_empty() {
+            self.0.clear();
+            self.1.clear();
+            crate::sys::release_free_memory();
+        }
+    }
+}
+
+impl<'a> Writer<'a> {
+    /// Waits for the other writers, then for the readers.
+    pub(super) fn new(lock: &'a RwLock<State>, writers: &'a Mutex<()>) -> Writer<'a> {
+        let writers = writers.lock().unwrap_or_else(|p| p.into_inner());
+        Writer {
+            guard: lock.write().unwrap_or_else(|p| p.into_inner()),
+            lock,
+            _writers: writers,
+            retired: Retired::default(),
+        }
+    }
+
+    /// Builds the tree of the state anew under the state lock taken shared (readers go on, other
+    /// writers still wait), then takes the lock exclusively to swap it in.
+    pub(super) fn rebuilt(self) -> Writer<'a> {
+        let Writer {
+            guard,
+            lock,
+            _writers,
+            mut retired,
+        } = self;
+        drop(guard);
+        let (tree, inodes) = {
+            let state = lock.read().unwrap_or_else(|p| p.into_inner());
+            let mut inodes = state.inodes.clone();
+            let tree = state.build(&mut inodes);
+            #[cfg(test)]
+            super::appender::pause_once(&state.build_pause);
+            (tree, inodes)
+        };
+        let mut guard = lock.write().unwrap_or_else(|p| p.into_inner());
+        retired
+            .0
+            .push(std::mem::replace(&mut guard.namespace, tree));
+        retired.1.push(std::mem::replace(&mut guard.inodes, inodes));
+        Writer {
+            guard,
+            lock,
+            _writers,
+            retired,
+        }
+    }
+
+    /// [`State::apply`], building a new tree as [`Writer::rebuilt`] does when an edit cannot.
+    pub(super) fn apply(mut self, edits: impl IntoIterator<Item = Option<Edit>>) -> Writer<'a> {
+        let edits: Vec<Edit> = edits.into_iter().flatten().collect();
+        #[cfg(test)]
+        if EDITS_OFF.with(std::cell::Cell::get) {
+            return self.rebuilt();
+        }
+        let state = &mut *self.guard;
+        match state.namespace.edited(&edits, &mut state.inodes) {
+            Some(tree) => {
+                let before = std::mem::replace(&mut state.namespace, tree);
+                self.retired.0.push(before);
+                self
+            }
+            None => self.rebuilt(),
+        }
+    }
+}
+
+impl std::ops::Deref for Writer<'_> {
+    type Target = State;
+
+    fn deref(&self) -> &State {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for Writer<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        &mut self.guard
     }
 }
 

@@ -211,21 +211,28 @@ impl DafFs {
             state.staged.remove(&dir);
             staging.prune(&dir);
         }
+        // The append is queued before the state is let go (the new tree is built with it
+        // shared): a `fsync` that no longer finds the item's staged files in the state waits
+        // for that append instead of answering before it (a daemon stopped then loses the
+        // item). The append thread swaps it in only after this change (the writers' lock).
+        let queued = match appending {
+            Some(append) => {
+                let staged = members
+                    .into_iter()
+                    .map(|(path, f)| (path, f.disk))
+                    .collect();
+                let job = Job {
+                    dataset: root.dataset,
+                    append,
+                    staged,
+                };
+                self.appender
+                    .push(job, (&self.state, &self.writers), staging)
+            }
+            None => Ok(()),
+        };
         drop(state.rebuilt());
-        if let Some(append) = appending {
-            let staged = members
-                .into_iter()
-                .map(|(path, f)| (path, f.disk))
-                .collect();
-            let job = Job {
-                dataset: root.dataset,
-                append,
-                staged,
-            };
-            self.appender
-                .push(job, (&self.state, &self.writers), staging)?;
-        }
-        Ok(())
+        queued
     }
 
     /// Whether a writer other than the handle `closing` still has one of `members` open with

@@ -25,6 +25,7 @@ use crate::staging::commit::{CommitError, PendingAppend};
 use crate::staging::StagingArea;
 use crate::stores::{StoreError, StoreIndex};
 
+use super::state::Writer;
 use super::{FsError, State};
 use crate::stores::lock;
 
@@ -76,13 +77,17 @@ impl Appender {
     pub(super) fn push(
         &self,
         job: Job,
-        state: &Arc<RwLock<State>>,
+        (state, writers): (&Arc<RwLock<State>>, &Arc<Mutex<()>>),
         staging: &StagingArea,
     ) -> Result<(), FsError> {
         let queue = self.queue.get_or_init(|| {
             let (queue, jobs) = channel::<Job>();
-            let (state, staging, progress) =
-                (state.clone(), staging.clone(), self.progress.clone());
+            let (state, writers, staging, progress) = (
+                state.clone(),
+                writers.clone(),
+                staging.clone(),
+                self.progress.clone(),
+            );
             #[cfg(test)]
             let pause = self.pause.clone();
             let spawned = std::thread::Builder::new()
@@ -93,7 +98,7 @@ impl Appender {
                         let before_swap = || pause_once(&pause);
                         #[cfg(not(test))]
                         let before_swap = || {};
-                        let result = run(&job, &state, &staging, &before_swap);
+                        let result = run(&job, (&state, &writers), &staging, &before_swap);
                         let (progress, done) = &*progress;
                         let mut progress = lock(progress);
                         if let Err(e) = result {
@@ -181,7 +186,7 @@ impl Appender {
 
 /// Tests only: pauses an append where [`Appender::pause`] says.
 #[cfg(test)]
-fn pause_once(pause: &Pause) {
+pub(super) fn pause_once(pause: &Pause) {
     if let Some((paused, resume)) = lock(pause).take() {
         let _ = paused.send(());
         let _ = resume.recv_timeout(std::time::Duration::from_secs(60));
@@ -193,21 +198,21 @@ fn pause_once(pause: &Pause) {
 /// (readers go on), deletes its staged files, and drops the item as it was served from them.
 fn run(
     job: &Job,
-    state: &RwLock<State>,
+    (state, writers): (&RwLock<State>, &Mutex<()>),
     staging: &StagingArea,
     before_swap: &dyn Fn(),
 ) -> Result<(), CommitError> {
     let written = write_yielding(&job.append)?;
     before_swap();
     let (served_before, held) = {
-        let mut state = state.write().unwrap_or_else(|p| p.into_inner());
+        let mut writer = Writer::new(state, writers);
         let locked = std::time::Instant::now();
-        let ds = state
+        let ds = writer
             .datasets
             .get_mut(job.dataset)
             .ok_or_else(|| CommitError::Invalid("data set gone".into()))?;
         let served_before = job.append.serve_from(ds, &written)?;
-        state.rebuild();
+        drop(writer.rebuilt());
         (served_before, locked.elapsed())
     };
     log::info!(

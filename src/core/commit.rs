@@ -28,7 +28,7 @@ impl DafFs {
         touch_item(&mut state.datasets[root.dataset], &id, mtime)
             .map_err(|e| FsError::NotPermitted(e.to_string()))?;
         let changed = item_mount_paths(&state, root.dataset, &id);
-        state.rebuild();
+        state = state.rebuilt();
         let inos: Vec<u64> = changed.iter().map(|p| state.inodes.ino(p)).collect();
         drop(state);
         self.invalidate(inos);
@@ -148,7 +148,11 @@ impl DafFs {
                     .iter()
                     .map(|(path, f)| (path.as_str(), f.disk.as_path()));
                 discard_staged(&state, staging, files);
-                state.rebuild();
+                let edits: Vec<_> = members
+                    .iter()
+                    .map(|(path, _)| state.removal_edit(path))
+                    .collect();
+                drop(state.apply(edits));
                 return Ok(());
             }
             Ok(Outcome::Appending(append)) => {
@@ -207,20 +211,28 @@ impl DafFs {
             state.staged.remove(&dir);
             staging.prune(&dir);
         }
-        state.rebuild();
-        if let Some(append) = appending {
-            let staged = members
-                .into_iter()
-                .map(|(path, f)| (path, f.disk))
-                .collect();
-            let job = Job {
-                dataset: root.dataset,
-                append,
-                staged,
-            };
-            self.appender.push(job, &self.state, staging)?;
-        }
-        Ok(())
+        // The append is queued before the state is let go (the new tree is built with it
+        // shared): a `fsync` that no longer finds the item's staged files in the state waits
+        // for that append instead of answering before it (a daemon stopped then loses the
+        // item). The append thread swaps it in only after this change (the writers' lock).
+        let queued = match appending {
+            Some(append) => {
+                let staged = members
+                    .into_iter()
+                    .map(|(path, f)| (path, f.disk))
+                    .collect();
+                let job = Job {
+                    dataset: root.dataset,
+                    append,
+                    staged,
+                };
+                self.appender
+                    .push(job, (&self.state, &self.writers), staging)
+            }
+            None => Ok(()),
+        };
+        drop(state.rebuilt());
+        queued
     }
 
     /// Whether a writer other than the handle `closing` still has one of `members` open with

@@ -396,3 +396,54 @@ fn a_zip_append_writes_at_the_lowest_priority_and_swaps_at_normal_priority() {
     let p = fs.resolve("zarr_v2.daf/vectors/cell/p.data").unwrap();
     assert_eq!(fs.content(p).unwrap().as_slice(), [9u8; 12]);
 }
+
+/// A commit into a ZIP source queues its append before its staged files leave the state that
+/// others read: a `fsync` of the root while the commit builds its tree waits for that append.
+/// (It returned at once, before the append was even queued, and a daemon stopped then lost the
+/// item: the crash campaign's lost closed writes after a recovery.)
+#[test]
+fn a_fsync_while_a_zip_commit_builds_its_tree_waits_for_its_append() {
+    let (_tmp, archive, fs) = writable_zip();
+    let dir = fs.resolve("zarr_v2.daf/vectors/cell").unwrap();
+    write_file(
+        &fs,
+        dir,
+        "new.json",
+        br#"{"format":"dense","eltype":"UInt8"}"#,
+    )
+    .unwrap();
+    let before = std::fs::metadata(&archive).unwrap().len();
+    let (paused, build_paused) = channel();
+    let (resume, resumed) = channel();
+    *crate::stores::lock(&fs.read_state().build_pause) = Some((paused, resumed));
+    let writer = {
+        let fs = fs.clone();
+        std::thread::spawn(move || write_file(&fs, dir, "new.data", &[1, 2, 3]))
+    };
+    build_paused
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the commit builds a tree");
+    let (synced, done) = channel();
+    let fsync = {
+        let (fs, archive) = (fs.clone(), archive.clone());
+        std::thread::spawn(move || {
+            let result = fs.finalize("");
+            let _ = synced.send((result, std::fs::metadata(&archive).unwrap().len()));
+        })
+    };
+    // Either the fsync answers now (it must not, the append is not done), or it waits.
+    let early = done.recv_timeout(Duration::from_secs(1));
+    resume.send(()).unwrap();
+    writer.join().unwrap().unwrap();
+    let (result, len) = early
+        .or_else(|_| done.recv_timeout(Duration::from_secs(60)))
+        .expect("the fsync never returned");
+    fsync.join().unwrap();
+    result.unwrap();
+    assert!(
+        len > before,
+        "the fsync returned before the item was appended"
+    );
+    let new = fs.resolve("zarr_v2.daf/vectors/cell/new.data").unwrap();
+    assert_eq!(fs.content(new).unwrap().as_slice(), [1, 2, 3]);
+}

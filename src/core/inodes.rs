@@ -22,7 +22,7 @@ type Hasher = foldhash::fast::RandomState;
 type ByLink<V> = HashMap<u64, HashMap<Box<str>, V, Hasher>, Hasher>;
 
 /// Path → inode number, for the life of the mount (see the module doc).
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct InodeTable {
     /// The tree the numbers of shown paths are read from (`None` before the first build).
     tree: Option<Arc<Namespace>>,
@@ -84,6 +84,16 @@ impl InodeTable {
         ino
     }
 
+    /// The number [`InodeTable::fresh`] gives next.
+    pub(super) fn next(&self) -> u64 {
+        self.next
+    }
+
+    /// Takes back the numbers given since [`InodeTable::next`] said `next` (none is in use).
+    pub(super) fn set_next(&mut self, next: u64) {
+        self.next = next;
+    }
+
     /// Gives `to` the inode number of `from` (a rename: the kernel keeps the inode).
     pub fn rename(&mut self, from: &str, to: &str) {
         let Some(ino) = self.resolve(from).filter(|&ino| ino != ROOT) else {
@@ -120,6 +130,33 @@ impl InodeTable {
             !names.is_empty()
         });
         self.outside.shrink_to_fit();
+        self.tree = Some(tree);
+    }
+
+    /// [`InodeTable::set_tree`] for a tree edited from the current one ([`Namespace::edited`]):
+    /// only the paths it took out (`removed`: parent, name, inode) and those it shows anew
+    /// (`added`: parent, name) are looked at.
+    pub(super) fn set_tree_edited(
+        &mut self,
+        tree: Arc<Namespace>,
+        removed: &[(u64, String, u64)],
+        added: &[(u64, String)],
+    ) {
+        let shown = |parent: u64, name: &str| tree.child(parent, name).is_some_and(|r| r.is_ok());
+        for (parent, name, ino) in removed {
+            if *ino == ROOT || tree.node(*ino).is_some() {
+                continue;
+            }
+            if get(&self.moved, *parent, name).is_none() && !shown(*parent, name) {
+                insert(&mut self.outside, *parent, name, *ino);
+            }
+        }
+        self.moved = HashMap::default();
+        for (parent, name) in added {
+            if shown(*parent, name) {
+                remove(&mut self.outside, *parent, name);
+            }
+        }
         self.tree = Some(tree);
     }
 

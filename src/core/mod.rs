@@ -190,6 +190,8 @@ impl Handle {
 #[derive(Debug)]
 pub struct DafFs {
     state: Arc<RwLock<State>>,
+    /// Held by every change for as long as it runs (see [`state::Writer`]).
+    writers: Arc<Mutex<()>>,
     /// Appends to ZIP sources, finished after the commits that queued them returned.
     appender: appender::Appender,
     /// Where writes go; `None` for a read-only mount.
@@ -257,7 +259,11 @@ impl DafFs {
             inodes: InodeTable::default(),
             root_mtime,
             namespace: Namespace::build(Vec::new(), root_mtime, &mut InodeTable::default()),
-            publisher: options.zip.then(|| (Publisher::default(), options)),
+            #[cfg(test)]
+            build_pause: Arc::default(),
+            publisher: options
+                .zip
+                .then(|| (Mutex::new(Publisher::default()), options)),
         };
         state.rebuild();
         let found_at_mount = state
@@ -268,6 +274,7 @@ impl DafFs {
             .collect();
         DafFs {
             state: Arc::new(RwLock::new(state)),
+            writers: Arc::default(),
             appender: appender::Appender::default(),
             staging,
             handles: Mutex::new(HashMap::new()),
@@ -409,6 +416,8 @@ impl DafFs {
 
 #[cfg(test)]
 mod commit_tests;
+#[cfg(test)]
+mod edit_tests;
 #[cfg(test)]
 mod listing_tests;
 #[cfg(test)]

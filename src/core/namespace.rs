@@ -1,6 +1,9 @@
 //! The inode tree of a mount: view entries plus staged (being written) files and directories.
 //!
-//! The tree is immutable; a change (a staged file, a commit) builds a new one. Inode numbers come
+//! A tree is immutable. A commit (a change of the data sets) builds a new one; a change of staged
+//! or hidden paths only makes a new *version* of it ([`Namespace::edited`], `namespace_edit.rs`):
+//! the built tables are shared, and a small overlay of replaced nodes and children lists is
+//! consulted first. Inode numbers come
 //! from an [`InodeTable`] that outlives the trees, so a path keeps its inode number for the whole
 //! mount, whichever tree it is in. Directories keep their children sorted, so `readdir` offsets
 //! are plain indices and lookups are binary searches. A directory's mtime is the latest of its own
@@ -29,6 +32,11 @@ pub use super::inodes::{InodeTable, ROOT};
 
 #[path = "namespace_build.rs"]
 mod build;
+#[path = "namespace_edit.rs"]
+mod edit;
+
+pub use edit::Edit;
+use edit::Overlay;
 
 /// What a path of the tree is made of.
 #[derive(Clone, Debug)]
@@ -55,7 +63,7 @@ pub struct Entry {
 }
 
 /// What an inode is.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub enum NodeKind {
     /// A directory; its children's inodes, sorted by name, are [`Namespace::children`].
     Dir {
@@ -109,7 +117,7 @@ impl Children {
 /// One inode (32 bytes). Its name is [`Namespace::name`], its path [`Namespace::path`] (rebuilt
 /// from its parents: a path is stored once per tree, as its last component), its modification
 /// time [`Namespace::mtime`] (one of the tree's few distinct times).
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Node {
     /// Parent inode (the root is its own parent; inode numbers stay far below 2^32: see
     /// [`InodeTable`]).
@@ -144,9 +152,9 @@ const ROOT_U32: u32 = 1;
 /// Directories with at least this many children keep their final sub-directory count.
 const LARGE_DIR: usize = 64;
 
-/// All inodes of one version of the tree.
+/// The tables a build makes, shared by every version edited from it.
 #[derive(Debug)]
-pub struct Namespace {
+struct Tables {
     nodes: NodeTable,
     /// The children of every directory, back to back, each directory's sorted by name.
     children: Box<[u32]>,
@@ -154,35 +162,93 @@ pub struct Namespace {
     names: String,
     /// The distinct modification times of the nodes.
     mtimes: Vec<SystemTime>,
+}
+
+/// All inodes of one version of the tree: the built tables, and what edits changed since.
+#[derive(Debug)]
+pub struct Namespace {
+    base: Arc<Tables>,
+    /// Nodes and children lists replaced since the build; names and times added since are
+    /// numbered after the base's (a node's `name_start` and `mtime` index either).
+    overlay: Overlay,
+    /// Number of inodes.
+    len: usize,
     /// [`Namespace::subdirs`] of large directories, once no child's presence is unknown.
     subdirs_kept: Mutex<HashMap<u64, u32, foldhash::fast::RandomState>>,
 }
 
 impl Namespace {
+    /// A tree of freshly built tables.
+    fn from_tables(
+        nodes: NodeTable,
+        children: Box<[u32]>,
+        names: String,
+        mtimes: Vec<SystemTime>,
+        kept: HashMap<u64, u32, foldhash::fast::RandomState>,
+    ) -> Namespace {
+        let len = nodes.len;
+        Namespace {
+            base: Arc::new(Tables {
+                nodes,
+                children,
+                names,
+                mtimes,
+            }),
+            overlay: Overlay::default(),
+            len,
+            subdirs_kept: Mutex::new(kept),
+        }
+    }
+
     /// The modification time of `node`.
     pub fn mtime(&self, node: &Node) -> SystemTime {
-        self.mtimes
-            .get(node.mtime as usize)
-            .copied()
-            .unwrap_or(SystemTime::UNIX_EPOCH)
+        let at = node.mtime as usize;
+        let base = &self.base.mtimes;
+        match at.checked_sub(base.len()) {
+            None => base.get(at),
+            Some(at) => self.overlay.mtimes.get(at),
+        }
+        .copied()
+        .unwrap_or(SystemTime::UNIX_EPOCH)
     }
 
     /// The inode `ino`.
     pub fn node(&self, ino: u64) -> Option<&Node> {
-        self.nodes.get(ino)
+        if !self.overlay.nodes.is_empty() {
+            if let Some(node) = self.overlay.nodes.get(&ino) {
+                #[cfg(test)]
+                VISITS.with(|v| v.set(v.get() + 1));
+                return node.as_ref();
+            }
+        }
+        self.base.nodes.get(ino)
     }
 
     /// The children of directory `ino`, sorted by name (empty for a file or an unknown inode).
     pub fn children(&self, ino: u64) -> &[u32] {
+        if let Some(children) = self.overlay.children.get(&ino) {
+            return children;
+        }
         match self.node(ino).map(|n| &n.kind) {
-            Some(NodeKind::Dir { children }) => slice_of(&self.children, *children),
+            Some(NodeKind::Dir { children }) => slice_of(&self.base.children, *children),
             _ => &[],
         }
     }
 
     /// The name of inode `ino` in its directory ("" for the root or an unknown inode).
     pub fn name(&self, ino: u64) -> &str {
-        self.node(ino).map_or("", |n| name_in(&self.names, n))
+        self.node(ino).map_or("", |n| self.name_of(n))
+    }
+
+    /// The name of `node`, in the base's names or the overlay's.
+    fn name_of(&self, node: &Node) -> &str {
+        let (start, len) = (node.name_start as usize, usize::from(node.name_len));
+        let base = &self.base.names;
+        match start.checked_sub(base.len()) {
+            None => base.get(start..start + len),
+            Some(start) => self.overlay.names.get(start..start + len),
+        }
+        .unwrap_or("")
     }
 
     /// The `/`-separated path of inode `ino` from the mount root ("" for the root).
@@ -191,7 +257,7 @@ impl Namespace {
         let mut at = ino;
         while at != ROOT {
             let node = self.node(at)?;
-            names.push(name_in(&self.names, node));
+            names.push(self.name_of(node));
             at = node.parent();
         }
         names.reverse();
@@ -201,8 +267,8 @@ impl Namespace {
     /// The child `name` of directory `parent`: `None` if absent, `Err(())` if `parent` is a file.
     pub fn child(&self, parent: u64, name: &str) -> Option<Result<u64, ()>> {
         match &self.node(parent)?.kind {
-            NodeKind::Dir { children } => {
-                let children = slice_of(&self.children, *children);
+            NodeKind::Dir { .. } => {
+                let children = self.children(parent);
                 children
                     .binary_search_by(|c| self.name(u64::from(*c)).cmp(name))
                     .ok()
@@ -222,9 +288,9 @@ impl Namespace {
         match &node.kind {
             NodeKind::File(blob) => blob.presence(),
             NodeKind::Staged(_) => Some(true),
-            NodeKind::Dir { children } => {
+            NodeKind::Dir { .. } => {
                 let mut unknown = false;
-                for child in slice_of(&self.children, *children) {
+                for child in self.children(ino) {
                     match self.present(u64::from(*child)) {
                         Some(true) => return Some(true),
                         Some(false) => {}
@@ -243,8 +309,8 @@ impl Namespace {
         };
         match &node.kind {
             NodeKind::File(blob) if blob.presence().is_none() => out.push(blob.clone()),
-            NodeKind::Dir { children } => {
-                for child in slice_of(&self.children, *children) {
+            NodeKind::Dir { .. } => {
+                for child in self.children(ino) {
                     self.unresolved(u64::from(*child), out);
                 }
             }
@@ -254,19 +320,26 @@ impl Namespace {
 
     /// Number of inodes.
     pub fn len(&self) -> usize {
-        self.nodes.len
+        self.len
     }
 
     /// Whether the tree is only the root.
     pub fn is_empty(&self) -> bool {
-        self.nodes.len <= 1
+        self.len <= 1
     }
 
     /// All inodes.
     pub fn nodes(&self) -> impl Iterator<Item = (u64, &Node)> {
-        (0u64..)
-            .zip(&self.nodes.slots)
-            .filter_map(|(ino, n)| Some((ino, n.as_ref()?)))
+        let overlay = &self.overlay.nodes;
+        let base = (0u64..)
+            .zip(&self.base.nodes.slots)
+            .filter(move |(ino, _)| !overlay.contains_key(ino))
+            .filter_map(|(ino, n)| Some((ino, n.as_ref()?)));
+        base.chain(
+            overlay
+                .iter()
+                .filter_map(|(ino, n)| Some((*ino, n.as_ref()?))),
+        )
     }
 
     /// Number of sub-directories of directory `ino` (for `st_nlink`), counting an elidable one
@@ -275,10 +348,10 @@ impl Namespace {
         if let Some(&kept) = lock(&self.subdirs_kept).get(&ino) {
             return kept;
         }
-        let Some(NodeKind::Dir { children }) = self.node(ino).map(|n| &n.kind) else {
+        if !self.node(ino).is_some_and(Node::is_dir) {
             return 0;
-        };
-        let children = slice_of(&self.children, *children);
+        }
+        let children = self.children(ino);
         let mut unknown = false;
         let mut count = 0;
         for child in children.iter().map(|c| u64::from(*c)) {

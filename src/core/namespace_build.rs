@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use hashbrown::HashTable;
@@ -89,13 +89,7 @@ impl Namespace {
             }
         }
         kept.shrink_to_fit();
-        let tree = Arc::new(Namespace {
-            nodes,
-            children,
-            names,
-            mtimes,
-            subdirs_kept: Mutex::new(kept),
-        });
+        let tree = Arc::new(Namespace::from_tables(nodes, children, names, mtimes, kept));
         inodes.set_tree(tree.clone());
         tree
     }

@@ -62,7 +62,8 @@ impl DafFs {
         let canonical = Self::canonical(&state, mount)?;
         fs::remove_file(disk)?;
         state.staged.remove(&canonical);
-        state.rebuild();
+        let edit = state.removal_edit(&canonical);
+        drop(state.apply([edit]));
         match verdict {
             Ok(()) => {
                 log::info!("{mount}: a rewrite that changes nothing dropped");

@@ -5,7 +5,6 @@
 use std::collections::BTreeSet;
 use std::ffi::OsStr;
 use std::fs;
-use std::sync::RwLockWriteGuard;
 
 use crate::formats::model::PropertyId;
 use crate::staging::commit::{delete_item, CommitError};
@@ -13,7 +12,8 @@ use crate::views::layout::Removal;
 use crate::views::ViewRoot;
 
 use super::commit::{derived_mount_paths, item_mount_paths};
-use super::namespace::NodeKind;
+use super::namespace::{Edit, NodeKind};
+use super::state::Writer;
 use super::{resolve_in, split_canonical, DafFs, FsError, State};
 use crate::stores::Bytes;
 
@@ -35,7 +35,8 @@ impl DafFs {
         fs::remove_file(&disk)?;
         let canonical = Self::canonical(&state, &path)?;
         state.staged.remove(&canonical);
-        state.rebuild();
+        let edit = state.removal_edit(&canonical);
+        drop(state.apply([edit]));
         Ok(())
     }
 
@@ -44,7 +45,7 @@ impl DafFs {
     /// node goes when its directory is removed, as `rm -r` and zarr's `del` do last).
     pub(super) fn remove_committed(
         &self,
-        mut state: RwLockWriteGuard<'_, State>,
+        mut state: Writer<'_>,
         mount: &str,
     ) -> Result<(), FsError> {
         Self::replaceable(&state, mount)?;
@@ -75,10 +76,17 @@ impl DafFs {
                 .iter()
                 .all(|e| state.deleted.contains(&root.canonical_path(&e.path)));
             if gone {
+                // The item leaves the data set: a new tree.
                 self.delete_now(&mut state, &root, &id)?;
+                drop(state.rebuilt());
+                return Ok(());
             }
         }
-        state.rebuild();
+        // Hidden: only that path leaves the tree.
+        drop(state.apply([Some(Edit::Remove {
+            path: mount.to_string(),
+            uncover: false,
+        })]));
         Ok(())
     }
 
@@ -102,7 +110,7 @@ impl DafFs {
     /// deleted) or a directory inside one (hidden until the node goes).
     pub(super) fn remove_committed_dir(
         &self,
-        mut state: RwLockWriteGuard<'_, State>,
+        mut state: Writer<'_>,
         mount: &str,
     ) -> Result<(), FsError> {
         Self::replaceable(&state, mount)?;
@@ -118,10 +126,14 @@ impl DafFs {
         let id = root.layout().node_item(&rel).ok_or_else(refused)?;
         if rel == id.path() {
             self.delete_now(&mut state, &root, &id)?;
+            drop(state.rebuilt());
         } else {
             state.deleted.insert(root.canonical_path(&rel));
+            drop(state.apply([Some(Edit::Remove {
+                path: mount.to_string(),
+                uncover: false,
+            })]));
         }
-        state.rebuild();
         Ok(())
     }
 
@@ -182,10 +194,10 @@ impl DafFs {
         let mut state = self.lock_state();
         let ino = Self::existing_child(&state, parent, name)?;
         let node = state.namespace.node(ino).ok_or(FsError::NotFound)?;
-        let NodeKind::Dir { children } = &node.kind else {
+        if !node.is_dir() {
             return Err(FsError::NotDir);
-        };
-        if !children.is_empty() {
+        }
+        if !state.namespace.children(ino).is_empty() {
             return Err(FsError::NotEmpty);
         }
         let path = state.namespace.path(ino).ok_or(FsError::NotFound)?;
@@ -195,7 +207,8 @@ impl DafFs {
         }
         let _ = fs::remove_dir(staging.disk_path(&canonical));
         state.staged.remove(&canonical);
-        state.rebuild();
+        let edit = state.removal_edit(&canonical);
+        drop(state.apply([edit]));
         Ok(())
     }
 }

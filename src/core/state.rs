@@ -1,16 +1,34 @@
 //! The state a mount's tree is built from (data sets, view roots, staged and deleted paths), the
-//! rebuild of that tree, and the mapping of mount paths to view roots.
+//! rebuild of that tree, the lock a change holds ([`Writer`]), and the mapping of mount paths to
+//! view roots.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockWriteGuard};
 use std::time::SystemTime;
 
 use crate::formats::source::NamedDataset;
 use crate::views::zip_publish::{published_path, Publisher};
 use crate::views::{view_entries, ViewEntry, ViewKind, ViewNode, ViewOptions, ViewRoot};
 
-use super::namespace::{Entry, EntryKind, InodeTable, Namespace, ROOT};
+use super::namespace::{Edit, Entry, EntryKind, InodeTable, Namespace, ROOT};
+
+#[cfg(test)]
+thread_local! {
+    /// Tests only: changes of staged or hidden paths build the tree anew (as before edits).
+    pub(super) static EDITS_OFF: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// Tests only: the time staged paths get, if set.
+    pub(super) static CLOCK: std::cell::Cell<Option<SystemTime>> = const { std::cell::Cell::new(None) };
+}
+
+/// The time a path staged now gets.
+pub(super) fn now() -> SystemTime {
+    #[cfg(test)]
+    if let Some(now) = CLOCK.with(std::cell::Cell::get) {
+        return now;
+    }
+    SystemTime::now()
+}
 
 /// A staged path: its disk location in the staging area.
 #[derive(Clone, Debug)]
@@ -36,9 +54,14 @@ pub(super) struct State {
     pub(super) inodes: InodeTable,
     pub(super) root_mtime: SystemTime,
     pub(super) namespace: Arc<Namespace>,
+    /// Tests only: where the next build of a tree by a [`Writer`] pauses, under the state lock
+    /// taken shared (it says so on the sender, then waits for the receiver).
+    #[cfg(test)]
+    pub(super) build_pause: Arc<super::appender::Pause>,
     /// The files made from whole data sets at the mount root (`--zip`), and the options they
     /// are made with.
-    pub(super) publisher: Option<(Publisher, ViewOptions)>,
+    /// (Behind a lock of its own: a tree is built under the state lock taken shared.)
+    pub(super) publisher: Option<(Mutex<Publisher>, ViewOptions)>,
 }
 
 impl State {
@@ -51,6 +74,18 @@ impl State {
         Some((root.clone(), rel.to_string(), root.layout().item_of(rel)))
     }
 
+    /// Whether inode `ino` is still the staged file `disk`: in the tree, and in the state (a
+    /// commit takes it out of the state before its new tree is swapped in).
+    pub(super) fn still_staged(&self, ino: u64, disk: &std::path::Path) -> bool {
+        let path = self.namespace.path(ino).unwrap_or_default();
+        let staged = split_mount(&self.roots, &path)
+            .filter(|(_, rel)| !rel.is_empty())
+            .and_then(|(root, rel)| self.staged.get(&root.canonical_path(rel)));
+        let shown = self.namespace.node(ino).map(|n| &n.kind);
+        matches!(shown, Some(super::NodeKind::Staged(d)) if **d == *disk)
+            && staged.is_some_and(|s| s.disk == disk)
+    }
+
     /// The mount paths of the files made from the whole of data set `dataset` (they change
     /// with any of its items).
     pub(super) fn published_paths(&self, dataset: usize) -> Vec<String> {
@@ -60,15 +95,60 @@ impl State {
         }
     }
 
-    /// Builds the tree anew. The views are rendered one at a time as the tree takes their
-    /// entries (all first only when a published ZIP needs its data set's Zarr view), so no list
-    /// of every entry of the mount is ever made.
+    /// The edit that shows the staged path `canonical` (a `--view both` path) as staged now.
+    pub(super) fn put_edit(&self, canonical: &str) -> Option<Edit> {
+        let staged = self.staged.get(canonical)?;
+        let (root, rel) = split_canonical(&self.roots, canonical)?;
+        Some(Edit::Put {
+            path: root.mount_path(rel),
+            mtime: staged.mtime,
+            staged: (!staged.is_dir).then(|| staged.disk.clone()),
+        })
+    }
+
+    /// The edit that takes the staged path `canonical` out: the committed file it hid shows
+    /// again unless that is hidden too.
+    pub(super) fn removal_edit(&self, canonical: &str) -> Option<Edit> {
+        let (root, rel) = split_canonical(&self.roots, canonical)?;
+        let path = root.mount_path(rel);
+        let uncover = split_mount(&self.roots, &path)
+            .is_some_and(|(root, _)| !hidden(root, &self.deleted, &path));
+        Some(Edit::Remove { path, uncover })
+    }
+
+    /// Applies changes of staged or hidden paths to the tree ([`Namespace::edited`]), or builds
+    /// it anew when an edit cannot.
+    pub(super) fn apply(&mut self, edits: impl IntoIterator<Item = Option<Edit>>) {
+        let edits: Vec<Edit> = edits.into_iter().flatten().collect();
+        #[cfg(test)]
+        if EDITS_OFF.with(std::cell::Cell::get) {
+            return self.rebuild();
+        }
+        match self.namespace.edited(&edits, &mut self.inodes) {
+            Some(tree) => self.namespace = tree,
+            None => self.rebuild(),
+        }
+    }
+
+    /// Builds the tree anew (see [`State::build`]) and takes it.
     pub(super) fn rebuild(&mut self) {
+        let mut inodes = std::mem::take(&mut self.inodes);
+        self.namespace = self.build(&mut inodes);
+        self.inodes = inodes;
+        // The rendered views and the previous tree are freed: give their pages back.
+        crate::sys::release_free_memory();
+    }
+
+    /// A new tree of the state as it is, numbered by `inodes` (which takes it as its tree). The
+    /// views are rendered one at a time as the tree takes their entries (all first only when a
+    /// published ZIP needs its data set's Zarr view), so no list of every entry of the mount is
+    /// ever made. Needs the state only shared: the caller keeps other writers out.
+    pub(super) fn build(&self, inodes: &mut InodeTable) -> Arc<Namespace> {
         let mut rendered: Vec<Option<Vec<ViewEntry>>> = std::iter::repeat_with(|| None)
             .take(self.roots.len())
             .collect();
         let mut published = Vec::new();
-        if let Some((publisher, options)) = &mut self.publisher {
+        if let Some((publisher, options)) = &self.publisher {
             // A published archive is made of its data set's Zarr view, rendered here once for
             // both.
             let datasets = &self.datasets;
@@ -96,6 +176,7 @@ impl State {
                         .collect(),
                 )
             };
+            let mut publisher = crate::stores::lock(publisher);
             published = publisher.entries(&self.datasets, *options, zarr_files);
         }
         let (datasets, roots, deleted) = (&self.datasets, &self.roots, &self.deleted);
@@ -126,9 +207,109 @@ impl State {
             .map(tree_entry)
             .chain(views)
             .chain(staged);
-        self.namespace = Namespace::build(entries, self.root_mtime, &mut self.inodes);
-        // The rendered views and the previous tree are freed: give their pages back.
-        crate::sys::release_free_memory();
+        Namespace::build(entries, self.root_mtime, inodes)
+    }
+}
+
+/// The state locked for a change. Other writers are kept out (the writers' lock) for as long as it
+/// lives; the state lock, which every read takes shared, is held exclusively except while a new
+/// tree is built ([`Writer::rebuilt`]): readers go on with the current tree meanwhile. Trees it
+/// replaced are freed after both locks are released.
+pub(super) struct Writer<'a> {
+    guard: RwLockWriteGuard<'a, State>,
+    lock: &'a RwLock<State>,
+    _writers: MutexGuard<'a, ()>,
+    retired: Retired,
+}
+
+/// Trees (and tables) replaced under the lock, dropped after it (a large tree takes a while to
+/// free), then their pages are given back.
+#[derive(Default)]
+struct Retired(Vec<Arc<Namespace>>, Vec<InodeTable>);
+
+impl Drop for Retired {
+    fn drop(&mut self) {
+        if !self.0.is_empty() {
+            self.0.clear();
+            self.1.clear();
+            crate::sys::release_free_memory();
+        }
+    }
+}
+
+impl<'a> Writer<'a> {
+    /// Waits for the other writers, then for the readers.
+    pub(super) fn new(lock: &'a RwLock<State>, writers: &'a Mutex<()>) -> Writer<'a> {
+        let writers = writers.lock().unwrap_or_else(|p| p.into_inner());
+        Writer {
+            guard: lock.write().unwrap_or_else(|p| p.into_inner()),
+            lock,
+            _writers: writers,
+            retired: Retired::default(),
+        }
+    }
+
+    /// Builds the tree of the state anew under the state lock taken shared (readers go on, other
+    /// writers still wait), then takes the lock exclusively to swap it in.
+    pub(super) fn rebuilt(self) -> Writer<'a> {
+        let Writer {
+            guard,
+            lock,
+            _writers,
+            mut retired,
+        } = self;
+        drop(guard);
+        let (tree, inodes) = {
+            let state = lock.read().unwrap_or_else(|p| p.into_inner());
+            let mut inodes = state.inodes.clone();
+            let tree = state.build(&mut inodes);
+            #[cfg(test)]
+            super::appender::pause_once(&state.build_pause);
+            (tree, inodes)
+        };
+        let mut guard = lock.write().unwrap_or_else(|p| p.into_inner());
+        retired
+            .0
+            .push(std::mem::replace(&mut guard.namespace, tree));
+        retired.1.push(std::mem::replace(&mut guard.inodes, inodes));
+        Writer {
+            guard,
+            lock,
+            _writers,
+            retired,
+        }
+    }
+
+    /// [`State::apply`], building a new tree as [`Writer::rebuilt`] does when an edit cannot.
+    pub(super) fn apply(mut self, edits: impl IntoIterator<Item = Option<Edit>>) -> Writer<'a> {
+        let edits: Vec<Edit> = edits.into_iter().flatten().collect();
+        #[cfg(test)]
+        if EDITS_OFF.with(std::cell::Cell::get) {
+            return self.rebuilt();
+        }
+        let state = &mut *self.guard;
+        match state.namespace.edited(&edits, &mut state.inodes) {
+            Some(tree) => {
+                let before = std::mem::replace(&mut state.namespace, tree);
+                self.retired.0.push(before);
+                self
+            }
+            None => self.rebuilt(),
+        }
+    }
+}
+
+impl std::ops::Deref for Writer<'_> {
+    type Target = State;
+
+    fn deref(&self) -> &State {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for Writer<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        &mut self.guard
     }
 }
 

@@ -9,14 +9,15 @@ use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, MutexGuard, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, MutexGuard, RwLockReadGuard};
 use std::time::SystemTime;
 
 use crate::staging::StagingArea;
 use crate::stores::Bytes;
 use crate::views::join;
 
-use super::namespace::NodeKind;
+use super::namespace::{Edit, NodeKind};
+use super::state::Writer;
 use super::{split_mount, Attr, DafFs, FsError, Handle, Staged, State};
 
 impl DafFs {
@@ -24,8 +25,9 @@ impl DafFs {
         self.staging.as_ref().ok_or(FsError::ReadOnly)
     }
 
-    pub(super) fn lock_state(&self) -> RwLockWriteGuard<'_, State> {
-        self.state.write().unwrap_or_else(|p| p.into_inner())
+    /// The state, for a change (see [`Writer`]).
+    pub(super) fn lock_state(&self) -> Writer<'_> {
+        Writer::new(&self.state, &self.writers)
     }
 
     /// The state, shared with other readers.
@@ -152,14 +154,15 @@ impl DafFs {
         let disk = staging.prepare_parent(&canonical)?;
         fs::write(&disk, content.as_ref().map_or(&[][..], Bytes::as_slice))?;
         state.staged.insert(
-            canonical,
+            canonical.clone(),
             Staged {
                 disk: disk.clone(),
                 is_dir: false,
-                mtime: SystemTime::now(),
+                mtime: super::state::now(),
             },
         );
-        state.rebuild();
+        let edit = state.put_edit(&canonical);
+        drop(state.apply([edit]));
         Ok((mount.to_string(), disk))
     }
 
@@ -197,14 +200,15 @@ impl DafFs {
             .truncate(true)
             .open(&disk)?;
         state.staged.insert(
-            canonical,
+            canonical.clone(),
             Staged {
                 disk,
                 is_dir: false,
-                mtime: SystemTime::now(),
+                mtime: super::state::now(),
             },
         );
-        state.rebuild();
+        let edit = state.put_edit(&canonical);
+        state = state.apply([edit]);
         let ino = state.inodes.ino(&mount);
         drop(state);
         let fh = self.new_handle(ino, Some(file), true);
@@ -232,7 +236,7 @@ impl DafFs {
                 // Under the state lock: a commit may link the file into the source (a truncation
                 // must not reach it there); once committed, the file opens as committed.
                 let state = self.read_state();
-                if !still_staged(&state, ino, disk) {
+                if !state.still_staged(ino, disk) {
                     drop(state);
                     return self.open(ino, write, truncate);
                 }
@@ -264,10 +268,11 @@ impl DafFs {
         // Under the state lock: a commit that linked the file into the source swaps it in only
         // between writes, and a write it did not see leaves the handle dirty (the commit waits).
         let state = self.read_state();
-        if !matches!(
-            state.namespace.node(ino).map(|n| &n.kind),
-            Some(NodeKind::Staged(_))
-        ) {
+        let staged = match state.namespace.node(ino).map(|n| &n.kind) {
+            Some(NodeKind::Staged(disk)) => state.still_staged(ino, disk),
+            _ => false,
+        };
+        if !staged {
             return Err(FsError::NotPermitted(
                 "its property is committed: the file is read-only now".into(),
             ));
@@ -312,7 +317,7 @@ impl DafFs {
                 self.staging_area()?;
                 // Under the state lock, as `open`: never a change to a file a commit linked.
                 let state = self.read_state();
-                if !still_staged(&state, ino, disk) {
+                if !state.still_staged(ino, disk) {
                     drop(state);
                     return self.setattr(ino, size, mtime);
                 }
@@ -362,14 +367,15 @@ impl DafFs {
         let disk = staging.disk_path(&canonical);
         fs::create_dir_all(&disk)?;
         state.staged.insert(
-            canonical,
+            canonical.clone(),
             Staged {
                 disk,
                 is_dir: true,
-                mtime: SystemTime::now(),
+                mtime: super::state::now(),
             },
         );
-        state.rebuild();
+        let edit = state.put_edit(&canonical);
+        state = state.apply([edit]);
         let ino = state.inodes.ino(&mount);
         drop(state);
         self.getattr(ino)
@@ -475,11 +481,15 @@ impl DafFs {
             Staged {
                 disk: new_disk.clone(),
                 is_dir: false,
-                mtime: SystemTime::now(),
+                mtime: super::state::now(),
             },
         );
         state.inodes.rename(&old_path, &new_mount);
-        state.rebuild();
+        let edits = [
+            state.removal_edit(&old_canonical),
+            state.put_edit(&new_canonical),
+        ];
+        state = state.apply(edits);
         drop(state);
         let committed = self.try_commit(&new_mount, None, false);
         if committed.is_err() {
@@ -497,7 +507,7 @@ impl DafFs {
                         state.staged.insert(new_canonical, displaced);
                     }
                 }
-                state.rebuild();
+                drop(state.rebuilt());
             }
         }
         if let Some(backup) = &backup {
@@ -519,7 +529,13 @@ impl DafFs {
         let canonical = Self::canonical(state, old_path)?;
         state.staged.remove(&canonical);
         state.inodes.rename(old_path, new_mount);
-        state.rebuild();
+        let edits = [
+            state.removal_edit(&canonical),
+            Some(Edit::Renumber {
+                path: new_mount.to_string(),
+            }),
+        ];
+        state.apply(edits);
         Ok(state.inodes.ino(new_mount))
     }
 
@@ -553,14 +569,15 @@ impl DafFs {
         let new_disk = staging.prepare_parent(&canonical)?;
         fs::hard_link(&disk, &new_disk)?;
         state.staged.insert(
-            canonical,
+            canonical.clone(),
             Staged {
                 disk: new_disk,
                 is_dir: false,
-                mtime: SystemTime::now(),
+                mtime: super::state::now(),
             },
         );
-        state.rebuild();
+        let edit = state.put_edit(&canonical);
+        state = state.apply([edit]);
         let ino = state.inodes.ino(&mount);
         drop(state);
         self.try_commit(&mount, None, false)?;
@@ -568,17 +585,11 @@ impl DafFs {
     }
 }
 
-/// Whether a rewrite carries the same content: equal bytes, or equal JSON (zarr pretty-prints
-/// the group documents that Julia writes compactly).
+/// Whether a rewrite carries the same content: equal bytes, or equal JSON (zarr pretty-prints).
 fn same_document(new: &[u8], old: &[u8]) -> bool {
     new == old
         || matches!(
             (serde_json::from_slice::<serde_json::Value>(new), serde_json::from_slice::<serde_json::Value>(old)),
             (Ok(a), Ok(b)) if a == b
         )
-}
-
-/// Whether inode `ino` is still the staged file `disk`.
-fn still_staged(state: &State, ino: u64, disk: &std::path::Path) -> bool {
-    matches!(state.namespace.node(ino).map(|n| &n.kind), Some(NodeKind::Staged(d)) if **d == *disk)
 }

@@ -1,0 +1,394 @@
+//! Tests of the edited trees (`namespace_edit.rs`): random changes of staged and hidden paths on
+//! a small data set give the tree a build gives (checked against a twin mount that builds the
+//! tree anew at every change), and one change on a large tree looks at a bounded number of
+//! nodes.
+
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use proptest::prelude::*;
+
+use super::namespace::{Namespace, NodeKind, VISITS};
+use super::state::{CLOCK, EDITS_OFF};
+use super::{DafFs, ROOT};
+use crate::formats::model::{Dataset, Item, Payload, Property, PropertyId};
+use crate::formats::source::open_source;
+use crate::staging::StagingArea;
+use crate::views::ViewSelection;
+
+const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/vectors");
+
+/// A writable mount (both views) of a copy of the FilesDaf fixture in `dir`.
+fn writable(dir: &Path) -> DafFs {
+    let copy = dir.join("files_v1_0.daf");
+    let copied = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(Path::new(VECTORS).join("files_v1_0.daf"))
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let opened = open_source(copy.to_str().unwrap()).unwrap();
+    let staging = StagingArea::for_source(&opened.path);
+    DafFs::with_staging(
+        opened.datasets,
+        ViewSelection::Both,
+        SystemTime::UNIX_EPOCH,
+        Some(staging),
+    )
+}
+
+/// One node as a test compares it.
+#[derive(Debug, PartialEq)]
+struct Shown {
+    path: String,
+    ino: u64,
+    parent: u64,
+    kind: String,
+    mtime: SystemTime,
+    subdirs: u32,
+    elidable: bool,
+}
+
+/// Every node from the root, each directory's children in listing order.
+fn snapshot(ns: &Namespace) -> Vec<Shown> {
+    fn walk(ns: &Namespace, ino: u64, path: String, out: &mut Vec<Shown>) {
+        let node = ns.node(ino).unwrap();
+        let kind = match &node.kind {
+            NodeKind::Dir { .. } => "dir".to_string(),
+            NodeKind::File(blob) => format!("file {:?}", blob.bytes().ok().map(|b| b.len())),
+            NodeKind::Staged(disk) => format!("staged {:?}", disk.file_name()),
+        };
+        out.push(Shown {
+            path: path.clone(),
+            ino,
+            parent: node.parent(),
+            kind,
+            mtime: ns.mtime(node),
+            subdirs: ns.subdirs(ino),
+            elidable: node.elidable,
+        });
+        for child in ns.children(ino) {
+            let child = u64::from(*child);
+            let name = ns.name(child);
+            let path = if path.is_empty() {
+                name.to_string()
+            } else {
+                format!("{path}/{name}")
+            };
+            walk(ns, child, path, out);
+        }
+    }
+    let mut out = Vec::new();
+    walk(ns, ROOT, String::new(), &mut out);
+    assert_eq!(out.len(), ns.len(), "nodes counted");
+    assert_eq!(ns.nodes().count(), ns.len(), "nodes listed");
+    out
+}
+
+/// A change through the mount, by indices into what the mount shows at that point.
+#[derive(Clone, Debug)]
+enum Op {
+    Create(u8, u8),
+    Mkdir(u8, u8),
+    Rename(u8, u8, u8),
+    Link(u8, u8, u8),
+    Unlink(u8),
+    Rmdir(u8),
+}
+
+const FILE_NAMES: [&str; 9] = [
+    "n0.json",
+    "n1.json",
+    "n2.data",
+    "score.json",
+    "score.data",
+    "title.json",
+    ".zarray",
+    "0",
+    "name.txt",
+];
+const DIR_NAMES: [&str; 4] = ["m0", "m1", "gene", "score"];
+
+/// The directories changes go to: a few fixed ones, and the directories in them.
+fn dirs(fs: &DafFs) -> Vec<String> {
+    let fixed = [
+        "files_v1_0.daf/scalars",
+        "files_v1_0.daf/vectors",
+        "files_v1_0.daf/vectors/cell",
+        "files_v1_0.daf/matrices/cell",
+        "files_v1_0.daf.zarr/vectors/cell",
+    ];
+    let ns = fs.namespace();
+    let mut out: Vec<String> = fixed.iter().map(|d| d.to_string()).collect();
+    for dir in fixed {
+        let Ok(ino) = fs.resolve(dir) else { continue };
+        for child in ns.children(ino) {
+            let child = u64::from(*child);
+            if ns.node(child).is_some_and(|n| n.is_dir()) {
+                out.push(format!("{dir}/{}", ns.name(child)));
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The files (`files`) or directories in `dirs`, as (parent inode, name).
+fn entries(fs: &DafFs, dirs: &[String], files: bool) -> Vec<(u64, String)> {
+    let ns = fs.namespace();
+    let mut out = Vec::new();
+    for dir in dirs {
+        let Ok(ino) = fs.resolve(dir) else { continue };
+        for child in ns.children(ino) {
+            let child = u64::from(*child);
+            if ns.node(child).is_some_and(|n| n.is_dir() != files) {
+                out.push((ino, ns.name(child).to_string()));
+            }
+        }
+    }
+    out
+}
+
+fn pick<T: Clone>(all: &[T], at: u8) -> Option<T> {
+    (!all.is_empty()).then(|| all[usize::from(at) % all.len()].clone())
+}
+
+/// Runs `op` on `fs`; the error's kind, if any.
+fn run(fs: &DafFs, op: &Op) -> Result<(), String> {
+    let dirs = dirs(fs);
+    let dir = |at: u8| -> Result<u64, String> {
+        let dir = pick(&dirs, at).ok_or("no directory")?;
+        fs.resolve(&dir).map_err(|e| format!("{e:?}"))
+    };
+    let files = entries(fs, &dirs, true);
+    let kind = |e: super::FsError| format!("{e:?}").split('(').next().unwrap().to_string();
+    match *op {
+        Op::Create(d, n) => {
+            let (_, fh) = fs
+                .create(dir(d)?, OsStr::new(FILE_NAMES[usize::from(n) % 9]), false)
+                .map_err(kind)?;
+            fs.release(fh);
+        }
+        Op::Mkdir(d, n) => {
+            fs.mkdir(dir(d)?, OsStr::new(DIR_NAMES[usize::from(n) % 4]))
+                .map_err(kind)?;
+        }
+        Op::Rename(f, d, n) => {
+            let (parent, name) = pick(&files, f).ok_or("no file")?;
+            let to = OsStr::new(FILE_NAMES[usize::from(n) % 9]);
+            fs.rename(parent, OsStr::new(&name), dir(d)?, to)
+                .map_err(kind)?;
+        }
+        Op::Link(f, d, n) => {
+            let (parent, name) = pick(&files, f).ok_or("no file")?;
+            let ino = fs.lookup(parent, OsStr::new(&name)).map_err(kind)?.ino;
+            let to = OsStr::new(FILE_NAMES[usize::from(n) % 9]);
+            fs.link(ino, dir(d)?, to).map_err(kind)?;
+        }
+        Op::Unlink(f) => {
+            let (parent, name) = pick(&files, f).ok_or("no file")?;
+            fs.unlink(parent, OsStr::new(&name)).map_err(kind)?;
+        }
+        Op::Rmdir(f) => {
+            let (parent, name) = pick(&entries(fs, &dirs, false), f).ok_or("no dir")?;
+            fs.rmdir(parent, OsStr::new(&name)).map_err(kind)?;
+        }
+    }
+    Ok(())
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let n = any::<u8>;
+    prop_oneof![
+        3 => (n(), n()).prop_map(|(a, b)| Op::Create(a, b)),
+        1 => (n(), n()).prop_map(|(a, b)| Op::Mkdir(a, b)),
+        2 => (n(), n(), n()).prop_map(|(a, b, c)| Op::Rename(a, b, c)),
+        1 => (n(), n(), n()).prop_map(|(a, b, c)| Op::Link(a, b, c)),
+        3 => n().prop_map(Op::Unlink),
+        1 => n().prop_map(Op::Rmdir),
+    ]
+}
+
+/// The time staged paths get at a step: some before the fixture's files, some after, some
+/// equal to the previous step's (ties).
+fn time(at: u8) -> SystemTime {
+    let secs = [
+        1_000_000_000,
+        1_000_000_001,
+        2_000_000_000,
+        2_100_000_000,
+        2_100_000_000,
+    ];
+    SystemTime::UNIX_EPOCH + Duration::from_secs(secs[usize::from(at) % secs.len()])
+}
+
+/// Runs `op` on the edited mount and on its twin that builds anew, at `now`.
+fn both(edited: &DafFs, built: &DafFs, op: &Op, now: SystemTime) {
+    CLOCK.with(|c| c.set(Some(now)));
+    let a = run(edited, op);
+    EDITS_OFF.with(|o| o.set(true));
+    let b = run(built, op);
+    EDITS_OFF.with(|o| o.set(false));
+    CLOCK.with(|c| c.set(None));
+    assert_eq!(a, b, "{op:?}: answers differ");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn edited_trees_are_the_trees_a_build_gives(
+        ops in prop::collection::vec((op(), any::<u8>()), 1..14)
+    ) {
+        let (one, two) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (edited, built) = (writable(one.path()), writable(two.path()));
+        // File times come from the kernel's coarse clock, which may lag `now` by a tick.
+        let started = SystemTime::now() - Duration::from_secs(1);
+        for (step, (op, at)) in ops.iter().enumerate() {
+            both(&edited, &built, op, time(*at));
+            // The same state built anew: the same tree, exactly.
+            let state = edited.read_state();
+            let rebuilt = state.build(&mut state.inodes.clone());
+            let (a, b) = (snapshot(&state.namespace), snapshot(&rebuilt));
+            for (x, y) in a.iter().zip(&b) {
+                prop_assert_eq!(x, y, "step {}: {:?}", step, op);
+            }
+            prop_assert_eq!(a.len(), b.len(), "step {}: {:?}", step, op);
+            // The twin that built anew at every change: the same numbers too. Times a commit
+            // or a deletion took from the clock (disk files, not the staged times the test
+            // sets) differ between the twins.
+            let twin = built.read_state();
+            let real = |t: SystemTime| t >= started && t < started + Duration::from_secs(3600);
+            let mut c = snapshot(&twin.namespace);
+            for (x, y) in a.iter().zip(&mut c) {
+                if real(x.mtime) && real(y.mtime) {
+                    y.mtime = x.mtime;
+                }
+                prop_assert_eq!(x, &*y, "step {}: {:?}", step, op);
+            }
+            prop_assert_eq!(a.len(), c.len(), "step {}: {:?}", step, op);
+            prop_assert_eq!(state.inodes.next(), twin.inodes.next(), "numbers given");
+            prop_assert_eq!(state.inodes.kept_apart(), twin.inodes.kept_apart(), "numbers kept apart");
+        }
+    }
+}
+
+/// Adds `n` vectors of axis `cell` (copies of `score`) to `dataset`, in memory.
+fn add_vectors(dataset: &mut Dataset, n: usize) {
+    let (eltype, data) = match &dataset.vectors["cell"]["score"].payload {
+        Payload::Dense { eltype, data } => (*eltype, data.clone()),
+        other => panic!("score is {other:?}"),
+    };
+    for i in 0..n {
+        let id = PropertyId::Vector {
+            axis: "cell".into(),
+            name: format!("p{i:05}"),
+        };
+        let payload = Payload::Dense {
+            eltype,
+            data: data.clone(),
+        };
+        let property = Property {
+            payload,
+            mtime: SystemTime::UNIX_EPOCH,
+            packed: BTreeMap::new(),
+        };
+        dataset.insert(&id, Item::Property(property)).unwrap();
+    }
+}
+
+/// Counts the nodes looked at by `f`.
+fn visits(f: impl FnOnce()) -> u64 {
+    let before = VISITS.with(Cell::get);
+    f();
+    VISITS.with(Cell::get) - before
+}
+
+#[test]
+fn a_change_of_a_staged_path_looks_at_few_nodes_of_a_large_tree() {
+    let tmp = tempfile::tempdir().unwrap();
+    let copy = tmp.path().join("files_v1_0.daf");
+    let copied = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(Path::new(VECTORS).join("files_v1_0.daf"))
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let mut opened = open_source(copy.to_str().unwrap()).unwrap();
+    add_vectors(&mut opened.datasets[0].dataset, 20_000);
+    let staging = StagingArea::for_source(&opened.path);
+    let fs = DafFs::with_staging(
+        opened.datasets,
+        ViewSelection::Both,
+        SystemTime::UNIX_EPOCH,
+        Some(staging),
+    );
+    assert!(fs.namespace().len() >= 100_000, "{}", fs.namespace().len());
+    let scalars = fs.resolve("files_v1_0.daf/scalars").unwrap();
+    let vectors = fs.resolve("files_v1_0.daf/vectors").unwrap();
+    // At most the path's directories, the few children of the directories changed, and the
+    // answer's attributes.
+    const BOUND: u64 = 200;
+    let mut fh = 0;
+    let created = visits(|| fh = fs.create(scalars, OsStr::new("new.json"), false).unwrap().1);
+    fs.release(fh);
+    assert!(created <= BOUND, "a create looked at {created} nodes");
+    let made = visits(|| {
+        fs.mkdir(vectors, OsStr::new("newaxis")).unwrap();
+    });
+    assert!(made <= BOUND, "a mkdir looked at {made} nodes");
+    let removed = visits(|| fs.unlink(scalars, OsStr::new("new.json")).unwrap());
+    assert!(removed <= BOUND, "an unlink looked at {removed} nodes");
+    let removed = visits(|| fs.rmdir(vectors, OsStr::new("newaxis")).unwrap());
+    assert!(removed <= BOUND, "an rmdir looked at {removed} nodes");
+    assert!(fs.resolve("files_v1_0.daf/scalars/new.json").is_err());
+}
+
+/// A commit builds its new tree under the state lock taken shared: a read of another file is
+/// served while the build is paused, before it resumes.
+#[test]
+fn reads_go_on_while_a_commit_builds_its_tree() {
+    use std::sync::mpsc::channel;
+    use std::sync::Arc;
+    let tmp = tempfile::tempdir().unwrap();
+    let fs = Arc::new(writable(tmp.path()));
+    let (paused, build_paused) = channel();
+    let (resume, resumed) = channel();
+    *crate::stores::lock(&fs.read_state().build_pause) = Some((paused, resumed));
+    let axes = fs.resolve("files_v1_0.daf/axes").unwrap();
+    let writer = {
+        let fs = fs.clone();
+        std::thread::spawn(move || {
+            let (_, fh) = fs.create(axes, OsStr::new("new.txt"), false).unwrap();
+            fs.write(fh, 0, b"a\nb\n").unwrap();
+            // Complete: the close commits the axis, and builds a new tree.
+            fs.flush(fh, None).unwrap();
+            fs.release(fh);
+        })
+    };
+    build_paused
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the commit builds a tree");
+    let (served, done) = channel();
+    let reader = {
+        let fs = fs.clone();
+        std::thread::spawn(move || {
+            let ino = fs.resolve("files_v1_0.daf/scalars/title.json").unwrap();
+            let size = fs.getattr(ino).unwrap().size;
+            let read = fs.read(ino, 0, 0, 4096).unwrap().len() as u64;
+            let _ = served.send(size == read);
+        })
+    };
+    let answer = done.recv_timeout(Duration::from_secs(10));
+    resume.send(()).unwrap();
+    writer.join().unwrap();
+    reader.join().unwrap();
+    assert_eq!(answer, Ok(true), "a read waited for the build of a tree");
+    assert!(fs.resolve("files_v1_0.daf.zarr/axes/new").is_ok());
+}

@@ -13,6 +13,7 @@ use proptest::prelude::*;
 
 use super::namespace::{Namespace, NodeKind, VISITS};
 use super::state::{CLOCK, EDITS_OFF};
+use super::tests::writable_both;
 use super::{DafFs, ROOT};
 use crate::formats::model::{Dataset, Item, Payload, Property, PropertyId};
 use crate::formats::source::open_source;
@@ -21,8 +22,8 @@ use crate::views::ViewSelection;
 
 const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/vectors");
 
-/// A writable mount (both views) of a copy of the FilesDaf fixture in `dir`.
-fn writable(dir: &Path) -> DafFs {
+/// A copy of the FilesDaf fixture in `dir`, its files' times kept.
+fn copied_fixture(dir: &Path) -> std::path::PathBuf {
     let copy = dir.join("files_v1_0.daf");
     let copied = std::process::Command::new("cp")
         .arg("-a")
@@ -31,14 +32,12 @@ fn writable(dir: &Path) -> DafFs {
         .status()
         .unwrap();
     assert!(copied.success());
-    let opened = open_source(copy.to_str().unwrap()).unwrap();
-    let staging = StagingArea::for_source(&opened.path);
-    DafFs::with_staging(
-        opened.datasets,
-        ViewSelection::Both,
-        SystemTime::UNIX_EPOCH,
-        Some(staging),
-    )
+    copy
+}
+
+/// A writable mount (both views) of a copy of the FilesDaf fixture in `dir`.
+fn writable(dir: &Path) -> DafFs {
+    writable_both(&copied_fixture(dir))
 }
 
 /// One node as a test compares it.
@@ -312,14 +311,7 @@ fn visits(f: impl FnOnce()) -> u64 {
 #[test]
 fn a_change_of_a_staged_path_looks_at_few_nodes_of_a_large_tree() {
     let tmp = tempfile::tempdir().unwrap();
-    let copy = tmp.path().join("files_v1_0.daf");
-    let copied = std::process::Command::new("cp")
-        .arg("-a")
-        .arg(Path::new(VECTORS).join("files_v1_0.daf"))
-        .arg(&copy)
-        .status()
-        .unwrap();
-    assert!(copied.success());
+    let copy = copied_fixture(tmp.path());
     let mut opened = open_source(copy.to_str().unwrap()).unwrap();
     add_vectors(&mut opened.datasets[0].dataset, 20_000);
     let staging = StagingArea::for_source(&opened.path);

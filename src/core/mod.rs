@@ -14,6 +14,7 @@ mod inodes;
 mod listing;
 pub mod namespace;
 mod presence;
+mod recovery;
 mod refusals;
 mod remove;
 mod state;

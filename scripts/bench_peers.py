@@ -4,6 +4,8 @@ distribution where it packages them: a row says "not packaged" otherwise), on th
 100,000-entry ZIP, one after the other, medians:
   mount time until usable (100k ZIP), first read and re-read of the 1 GiB member, `ls -lR` of the 100k ZIP (each of
   daf-mount's views), the daemon's RssAnon after the listing. A tool that cannot mount an input is reported as such.
+  In daf-mount's rounds the FUSE ceiling (scripts/bench_ceiling.py, if built) reads the same member too: the best
+  peer's time over the ceiling's bounds what the first-read ratio of any FUSE filesystem can be.
 A read that does not end within READ_LIMIT is stopped there (SIGINT: dd reports what it copied) and its time is
 extrapolated from the bytes read (or, if none yet, the time so far), a lower bound marked ">=" in its row; a peer's
 `ls -lR` is stopped once it has taken LS_FACTOR times daf-mount's slower view's listing (measured first; at least
@@ -164,6 +166,22 @@ class PeerMount:
             subprocess.run(["fusermount3", "-uz", self.path], capture_output=True)
 
 
+def ceiling_reads(bench, big_zip, ceiling):
+    """Appends the first read and re-read of the 1 GiB member through the FUSE ceiling (scripts/bench_ceiling.py)
+    to `ceiling`, if its binary was built (by the ceiling section): the most any FUSE filesystem reaches, which
+    bounds the first-read ratio against a peer."""
+    import bench_ceiling
+    if not os.path.exists(bench_ceiling.CEILING):
+        return
+    start, length = bench.entry_range(big_zip, MEMBER)
+    c = bench_ceiling.Ceiling(big_zip, start, length)
+    try:
+        for key in ("first", "second"):
+            ceiling[key].append(dd(c.data)[0])
+    finally:
+        c.close()
+
+
 def peer_rows(bench, rounds, big_zip, zip100k, rows):
     """Appends one row per (tool, figure) to `rows` (scripts/bench.py's JSON rows) and logs them."""
     peers = install()
@@ -176,6 +194,7 @@ def peer_rows(bench, rounds, big_zip, zip100k, rows):
     med = statistics.median
     name_100k = os.path.basename(zip100k)[: -len(".daf.zarr.zip")]
     results = {}
+    ceiling = {"first": [], "second": []}  # the FUSE ceiling's reads, in daf-mount's rounds
 
     def daf(view):
         return [bench.BIN, "-o", "ro"] + (["--view", view] if view else [])
@@ -213,6 +232,8 @@ def peer_rows(bench, rounds, big_zip, zip100k, rows):
             finally:
                 if m:
                     m.close()
+            if tool == "daf-mount" and reads:
+                ceiling_reads(bench, big_zip, ceiling)
             if "error" in r:
                 break
             # The 100k ZIP: mount until usable, ls -lR (each view), RssAnon after.
@@ -280,6 +301,13 @@ def peer_rows(bench, rounds, big_zip, zip100k, rows):
             rows.append({"figure": f"peers: {label}: best peer ({best[1]})/daf-mount", "mounted": med(ours),
                          "native": best[0], "unit": unit, "ratio": ratio, "lower_bound": best[2], "target": ">= 3",
                          "met": ratio >= 3 or (None if best[2] else False)})
+            if ceiling[key]:  # what any FUSE filesystem can reach against that peer (information)
+                bound = best[0] / med(ceiling[key])
+                bench.log(f"peers: {label}: best peer {best[1]}/FUSE ceiling {bound:.2f} (the most any FUSE "
+                          f"filesystem reaches; ceiling {med(ceiling[key]):.3g} s)")
+                rows.append({"figure": f"peers: {label}: best peer ({best[1]})/FUSE ceiling (the ratio's bound)",
+                             "mounted": med(ceiling[key]), "native": best[0], "unit": unit, "ratio": bound,
+                             "lower_bound": best[2], "target": "-"})
 
 
 def main():

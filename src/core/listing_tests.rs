@@ -2,7 +2,6 @@
 //! directory holds many properties looks at a number of nodes proportional to the entries it
 //! lists (a `stat` of a large directory, asked for every `..`, once counted all its children).
 
-use std::collections::BTreeMap;
 
 use super::namespace::VISITS;
 use super::*;
@@ -35,7 +34,7 @@ fn with_many_vectors(fixture: &str, n: usize) -> DafFs {
         let property = Property {
             payload,
             mtime: SystemTime::UNIX_EPOCH,
-            packed: BTreeMap::new(),
+            packed: Default::default(),
         };
         dataset.insert(&id, Item::Property(property)).unwrap();
     }

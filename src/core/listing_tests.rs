@@ -2,7 +2,6 @@
 //! directory holds many properties looks at a number of nodes proportional to the entries it
 //! lists (a `stat` of a large directory, asked for every `..`, once counted all its children).
 
-
 use super::namespace::VISITS;
 use super::*;
 use crate::formats::model::{Item, Payload, Property, PropertyId};

@@ -191,7 +191,8 @@ impl Strings {
     pub fn lines(&self) -> Arc<Blob> {
         let count = self.0.count;
         let what = format!("{}: vlen-utf8 to text", self.0.name);
-        self.0.lines
+        self.0
+            .lines
             .get_or_init(|| {
                 let vlen = self
                     .0
@@ -219,7 +220,8 @@ impl Strings {
     pub fn vlen(&self) -> Arc<Blob> {
         let count = self.0.count;
         let what = format!("{}: text to vlen-utf8", self.0.name);
-        self.0.vlen
+        self.0
+            .vlen
             .get_or_init(|| {
                 let lines = self
                     .0

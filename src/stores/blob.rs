@@ -456,6 +456,12 @@ impl Blob {
         }
     }
 
+    /// Whether the blob has the compact form of a small stored member.
+    #[cfg(test)]
+    pub(crate) fn is_compact_member(&self) -> bool {
+        matches!(self.0, Repr::Member(_))
+    }
+
     /// Whether the content has been produced (or was ready from the start).
     pub fn is_materialized(&self) -> bool {
         match &self.0 {

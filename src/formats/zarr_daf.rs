@@ -330,8 +330,10 @@ pub(crate) fn read_property_of(
             zarr_v3::open_unless_group(index, key)?
         }
         ZarrVersion::V3 => None,
-        ZarrVersion::V2 if version.has_array(index, key) => Some(version.open_array(index, key)?),
-        ZarrVersion::V2 => None,
+        ZarrVersion::V2 => match index.get(&format!("{key}/.zarray")) {
+            Some(meta) => Some(zarr_v2::open_array_with(index, key, meta)?),
+            None => None,
+        },
     };
     if let Some(array) = dense {
         note_packing(&mut packed, "", &array);

@@ -14,7 +14,9 @@
 //!
 //! A ready blob may carry an integrity [`Check`] (the CRC-32 of a stored ZIP member): its bytes
 //! are still served straight from the map, and the check runs lazily (see [`Check`]); once it
-//! fails, every later access of the blob, and of every slice of it, is an error.
+//! fails, every later access of the blob, and of every slice of it, is an error. A small stored
+//! member of a mapped archive (nearly every blob of a ZIP source) has a compact form instead
+//! (`member.rs`): no value, producer or `Check` of its own, its bytes sliced from the map.
 //!
 //! A ranged blob may also be *possibly absent* ([`Blob::ranged_maybe_absent`]): its content is
 //! defined either way (a remote object the server may answer 404 for reads as zeros), but whether

@@ -4,7 +4,6 @@
 //! nodes.
 
 use std::cell::Cell;
-use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
@@ -295,7 +294,7 @@ fn add_vectors(dataset: &mut Dataset, n: usize) {
         let property = Property {
             payload,
             mtime: SystemTime::UNIX_EPOCH,
-            packed: BTreeMap::new(),
+            packed: Default::default(),
         };
         dataset.insert(&id, Item::Property(property)).unwrap();
     }

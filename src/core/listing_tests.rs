@@ -2,8 +2,6 @@
 //! directory holds many properties looks at a number of nodes proportional to the entries it
 //! lists (a `stat` of a large directory, asked for every `..`, once counted all its children).
 
-use std::collections::BTreeMap;
-
 use super::namespace::VISITS;
 use super::*;
 use crate::formats::model::{Item, Payload, Property, PropertyId};
@@ -35,7 +33,7 @@ fn with_many_vectors(fixture: &str, n: usize) -> DafFs {
         let property = Property {
             payload,
             mtime: SystemTime::UNIX_EPOCH,
-            packed: BTreeMap::new(),
+            packed: Default::default(),
         };
         dataset.insert(&id, Item::Property(property)).unwrap();
     }

@@ -540,7 +540,7 @@ pub(crate) fn read_property(
     Ok(Property {
         payload,
         mtime: files.mtime,
-        packed: files.packed,
+        packed: files.packed.into(),
     })
 }
 

@@ -136,12 +136,17 @@ fn produce_error(what: &str, e: String) -> StoreError {
     StoreError::Produce(format!("{what}: {e}"))
 }
 
-/// A string array of known length, in whichever encoding the source had.
+/// A string array of known length, in whichever encoding the source had. Boxed: a model
+/// `Payload` holds one inline, and most properties are numbers (a pointer instead of 64 bytes).
 #[derive(Debug)]
-pub struct Strings {
+pub struct Strings(Box<StringsInner>);
+
+/// What a [`Strings`] holds.
+#[derive(Debug)]
+struct StringsInner {
     count: u64,
     /// The property it belongs to, named in conversion errors.
-    name: String,
+    name: Box<str>,
     lines: OnceLock<Arc<Blob>>,
     vlen: OnceLock<Arc<Blob>>,
 }
@@ -151,44 +156,46 @@ impl Strings {
     pub fn from_lines(blob: Arc<Blob>, count: u64) -> Strings {
         let lines = OnceLock::new();
         let _ = lines.set(blob);
-        Strings {
+        Strings(Box::new(StringsInner {
             count,
-            name: String::new(),
+            name: Box::default(),
             lines,
             vlen: OnceLock::new(),
-        }
+        }))
     }
 
     /// Strings stored as one vlen-utf8 buffer.
     pub fn from_vlen(blob: Arc<Blob>, count: u64) -> Strings {
         let vlen = OnceLock::new();
         let _ = vlen.set(blob);
-        Strings {
+        Strings(Box::new(StringsInner {
             count,
-            name: String::new(),
+            name: Box::default(),
             lines: OnceLock::new(),
             vlen,
-        }
+        }))
     }
 
     /// The same strings, named `name` (a property or axis key) in conversion errors.
     pub fn named(mut self, name: impl Into<String>) -> Strings {
-        self.name = name.into();
+        self.0.name = name.into().into_boxed_str();
         self
     }
 
     /// Number of strings.
     pub fn count(&self) -> u64 {
-        self.count
+        self.0.count
     }
 
     /// The text-lines form (the source blob itself, or converted once from vlen).
     pub fn lines(&self) -> Arc<Blob> {
-        let count = self.count;
-        let what = format!("{}: vlen-utf8 to text", self.name);
-        self.lines
+        let count = self.0.count;
+        let what = format!("{}: vlen-utf8 to text", self.0.name);
+        self.0
+            .lines
             .get_or_init(|| {
                 let vlen = self
+                    .0
                     .vlen
                     .get()
                     .cloned()
@@ -211,11 +218,13 @@ impl Strings {
 
     /// The vlen-utf8 form (the source blob itself, or converted once from text lines).
     pub fn vlen(&self) -> Arc<Blob> {
-        let count = self.count;
-        let what = format!("{}: text to vlen-utf8", self.name);
-        self.vlen
+        let count = self.0.count;
+        let what = format!("{}: text to vlen-utf8", self.0.name);
+        self.0
+            .vlen
             .get_or_init(|| {
                 let lines = self
+                    .0
                     .lines
                     .get()
                     .cloned()

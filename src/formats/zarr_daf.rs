@@ -4,9 +4,7 @@
 //! 0.3: the root's `attributes.daf`, arrays opened by `zarr_v3`). One walk serves both versions;
 //! only finding nodes and opening arrays differ ([`ZarrVersion`]).
 
-use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::SystemTime;
 
 use serde_json::Value;
@@ -14,11 +12,10 @@ use serde_json::Value;
 use crate::stores::StoreIndex;
 
 use super::model::{
-    Axis, Dataset, Item, Payload, Property, PropertyId, ScalarProperty, SparseIndex,
+    Axis, Dataset, Item, Packed, Payload, Property, PropertyId, ScalarProperty, SparseIndex,
 };
 use super::names::accept_name;
 use super::scalar::Scalar;
-use super::shard::Packing;
 use super::strings::{check_vlen, decode_vlen, Strings};
 use super::types::NumType;
 use super::zarr_decode::ArrayKind;
@@ -313,7 +310,7 @@ fn numeric(array: &ZarrArray, what: &str) -> Result<NumType, FormatError> {
 }
 
 /// Records the packing of a packed component (`""` for a dense property).
-fn note_packing(packed: &mut BTreeMap<String, Arc<Packing>>, component: &str, array: &ZarrArray) {
+fn note_packing(packed: &mut Packed, component: &str, array: &ZarrArray) {
     if let Some(packing) = &array.packing {
         packed.insert(component.to_string(), packing.clone());
     }
@@ -326,15 +323,17 @@ pub(crate) fn read_property_of(
     key: &str,
     shape: &[u64],
 ) -> Result<Property, FormatError> {
-    let mut packed = BTreeMap::new();
+    let mut packed = Packed::default();
     // One parse of a v3 node's zarr.json says whether it is an array and opens it.
     let dense = match version {
         ZarrVersion::V3 if index.contains(&format!("{key}/zarr.json")) => {
             zarr_v3::open_unless_group(index, key)?
         }
         ZarrVersion::V3 => None,
-        ZarrVersion::V2 if version.has_array(index, key) => Some(version.open_array(index, key)?),
-        ZarrVersion::V2 => None,
+        ZarrVersion::V2 => match index.get(&format!("{key}/.zarray")) {
+            Some(meta) => Some(zarr_v2::open_array_with(index, key, meta)?),
+            None => None,
+        },
     };
     if let Some(array) = dense {
         note_packing(&mut packed, "", &array);

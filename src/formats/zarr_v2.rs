@@ -259,6 +259,16 @@ pub fn open_array(index: &StoreIndex, key: &str) -> Result<ZarrArray, FormatErro
     let meta_entry = index
         .get(&format!("{key}/.zarray"))
         .ok_or_else(|| FormatError::MissingFile(format!("{key}/.zarray")))?;
+    open_array_with(index, key, meta_entry)
+}
+
+/// [`open_array`] of the array whose `.zarray` entry was already looked up (one look-up of the
+/// index fewer per property at mount).
+pub fn open_array_with(
+    index: &StoreIndex,
+    key: &str,
+    meta_entry: &crate::stores::Entry,
+) -> Result<ZarrArray, FormatError> {
     let layout = parse_zarray(meta_entry.blob.bytes()?.as_slice()).map_err(FormatError::Bad)?;
     let mtime = index.latest_mtime_under(key).unwrap_or(meta_entry.mtime);
     open_chunked(index, key, layout, mtime, "")

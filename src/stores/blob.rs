@@ -14,7 +14,9 @@
 //!
 //! A ready blob may carry an integrity [`Check`] (the CRC-32 of a stored ZIP member): its bytes
 //! are still served straight from the map, and the check runs lazily (see [`Check`]); once it
-//! fails, every later access of the blob, and of every slice of it, is an error.
+//! fails, every later access of the blob, and of every slice of it, is an error. A small stored
+//! member of a mapped archive (nearly every blob of a ZIP source) has a compact form instead
+//! (`member.rs`): no value, producer or `Check` of its own, its bytes sliced from the map.
 //!
 //! A ranged blob may also be *possibly absent* ([`Blob::ranged_maybe_absent`]): its content is
 //! defined either way (a remote object the server may answer 404 for reads as zeros), but whether
@@ -26,6 +28,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use super::bytes::Bytes;
 pub use super::check::{Check, CheckState, Label};
+use super::member::StoredMember;
 use super::StoreError;
 
 type Producer = Box<dyn Fn() -> Result<Bytes, StoreError> + Send + Sync>;
@@ -69,22 +72,31 @@ impl RangeSource for Window {
 }
 
 /// Content that is shared by every file that shows it.
-pub struct Blob {
-    known_len: Option<u64>,
-    value: OnceLock<Bytes>,
-    /// A failure of the producer that depends only on the source's bytes: kept and answered
-    /// from then on (the producer is not run again).
-    failed: OnceLock<Box<str>>,
+pub struct Blob(Repr);
+
+/// The two forms of a blob.
+enum Repr {
+    /// A small stored member of a mapped archive (most blobs of a ZIP source), see `member.rs`.
+    Member(StoredMember),
+    /// Any other blob.
+    General(General),
+}
+
+/// A blob in its general form: ready, lazy, ranged, a fill or a slice, with or without a check.
+struct General {
+    /// The length when known in advance, else [`UNKNOWN`].
+    known_len: u64,
+    /// The content once produced; or a failure of the producer that depends only on the
+    /// source's bytes: kept and answered from then on (the producer is not run again).
+    value: OnceLock<Result<Bytes, Box<str>>>,
     producer: Option<Producer>,
     producing: Mutex<()>,
-    /// The integrity check guarding this blob's bytes (its own, or its parent's for a slice).
-    check: Option<Arc<Check>>,
-    /// The content is a constant fill (a Zarr array whose chunks are not stored), see [`Blob::fill`].
-    fill: bool,
-    /// What few blobs have, kept apart so that the many (ZIP members, documents) stay small:
-    /// 128 bytes instead of 200.
+    /// What few blobs have, kept apart so that the many (ZIP members, documents) stay small.
     rare: Option<Box<Rare>>,
 }
+
+/// `General::known_len` of a blob whose length is not known in advance.
+const UNKNOWN: u64 = u64::MAX;
 
 /// The parts of a [`Blob`] that only some blobs have.
 #[derive(Default)]
@@ -97,6 +109,12 @@ struct Rare {
     presence: Option<Arc<dyn Presence>>,
     /// The length of a ranged blob whose length is computed on first need (it caches it).
     sizer: Option<Sizer>,
+    /// The content is a constant fill (a Zarr array whose chunks are not stored), see
+    /// [`Blob::fill`].
+    fill: bool,
+    /// The integrity check guarding this blob's bytes (its own, or its parent's for a slice):
+    /// only large stored members have one of their own (small ones take the compact form).
+    check: Option<Arc<Check>>,
 }
 
 /// The most bytes a fill blob with a non-zero pattern may build (a zero fill is a map of the
@@ -111,18 +129,25 @@ impl Blob {
 
     fn holding(bytes: Bytes, check: Option<Arc<Check>>) -> Arc<Blob> {
         let value = OnceLock::new();
-        let known_len = Some(bytes.len());
-        let _ = value.set(bytes);
-        Arc::new(Blob {
+        let known_len = bytes.len();
+        let _ = value.set(Ok(bytes));
+        Arc::new(Blob(Repr::General(General {
             known_len,
             value,
-            failed: OnceLock::new(),
             producer: None,
             producing: Mutex::new(()),
-            check,
-            fill: false,
-            rare: None,
-        })
+            rare: check.map(|check| {
+                Box::new(Rare {
+                    check: Some(check),
+                    ..Rare::default()
+                })
+            }),
+        })))
+    }
+
+    /// A small stored member of a mapped archive, in its compact form (see `member.rs`).
+    pub(super) fn stored_member(member: StoredMember) -> Arc<Blob> {
+        Arc::new(Blob(Repr::Member(member)))
     }
 
     /// A blob whose bytes are already there (a range of a map, served without copying) and
@@ -139,10 +164,28 @@ impl Blob {
         Blob::holding(bytes, Some(check))
     }
 
+    fn general(&self) -> Option<&General> {
+        match &self.0 {
+            Repr::General(general) => Some(general),
+            Repr::Member(_) => None,
+        }
+    }
+
+    fn rare(&self) -> Option<&Rare> {
+        self.general()?.rare.as_deref()
+    }
+
+    fn check(&self) -> Option<&Arc<Check>> {
+        self.rare()?.check.as_ref()
+    }
+
     /// Where the integrity check of this blob stands (`None` when it has no check): its own, or
     /// its range source's.
     pub fn check_state(&self) -> Option<CheckState> {
-        match (&self.check, self.ranged_source()) {
+        if let Repr::Member(member) = &self.0 {
+            return Some(member.state());
+        }
+        match (self.check(), self.ranged_source()) {
             (Some(check), _) => Some(check.state()),
             (None, Some(source)) => source.check_state(),
             (None, None) => None,
@@ -152,16 +195,20 @@ impl Blob {
     /// The CRC-32 the source recorded for exactly these bytes (a whole stored ZIP member), known
     /// without reading them (a slice of part of a member has none).
     pub fn recorded_crc(&self) -> Option<u32> {
-        let (crc, len) = self.check.as_ref()?.expected();
-        (self.known_len == Some(len)).then_some(crc)
+        let general = match &self.0 {
+            Repr::Member(member) => return Some(member.crc()),
+            Repr::General(general) => general,
+        };
+        let (crc, len) = self.check()?.expected();
+        (general.known_len == len).then_some(crc)
     }
 
     /// Runs the integrity check to its end now, if the blob has one (waits for a background
     /// pass in progress); the result of [`Blob::bytes`] from then on.
     pub fn verify(&self) -> Result<(), StoreError> {
-        match &self.check {
-            Some(check) => check.settle(),
-            None => Ok(()),
+        match &self.0 {
+            Repr::Member(member) => member.verify(),
+            Repr::General(_) => self.check().map_or(Ok(()), |check| check.settle()),
         }
     }
 
@@ -171,47 +218,13 @@ impl Blob {
         len: Option<u64>,
         producer: impl Fn() -> Result<Bytes, StoreError> + Send + Sync + 'static,
     ) -> Arc<Blob> {
-        Arc::new(Blob::unproduced(len, producer))
-    }
-
-    fn unproduced(
-        len: Option<u64>,
-        producer: impl Fn() -> Result<Bytes, StoreError> + Send + Sync + 'static,
-    ) -> Blob {
-        Blob {
-            known_len: len,
-            value: OnceLock::new(),
-            failed: OnceLock::new(),
-            producer: Some(Box::new(producer)),
-            producing: Mutex::new(()),
-            check: None,
-            fill: false,
-            rare: None,
-        }
+        Arc::new(Blob(Repr::General(General::unproduced(len, producer))))
     }
 
     /// A blob of `len` bytes served by ranges from `source` ([`Blob::read_range`] decodes only
     /// what a read touches); [`Blob::bytes`] reads the whole range `[0, len)` once and keeps it.
     pub fn ranged(len: u64, source: Arc<dyn RangeSource>) -> Arc<Blob> {
-        Arc::new(Blob::ranged_unproduced(len, source))
-    }
-
-    fn ranged_unproduced(len: u64, source: Arc<dyn RangeSource>) -> Blob {
-        let whole = source.clone();
-        let producer = move || {
-            if len == 0 {
-                Ok(Bytes::empty())
-            } else {
-                whole.read_range(0, len)
-            }
-        };
-        Blob {
-            rare: Some(Box::new(Rare {
-                ranged: Some(source),
-                ..Rare::default()
-            })),
-            ..Blob::unproduced(Some(len), producer)
-        }
+        Arc::new(Blob(Repr::General(General::ranged(len, source))))
     }
 
     /// A ranged blob whose source may not exist ([`Presence`]): its reads are defined either
@@ -221,22 +234,22 @@ impl Blob {
         source: Arc<S>,
     ) -> Arc<Blob> {
         let presence: Arc<dyn Presence> = source.clone();
-        let mut blob = Blob::ranged_unproduced(len, source);
+        let mut blob = General::ranged(len, source);
         if let Some(rare) = &mut blob.rare {
             rare.presence = Some(presence);
         }
-        Arc::new(blob)
+        Arc::new(Blob(Repr::General(blob)))
     }
 
     /// Whether this blob may turn out absent (see [`Blob::ranged_maybe_absent`]).
     pub fn may_be_absent(&self) -> bool {
-        self.rare.as_ref().is_some_and(|r| r.presence.is_some())
+        self.rare().is_some_and(|r| r.presence.is_some())
     }
 
     /// Whether the content exists, when known without I/O (`Some(true)` for every blob that
     /// cannot be absent).
     pub fn presence(&self) -> Option<bool> {
-        match self.rare.as_ref().and_then(|r| r.presence.as_ref()) {
+        match self.rare().and_then(|r| r.presence.as_ref()) {
             Some(p) => p.known(),
             None => Some(true),
         }
@@ -245,7 +258,7 @@ impl Blob {
     /// Whether the content exists, asking its source once if needed (network I/O: never call
     /// this while holding a lock others wait for).
     pub fn resolve_presence(&self) -> Result<bool, StoreError> {
-        match self.rare.as_ref().and_then(|r| r.presence.as_ref()) {
+        match self.rare().and_then(|r| r.presence.as_ref()) {
             Some(p) => p.resolve(),
             None => Ok(true),
         }
@@ -263,14 +276,14 @@ impl Blob {
             0 => Ok(Bytes::empty()),
             len => whole.read_range(0, len),
         };
-        Arc::new(Blob {
+        Arc::new(Blob(Repr::General(General {
             rare: Some(Box::new(Rare {
                 ranged: Some(source),
                 sizer: Some(size),
                 ..Rare::default()
             })),
-            ..Blob::unproduced(None, producer)
-        })
+            ..General::unproduced(None, producer)
+        })))
     }
 
     /// Whether reads of this blob are served by ranges (and its whole content was not produced).
@@ -281,7 +294,7 @@ impl Blob {
     /// Up to `len` bytes from `offset` (fewer at the end of the content, none past it): for a
     /// ranged blob only that range is made; any other blob is produced whole and sliced.
     pub fn read_range(&self, offset: u64, len: u64) -> Result<Bytes, StoreError> {
-        if let (Some(source), None) = (self.ranged_source(), self.value.get()) {
+        if let (Some(source), false) = (self.ranged_source(), self.is_materialized()) {
             let total = self.len()?;
             let start = offset.min(total);
             let len = len.min(total - start);
@@ -311,19 +324,13 @@ impl Blob {
         len: u64,
         producer: impl Fn() -> Result<Bytes, StoreError> + Send + Sync + 'static,
     ) -> Arc<Blob> {
-        Arc::new(Blob {
-            known_len: Some(len),
+        Arc::new(Blob(Repr::General(General {
             rare: Some(Box::new(Rare {
                 backing: Some(path),
                 ..Rare::default()
             })),
-            value: OnceLock::new(),
-            failed: OnceLock::new(),
-            producer: Some(Box::new(producer)),
-            producing: Mutex::new(()),
-            check: None,
-            fill: false,
-        })
+            ..General::unproduced(Some(len), producer)
+        })))
     }
 
     /// `head` then `pattern` repeated up to `len` bytes in all (the content of a Zarr array none
@@ -357,31 +364,34 @@ impl Blob {
             out.extend(pattern.repeat((body / pattern.len() as u64) as usize));
             Ok(Bytes::from_vec(out))
         };
-        Arc::new(Blob {
-            fill: true,
-            ..Blob::unproduced(Some(len), producer)
-        })
+        Arc::new(Blob(Repr::General(General {
+            rare: Some(Box::new(Rare {
+                fill: true,
+                ..Rare::default()
+            })),
+            ..General::unproduced(Some(len), producer)
+        })))
     }
 
     /// Where ranges come from, for a ranged blob.
     fn ranged_source(&self) -> Option<&Arc<dyn RangeSource>> {
-        self.rare.as_ref()?.ranged.as_ref()
+        self.rare()?.ranged.as_ref()
     }
 
     /// Whether the blob is a constant fill ([`Blob::fill`]): a view may show it as a missing
     /// chunk rather than as bytes.
     pub fn is_fill(&self) -> bool {
-        self.fill
+        self.rare().is_some_and(|r| r.fill)
     }
 
     /// The source file this blob is the whole of, if any.
     pub fn backing_file(&self) -> Option<&std::path::Path> {
-        self.rare.as_ref()?.backing.as_deref()
+        self.rare()?.backing.as_deref()
     }
 
     /// The exact byte range `[offset, offset+len)` of `parent`, without copying.
     pub fn slice(parent: &Arc<Blob>, offset: u64, len: u64) -> Arc<Blob> {
-        if offset == 0 && parent.known_len == Some(len) {
+        if offset == 0 && parent.known_len() == Some(len) {
             return parent.clone();
         }
         if parent.ranged_source().is_some() {
@@ -391,35 +401,35 @@ impl Blob {
             };
             return Blob::ranged(len, Arc::new(window));
         }
-        let check = parent.check.clone();
+        // A slice answers for its parent's check: once that fails, the slice fails too (a
+        // compact member is checked before its first byte, so the slice's first production
+        // already answers for it).
+        let check = parent.check().cloned();
         let parent = parent.clone();
         let producer = move || {
             parent.bytes()?.slice(offset, len).ok_or_else(|| {
                 StoreError::Produce(format!("range {offset}+{len} is outside its source"))
             })
         };
-        Arc::new(Blob {
-            known_len: Some(len),
-            value: OnceLock::new(),
-            failed: OnceLock::new(),
-            producer: Some(Box::new(producer)),
-            producing: Mutex::new(()),
-            // A slice answers for its parent's check: once that fails, the slice fails too.
-            check,
-            fill: false,
-            rare: None,
-        })
+        Arc::new(Blob(Repr::General(General {
+            rare: check.map(|check| {
+                Box::new(Rare {
+                    check: Some(check),
+                    ..Rare::default()
+                })
+            }),
+            ..General::unproduced(Some(len), producer)
+        })))
     }
 
     /// The length, producing the content if it is not known in advance.
     pub fn len(&self) -> Result<u64, StoreError> {
-        match (
-            self.known_len,
-            self.rare.as_ref().and_then(|r| r.sizer.as_ref()),
-        ) {
-            (Some(len), _) => Ok(len),
-            (None, Some(size)) => size(),
-            (None, None) => Ok(self.bytes()?.len()),
+        if let Some(len) = self.known_len() {
+            return Ok(len);
+        }
+        match self.rare().and_then(|r| r.sizer.as_ref()) {
+            Some(size) => size(),
+            None => Ok(self.bytes()?.len()),
         }
     }
 
@@ -430,35 +440,100 @@ impl Blob {
 
     /// The length if it is known without producing anything.
     pub fn known_len(&self) -> Option<u64> {
-        self.known_len.or_else(|| self.value.get().map(Bytes::len))
+        match &self.0 {
+            Repr::Member(member) => Some(member.len()),
+            Repr::General(g) if g.known_len != UNKNOWN => Some(g.known_len),
+            Repr::General(g) => match g.value.get() {
+                Some(Ok(bytes)) => Some(bytes.len()),
+                _ => None,
+            },
+        }
     }
 
     /// The content, produced on first call and cached.
     pub fn bytes(&self) -> Result<Bytes, StoreError> {
-        if let Some(check) = &self.check {
+        match &self.0 {
+            Repr::Member(member) => member.bytes(),
+            Repr::General(general) => general.bytes(),
+        }
+    }
+
+    /// Whether the blob has the compact form of a small stored member.
+    #[cfg(test)]
+    pub(crate) fn is_compact_member(&self) -> bool {
+        matches!(self.0, Repr::Member(_))
+    }
+
+    /// Whether the content has been produced (or was ready from the start).
+    pub fn is_materialized(&self) -> bool {
+        match &self.0 {
+            Repr::Member(_) => true,
+            Repr::General(g) => matches!(g.value.get(), Some(Ok(_))),
+        }
+    }
+}
+
+impl General {
+    fn unproduced(
+        len: Option<u64>,
+        producer: impl Fn() -> Result<Bytes, StoreError> + Send + Sync + 'static,
+    ) -> General {
+        General {
+            known_len: len.unwrap_or(UNKNOWN),
+            value: OnceLock::new(),
+            producer: Some(Box::new(producer)),
+            producing: Mutex::new(()),
+            rare: None,
+        }
+    }
+
+    fn ranged(len: u64, source: Arc<dyn RangeSource>) -> General {
+        let whole = source.clone();
+        let producer = move || {
+            if len == 0 {
+                Ok(Bytes::empty())
+            } else {
+                whole.read_range(0, len)
+            }
+        };
+        General {
+            rare: Some(Box::new(Rare {
+                ranged: Some(source),
+                ..Rare::default()
+            })),
+            ..General::unproduced(Some(len), producer)
+        }
+    }
+
+    fn cached(&self) -> Option<Result<Bytes, StoreError>> {
+        self.value.get().map(|value| match value {
+            Ok(bytes) => Ok(bytes.clone()),
+            Err(what) => Err(StoreError::Produce(what.to_string())),
+        })
+    }
+
+    fn bytes(&self) -> Result<Bytes, StoreError> {
+        if let Some(check) = self.rare.as_ref().and_then(|r| r.check.as_ref()) {
             check.gate()?;
         }
-        if let Some(bytes) = self.value.get() {
-            return Ok(bytes.clone());
+        if let Some(cached) = self.cached() {
+            return cached;
         }
         // One producer at a time per blob, so a costly decode is never done twice.
         let _guard = super::lock(&self.producing);
-        if let Some(bytes) = self.value.get() {
-            return Ok(bytes.clone());
-        }
-        if let Some(what) = self.failed.get() {
-            return Err(StoreError::Produce(what.to_string()));
+        if let Some(cached) = self.cached() {
+            return cached;
         }
         match self.produce() {
             Ok(bytes) => {
-                let _ = self.value.set(bytes.clone());
+                let _ = self.value.set(Ok(bytes.clone()));
                 Ok(bytes)
             }
             Err(e) => {
                 // An I/O error (mapping or reading a source file: EAGAIN, ENOMEM, a flaky disk)
                 // may pass: the next access tries again. Anything else is in the bytes.
                 if !matches!(e, StoreError::Io { .. }) {
-                    let _ = self.failed.set(e.to_string().into());
+                    let _ = self.value.set(Err(e.to_string().into()));
                 }
                 Err(e)
             }
@@ -472,24 +547,20 @@ impl Blob {
             .ok_or_else(|| StoreError::Produce("blob has neither bytes nor producer".into()))?;
         let bytes = producer()?;
         match self.known_len {
-            Some(expected) if bytes.len() != expected => Err(StoreError::Produce(format!(
+            UNKNOWN => Ok(bytes),
+            expected if bytes.len() != expected => Err(StoreError::Produce(format!(
                 "produced {} bytes where {expected} were announced",
                 bytes.len()
             ))),
             _ => Ok(bytes),
         }
     }
-
-    /// Whether the content has been produced (or was ready from the start).
-    pub fn is_materialized(&self) -> bool {
-        self.value.get().is_some()
-    }
 }
 
 impl fmt::Debug for Blob {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Blob")
-            .field("known_len", &self.known_len)
+            .field("known_len", &self.known_len())
             .field("materialized", &self.is_materialized())
             .finish()
     }

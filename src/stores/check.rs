@@ -114,20 +114,12 @@ impl Verdict {
 
     /// Where the check stands.
     pub(super) fn state(&self) -> CheckState {
-        match self.state.load(Ordering::Acquire) {
-            UNVERIFIED => CheckState::Unverified,
-            RUNNING => CheckState::Running,
-            VERIFIED => CheckState::Verified,
-            _ => CheckState::Bad,
-        }
+        state_of(&self.state)
     }
 
     /// The error every access gets once the content was found corrupt.
     pub(super) fn failure(&self) -> StoreError {
-        StoreError::Produce(format!(
-            "{}: stored entry fails its CRC-32 check",
-            self.what
-        ))
+        failure(&self.what)
     }
 
     /// Claims the one background pass (unverified → running); false if it was not unverified.
@@ -140,21 +132,46 @@ impl Verdict {
     /// Decides from the CRC-32 `found` of the whole content: verified, or corrupt (one error line,
     /// logged once) and an error from now on.
     pub(super) fn judge(&self, found: u32) -> Result<(), StoreError> {
-        if found == self.expected {
-            // A concurrent pass cannot disagree: the same bytes give the same CRC.
-            self.state.store(VERIFIED, Ordering::Release);
-            return Ok(());
-        }
-        if self.state.swap(BAD, Ordering::AcqRel) != BAD {
-            log::error!(
-                "{}: stored entry fails its CRC-32 check (recorded {:08x}, data has {found:08x}); \
-                 reads give EIO from now on",
-                self.what,
-                self.expected
-            );
-        }
-        Err(self.failure())
+        judge(&self.state, self.expected, found, &self.what)
     }
+}
+
+/// Where a check whose state is `state` stands.
+pub(super) fn state_of(state: &AtomicU8) -> CheckState {
+    match state.load(Ordering::Acquire) {
+        UNVERIFIED => CheckState::Unverified,
+        RUNNING => CheckState::Running,
+        VERIFIED => CheckState::Verified,
+        _ => CheckState::Bad,
+    }
+}
+
+/// The error every access of content `what` gets once it was found corrupt.
+pub(super) fn failure(what: &dyn fmt::Display) -> StoreError {
+    StoreError::Produce(format!("{what}: stored entry fails its CRC-32 check"))
+}
+
+/// Decides, from the CRC-32 `found` of the whole content `what` that must have CRC-32
+/// `expected`, the check whose state is `state`: verified, or corrupt (one error line, logged
+/// once) and an error from now on.
+pub(super) fn judge(
+    state: &AtomicU8,
+    expected: u32,
+    found: u32,
+    what: &dyn fmt::Display,
+) -> Result<(), StoreError> {
+    if found == expected {
+        // A concurrent pass cannot disagree: the same bytes give the same CRC.
+        state.store(VERIFIED, Ordering::Release);
+        return Ok(());
+    }
+    if state.swap(BAD, Ordering::AcqRel) != BAD {
+        log::error!(
+            "{what}: stored entry fails its CRC-32 check (recorded {expected:08x}, data has \
+             {found:08x}); reads give EIO from now on"
+        );
+    }
+    Err(failure(what))
 }
 
 /// The CRC-32 that a range of bytes must have.

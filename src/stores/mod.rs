@@ -27,6 +27,7 @@ pub mod http_object;
 pub mod http_store;
 pub mod http_zip;
 pub mod lru;
+mod member;
 pub mod parallel;
 pub mod range_check;
 pub mod rendered;

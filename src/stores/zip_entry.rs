@@ -17,6 +17,7 @@
 use std::sync::Arc;
 
 use super::check::Label;
+use super::member::StoredMember;
 use super::zip::{CentralRecord, METHOD_BZIP2, METHOD_DEFLATE, METHOD_STORED, METHOD_ZSTD};
 use super::zip_stream::MemberStream;
 use super::{Blob, Bytes, StoreError};
@@ -122,6 +123,21 @@ pub fn member_blob(
         return failing(shown, format!("{label}: it lies outside the archive"));
     };
     if record.method == METHOD_STORED {
+        // A small member of a mapped archive takes the compact form (no check, producer or
+        // value of its own: 40 bytes instead of 256 of heap); a larger one is checked in the
+        // background, which needs the general form.
+        if let Label::Member { archive, at, len } = &label {
+            let compact = StoredMember::new(
+                archive.clone(),
+                record.data_offset,
+                record.size,
+                record.crc32,
+                (*at, *len),
+            );
+            if let Some(member) = compact {
+                return Blob::stored_member(member);
+            }
+        }
         return Blob::checked_as(raw, record.crc32, label);
     }
     // Decompressed on demand, window by window, through the mount-wide decode cache.

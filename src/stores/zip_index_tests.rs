@@ -183,7 +183,35 @@ fn a_corrupt_member_is_named_by_archive_and_entry() {
     std::fs::write(&path, bytes).unwrap();
     let index = open_zip(&path).unwrap();
     assert!(index.get("ok").unwrap().blob.bytes().is_ok());
-    let err = index.get("dir/bad.bin").unwrap().blob.bytes().unwrap_err();
+    let bad = &index.get("dir/bad.bin").unwrap().blob;
+    // Small stored members take the compact form, which gives the same error as a `Check`.
+    assert!(bad.is_compact_member());
+    let err = bad.bytes().unwrap_err();
     let want = format!("{}: entry dir/bad.bin: stored entry fails", path.display());
     assert!(err.to_string().starts_with(&want), "{err}");
+    assert_eq!(
+        bad.check_state(),
+        Some(crate::stores::blob::CheckState::Bad)
+    );
+    assert!(bad.bytes().is_err() && crate::stores::Blob::slice(bad, 1, 2).bytes().is_err());
+}
+
+/// A stored member larger than the synchronous check's limit keeps the general form (its
+/// check runs in the background), with the same bytes and CRC.
+#[test]
+fn a_large_stored_member_keeps_the_general_form() {
+    let big = vec![5u8; (crate::stores::check::SYNC_CHECK_MAX + 1) as usize];
+    let members = vec![
+        ("big".to_string(), big.clone(), 1),
+        ("small".to_string(), vec![1], 1),
+    ];
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("b.zip");
+    std::fs::write(&path, write_archive(&members)).unwrap();
+    let index = open_zip(&path).unwrap();
+    let blob = &index.get("big").unwrap().blob;
+    assert!(!blob.is_compact_member());
+    assert!(index.get("small").unwrap().blob.is_compact_member());
+    assert_eq!(blob.recorded_crc(), Some(crc32fast::hash(&big)));
+    assert_eq!(blob.bytes().unwrap().as_slice(), big.as_slice());
 }

@@ -327,7 +327,7 @@ fn packed_arrays_show_their_shard_as_the_only_chunk() {
             data: flat.clone(),
         },
         mtime: SystemTime::UNIX_EPOCH,
-        packed,
+        packed: packed.into(),
     };
     ds.vectors
         .get_mut("cell")
@@ -397,7 +397,7 @@ fn foreign_shards_keep_their_shard_shape_and_fill_and_zipped_shards_show_flat() 
                 data: flat.clone(),
             },
             mtime: SystemTime::UNIX_EPOCH,
-            packed,
+            packed: packed.into(),
         };
         ds.vectors
             .get_mut("cell")
@@ -429,7 +429,7 @@ fn arrays_the_source_stored_without_chunks_have_none() {
             data: Blob::fill(Vec::new(), 12, vec![0; 4]),
         },
         mtime: SystemTime::UNIX_EPOCH,
-        packed: BTreeMap::new(),
+        packed: Default::default(),
     };
     ds.vectors
         .get_mut("cell")

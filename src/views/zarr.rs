@@ -17,13 +17,13 @@ use crate::stores::rendered::rendered;
 use crate::stores::{Blob, Bytes};
 
 use super::dimensions::DimensionNames;
-use super::keyed::Keyed;
+use super::keyed::KeyedBuilder;
 use super::{dataset_mtime, ViewBuilder, ViewEntry};
 
 /// Builds the Zarr tree and remembers every metadata document for `.zmetadata`.
 struct ZarrBuilder {
     view: ViewBuilder,
-    metadata: Keyed<Arc<Blob>>,
+    metadata: KeyedBuilder<Arc<Blob>>,
     /// The arrays' dimension names, if shown.
     dimensions: Option<DimensionNames>,
 }
@@ -101,7 +101,7 @@ pub fn zarr_view_with(dataset: &Dataset, prefix: &str, dimension_names: bool) ->
     let mtime = dataset_mtime(dataset);
     let mut z = ZarrBuilder {
         view: ViewBuilder::new(prefix),
-        metadata: Keyed::default(),
+        metadata: KeyedBuilder::default(),
         dimensions: dimension_names.then(|| DimensionNames::new(dataset)),
     };
     z.group("", mtime);
@@ -133,9 +133,7 @@ pub fn zarr_view_with(dataset: &Dataset, prefix: &str, dimension_names: bool) ->
     }
     // Rendered when read (into the bounded decode cache), its size counted: a `stat` (every
     // `ls -l` of the root) renders nothing.
-    let mut documents = std::mem::take(&mut z.metadata);
-    documents.shrink_to_fit();
-    let documents = Arc::new(documents);
+    let documents = Arc::new(std::mem::take(&mut z.metadata).finish());
     let counted = documents.clone();
     z.view.file(
         ".zmetadata",
@@ -153,7 +151,7 @@ pub fn zarr_view_with(dataset: &Dataset, prefix: &str, dimension_names: bool) ->
 pub fn item_entries(dataset: &Dataset, id: &PropertyId) -> Vec<ViewEntry> {
     let mut z = ZarrBuilder {
         view: ViewBuilder::new(""),
-        metadata: Keyed::default(),
+        metadata: KeyedBuilder::default(),
         dimensions: None,
     };
     item_nodes(&mut z, dataset, id);
@@ -252,12 +250,12 @@ fn property(z: &mut ZarrBuilder, path: &str, payload: &Payload, shape: &[u64], m
 
 /// The length of what [`consolidated`] makes, without making it: each distinct document is
 /// rendered once at its depth (most are alike: the same type and shape), the rest is counted.
-pub(crate) fn consolidated_len<'a>(
-    documents: impl Iterator<Item = (&'a str, &'a Arc<Blob>)>,
+pub(crate) fn consolidated_len<'a, K: AsRef<str> + Ord>(
+    documents: impl Iterator<Item = (K, &'a Arc<Blob>)>,
 ) -> Result<u64, crate::stores::StoreError> {
     let produce = |e: serde_json::Error| crate::stores::StoreError::Produce(e.to_string());
     // A later document replaces an earlier one at the same key, as in `consolidated`.
-    let by_key: BTreeMap<&str, &Arc<Blob>> = documents.collect();
+    let by_key: BTreeMap<K, &Arc<Blob>> = documents.collect();
     let mut rendered: HashMap<Vec<u8>, u64> = HashMap::new();
     let mut entries = 0;
     for (key, blob) in &by_key {
@@ -265,8 +263,9 @@ pub(crate) fn consolidated_len<'a>(
         let value_len = match rendered.get(bytes.as_slice()) {
             Some(&len) => len,
             None => {
-                let value: Value = serde_json::from_slice(bytes.as_slice())
-                    .map_err(|e| crate::stores::StoreError::Produce(format!("{key}: {e}")))?;
+                let value: Value = serde_json::from_slice(bytes.as_slice()).map_err(|e| {
+                    crate::stores::StoreError::Produce(format!("{}: {e}", key.as_ref()))
+                })?;
                 // Its length at depth 2: within two single-key objects, less `null`'s frame.
                 let len = pretty_len(&nested(nested(value)))? + 4
                     - pretty_len(&nested(nested(Value::Null)))?;
@@ -275,7 +274,8 @@ pub(crate) fn consolidated_len<'a>(
             }
         };
         // `        "KEY": VALUE`, then `,\n` between entries.
-        entries += 8 + serde_json::to_string(key).map_err(produce)?.len() as u64 + 2 + value_len;
+        entries +=
+            8 + serde_json::to_string(key.as_ref()).map_err(produce)?.len() as u64 + 2 + value_len;
     }
     let empty = pretty_len(&consolidated_root(Map::new()))?;
     Ok(match by_key.len() as u64 {
@@ -314,11 +314,12 @@ fn pretty_len(value: &Value) -> Result<u64, crate::stores::StoreError> {
 
 /// `.zmetadata`: every metadata document, keys sorted, pretty-printed with a 4-space indent and a
 /// final newline (as Julia writes it, but in an order zarr-python 3 accepts).
-pub(crate) fn consolidated<'a>(
-    documents: impl IntoIterator<Item = (&'a str, &'a Arc<Blob>)>,
+pub(crate) fn consolidated<'a, K: AsRef<str>>(
+    documents: impl IntoIterator<Item = (K, &'a Arc<Blob>)>,
 ) -> Result<Vec<u8>, crate::stores::StoreError> {
     let mut metadata = Map::new();
     for (key, blob) in documents {
+        let key = key.as_ref();
         let value: Value = serde_json::from_slice(blob.bytes()?.as_slice())
             .map_err(|e| crate::stores::StoreError::Produce(format!("{key}: {e}")))?;
         metadata.insert(key.to_string(), value);

@@ -4,7 +4,7 @@
 //! With `--dimension-names`, each array's `.zattrs` (and its copy in `.zmetadata`) holds xarray's
 //! `_ARRAY_DIMENSIONS` ([`super::dimensions`]) instead of `{}`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -133,7 +133,7 @@ pub fn zarr_view_with(dataset: &Dataset, prefix: &str, dimension_names: bool) ->
     }
     // Rendered when read (into the bounded decode cache), its size counted: a `stat` (every
     // `ls -l` of the root) renders nothing.
-    let documents = Arc::new(std::mem::take(&mut z.metadata).finish());
+    let documents = Arc::new(std::mem::take(&mut z.metadata).sorted());
     let counted = documents.clone();
     z.view.file(
         ".zmetadata",
@@ -248,17 +248,17 @@ fn property(z: &mut ZarrBuilder, path: &str, payload: &Payload, shape: &[u64], m
     }
 }
 
-/// The length of what [`consolidated`] makes, without making it: each distinct document is
-/// rendered once at its depth (most are alike: the same type and shape), the rest is counted.
-pub(crate) fn consolidated_len<'a, K: AsRef<str> + Ord>(
+/// The length of what [`consolidated`] makes of `documents` (sorted by key, one per key: what
+/// [`consolidated`] keeps), without making it: each distinct document is rendered once at its
+/// depth (most are alike: the same type and shape), the rest is counted.
+pub(crate) fn consolidated_len<'a, K: AsRef<str>>(
     documents: impl Iterator<Item = (K, &'a Arc<Blob>)>,
 ) -> Result<u64, crate::stores::StoreError> {
     let produce = |e: serde_json::Error| crate::stores::StoreError::Produce(e.to_string());
-    // A later document replaces an earlier one at the same key, as in `consolidated`.
-    let by_key: BTreeMap<K, &Arc<Blob>> = documents.collect();
     let mut rendered: HashMap<Vec<u8>, u64> = HashMap::new();
-    let mut entries = 0;
-    for (key, blob) in &by_key {
+    let (mut entries, mut count) = (0, 0u64);
+    for (key, blob) in documents {
+        count += 1;
         let bytes = blob.bytes()?;
         let value_len = match rendered.get(bytes.as_slice()) {
             Some(&len) => len,
@@ -278,7 +278,7 @@ pub(crate) fn consolidated_len<'a, K: AsRef<str> + Ord>(
             8 + serde_json::to_string(key.as_ref()).map_err(produce)?.len() as u64 + 2 + value_len;
     }
     let empty = pretty_len(&consolidated_root(Map::new()))?;
-    Ok(match by_key.len() as u64 {
+    Ok(match count {
         0 => empty,
         // `{}` becomes `{\n`, the entries, and `\n    }`.
         n => empty - 2 + 2 + entries + 2 * (n - 1) + 6,
@@ -332,6 +332,7 @@ pub(crate) fn consolidated<'a, K: AsRef<str>>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
     fn doc(key: &str, text: &str) -> (String, Arc<Blob>) {
         let blob = Blob::ready(Bytes::from_vec(text.as_bytes().to_vec()));
@@ -358,7 +359,12 @@ mod tests {
         for documents in cases {
             let iter = || documents.iter().map(|(k, b)| (k.as_str(), b));
             let made = consolidated(iter()).unwrap();
-            assert_eq!(consolidated_len(iter()).unwrap(), made.len() as u64);
+            // What the view keeps: sorted, the last document of a key.
+            let sorted: BTreeMap<&str, &Arc<Blob>> = iter().collect();
+            assert_eq!(
+                consolidated_len(sorted.into_iter()).unwrap(),
+                made.len() as u64
+            );
         }
     }
 

@@ -133,7 +133,8 @@ pub fn zarr_view_with(dataset: &Dataset, prefix: &str, dimension_names: bool) ->
     }
     // Rendered when read (into the bounded decode cache), its size counted: a `stat` (every
     // `ls -l` of the root) renders nothing.
-    let documents = Arc::new(std::mem::take(&mut z.metadata).sorted());
+    // In view order: a view's paths are unique, and `consolidated` sorts them.
+    let documents = Arc::new(std::mem::take(&mut z.metadata).finish());
     let counted = documents.clone();
     z.view.file(
         ".zmetadata",
@@ -248,7 +249,7 @@ fn property(z: &mut ZarrBuilder, path: &str, payload: &Payload, shape: &[u64], m
     }
 }
 
-/// The length of what [`consolidated`] makes of `documents` (sorted by key, one per key: what
+/// The length of what [`consolidated`] makes of `documents` (one per key, in any order: what
 /// [`consolidated`] keeps), without making it: each distinct document is rendered once at its
 /// depth (most are alike: the same type and shape), the rest is counted.
 pub(crate) fn consolidated_len<'a, K: AsRef<str>>(
@@ -359,7 +360,7 @@ mod tests {
         for documents in cases {
             let iter = || documents.iter().map(|(k, b)| (k.as_str(), b));
             let made = consolidated(iter()).unwrap();
-            // What the view keeps: sorted, the last document of a key.
+            // One document per key (the last), as a view has them.
             let sorted: BTreeMap<&str, &Arc<Blob>> = iter().collect();
             assert_eq!(
                 consolidated_len(sorted.into_iter()).unwrap(),

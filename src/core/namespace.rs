@@ -7,7 +7,8 @@
 //! from an [`InodeTable`] that outlives the trees, so a path keeps its inode number for the whole
 //! mount, whichever tree it is in. Directories keep their children sorted, so `readdir` offsets
 //! are plain indices and lookups are binary searches. A directory's mtime is the latest of its own
-//! and its descendants'. A node stores no path: its name (in one string of the tree's names), its
+//! and its descendants'. A node stores no path: its name (in one string of the tree's names, a
+//! repeated short name stored once), its
 //! parent, an index into the tree's few distinct times, and for a directory a range of the tree's
 //! one array of children (inode numbers as `u32`), 32 bytes in all; paths are rebuilt from parents
 //! when asked ([`Namespace::path`]). Every table is sized exactly once the tree is built.
@@ -238,6 +239,12 @@ impl Namespace {
     /// The name of inode `ino` in its directory ("" for the root or an unknown inode).
     pub fn name(&self, ino: u64) -> &str {
         self.node(ino).map_or("", |n| self.name_of(n))
+    }
+
+    /// Tests: the bytes of the built tables' names.
+    #[cfg(test)]
+    pub(super) fn names_len(&self) -> usize {
+        self.base.names.len()
     }
 
     /// The name of `node`, in the base's names or the overlay's.

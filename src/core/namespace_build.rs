@@ -5,7 +5,8 @@
 //! counting pass over the nodes' parents (no comparison between directories), each directory's
 //! run sorted by name only if it is not already (views render in order, so a first build sorts
 //! nothing large), mtimes are propagated upward in one pass over the directories, and every table
-//! is sized exactly.
+//! is sized exactly. A short name that repeats (`.zarray`, `zarr.json`, `c`, `0` in every array's
+//! directory) is stored once in the tree's names: nodes point at the same bytes.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -41,6 +42,7 @@ impl Namespace {
             inodes,
             added: HashTable::new(),
             hasher: foldhash::fast::RandomState::default(),
+            recent: vec![(0, 0); RECENT_NAMES],
             last_dir: (String::new(), Some(ROOT), false),
         };
         let mtime = builder.mtime(root_mtime);
@@ -207,10 +209,20 @@ struct Builder<'a> {
     /// each with its hash (32 bits of it: growing the table hashes no name again).
     added: HashTable<(u32, u32)>,
     hasher: foldhash::fast::RandomState,
+    /// Short names recently stored, by their hash: (where, length) in `names` (see
+    /// [`Builder::name_start`]).
+    recent: Vec<(u32, u16)>,
     /// The directory of the previous entry (`None`: blocked by a file), and whether that entry
     /// was elidable: entries come grouped by directory, so most need no walk from the root.
     last_dir: (String, Option<u64>, bool),
 }
+
+/// Names up to this long are stored once when they repeat (see [`Builder::name_start`]).
+const SHARED_NAME: usize = 32;
+
+/// The number of slots of recently stored short names: repeated names stay while the unique
+/// names between their repetitions rarely take their slot.
+const RECENT_NAMES: usize = 256;
 
 /// A 32-bit hash spread over the 64 bits the hash table takes (it uses both ends).
 fn spread(hash: u32) -> u64 {
@@ -327,7 +339,7 @@ impl Builder<'_> {
         while !name.is_char_boundary(len) {
             len -= 1;
         }
-        self.names.push_str(&name[..len]);
+        let start = self.name_start(&name[..len], start);
         let mtime = self.mtime(mtime);
         self.nodes.insert(
             ino,
@@ -344,6 +356,28 @@ impl Builder<'_> {
         let hash = self.hash(parent, &name[..len]);
         self.added
             .insert_unique(spread(hash), (ino32, hash), |&(_, h)| spread(h));
+    }
+
+    /// Where `name` starts in the tree's names: where an equal short name recently stored
+    /// starts (names like `.zarray`, `zarr.json`, `c` or `0` repeat in every array's directory,
+    /// and are then stored once), else `end`, where it is appended.
+    fn name_start(&mut self, name: &str, end: usize) -> usize {
+        if name.is_empty() || name.len() > SHARED_NAME {
+            self.names.push_str(name);
+            return end;
+        }
+        let slot = (self.hasher.hash_one(name) as usize) % RECENT_NAMES;
+        if let Some(&(start, len)) = self.recent.get(slot) {
+            let (start, len) = (start as usize, usize::from(len));
+            if len == name.len() && self.names.get(start..start + len) == Some(name) {
+                return start;
+            }
+        }
+        self.names.push_str(name);
+        if let (Some(recent), Ok(start)) = (self.recent.get_mut(slot), u32::try_from(end)) {
+            *recent = (start, name.len() as u16);
+        }
+        end
     }
 
     /// The 32-bit hash of (parent, name) in [`Builder::added`].

@@ -76,6 +76,39 @@ fn names_paths_children_and_mtimes_come_back() {
 }
 
 #[test]
+fn repeated_short_names_are_stored_once() {
+    let mut inodes = InodeTable::default();
+    let mut entries = Vec::new();
+    for i in 0..1000 {
+        for name in [".zarray", ".zattrs", "0", "zarr.json"] {
+            entries.push(file(&format!("vectors/cell/p{i:03}/{name}"), i));
+        }
+        entries.push(file(&format!("vectors/cell/p{i:03}.json"), i));
+    }
+    let ns = Namespace::build(entries, SystemTime::UNIX_EPOCH, &mut inodes);
+    // The unique names (`p000`, `p000.json`: 4 + 9 bytes each), the others about once (again
+    // when a unique name took their slot: a few percent; each stored every time would be 24,000
+    // bytes more).
+    let unique = 1000 * (4 + 9);
+    assert!(
+        ns.names_len() < unique + unique / 20,
+        "{} bytes",
+        ns.names_len()
+    );
+    for i in [0, 517, 999] {
+        for name in [".zarray", ".zattrs", "0", "zarr.json"] {
+            let path = format!("vectors/cell/p{i:03}/{name}");
+            let ino = resolve(&ns, &path);
+            assert_eq!(ns.path(ino).unwrap(), path);
+        }
+        assert_eq!(
+            ns.name(resolve(&ns, &format!("vectors/cell/p{i:03}"))),
+            format!("p{i:03}")
+        );
+    }
+}
+
+#[test]
 fn inode_numbers_survive_rebuilds_and_renames() {
     let mut inodes = InodeTable::default();
     let first = Namespace::build(

@@ -23,8 +23,10 @@ use crate::formats::json::{
 };
 use crate::formats::model::{Dataset, Payload, Property, PropertyId, SparseIndex};
 use crate::formats::types::ElementType;
+use crate::stores::rendered::rendered;
 use crate::stores::{Blob, Bytes, StoreError};
 
+use super::keyed::KeyedBuilder;
 use super::{dataset_mtime, ViewBuilder, ViewEntry, ViewNode};
 
 /// The FilesDaf tree of `dataset` in FilesDaf `version`, rooted at `prefix`.
@@ -66,7 +68,9 @@ pub fn files_view(dataset: &Dataset, prefix: &str, version: FilesVersion) -> Vec
     entries
 }
 
-/// The view's `metadata.json` (§3.5), made on first access from the documents the view shows.
+/// The view's `metadata.json` (§3.5), made from the documents the view shows when read (kept in
+/// the bounded decode cache, made again once evicted; its keys kept compact, see
+/// [`super::keyed`]).
 fn metadata_json(dataset: &Dataset, prefix: &str, entries: &[ViewEntry]) -> ViewEntry {
     let view = ViewBuilder::new(prefix);
     let files: HashMap<&str, &Arc<Blob>> = entries
@@ -76,11 +80,10 @@ fn metadata_json(dataset: &Dataset, prefix: &str, entries: &[ViewEntry]) -> View
             ViewNode::Dir => None,
         })
         .collect();
-    let mut index: Vec<(String, IndexValue)> = dataset
-        .axes
-        .iter()
-        .map(|(name, axis)| (format!("axes/{name}"), IndexValue::Axis(axis.len())))
-        .collect();
+    let mut index = KeyedBuilder::default();
+    for (name, axis) in &dataset.axes {
+        index.push(&format!("axes/{name}"), IndexValue::Axis(axis.len()));
+    }
     let documents = dataset
         .scalars
         .keys()
@@ -88,12 +91,17 @@ fn metadata_json(dataset: &Dataset, prefix: &str, entries: &[ViewEntry]) -> View
         .chain(dataset.properties().map(|p| p.path));
     for key in documents {
         if let Some(blob) = files.get(view.full(&format!("{key}.json")).as_str()) {
-            index.push((key, IndexValue::Document(Arc::clone(blob))));
+            index.push(&key, IndexValue::Document(Arc::clone(blob)));
         }
     }
-    let blob = Blob::lazy(None, move || {
-        Ok(Bytes::from_vec(index_text(index.clone())?))
-    });
+    drop(files);
+    let index = Arc::new(index.finish());
+    let text = move || {
+        let entries = index.iter().map(|(key, value)| (key, value.clone()));
+        index_text(entries.collect())
+    };
+    let counted = text.clone();
+    let blob = rendered(move || Ok(counted()?.len() as u64), text);
     ViewEntry {
         path: view.full("metadata.json"),
         node: ViewNode::File(blob),

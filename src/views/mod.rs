@@ -84,9 +84,16 @@ impl ViewBuilder {
     }
 
     fn full(&self, path: &str) -> String {
-        format!("{}{path}", self.prefix)
-            .trim_end_matches('/')
-            .to_string()
+        // One allocation of the exact size (a view makes one path per entry).
+        let path = path.trim_end_matches('/');
+        let mut full = String::with_capacity(self.prefix.len() + path.len());
+        full.push_str(&self.prefix);
+        full.push_str(path);
+        if path.is_empty() {
+            let kept = full.trim_end_matches('/').len();
+            full.truncate(kept);
+        }
+        full
     }
 
     pub(crate) fn dir(&mut self, path: &str, mtime: SystemTime) {

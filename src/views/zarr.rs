@@ -4,7 +4,7 @@
 //! With `--dimension-names`, each array's `.zattrs` (and its copy in `.zmetadata`) holds xarray's
 //! `_ARRAY_DIMENSIONS` ([`super::dimensions`]) instead of `{}`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -17,13 +17,13 @@ use crate::stores::rendered::rendered;
 use crate::stores::{Blob, Bytes};
 
 use super::dimensions::DimensionNames;
-use super::keyed::Keyed;
+use super::keyed::KeyedBuilder;
 use super::{dataset_mtime, ViewBuilder, ViewEntry};
 
 /// Builds the Zarr tree and remembers every metadata document for `.zmetadata`.
 struct ZarrBuilder {
     view: ViewBuilder,
-    metadata: Keyed<Arc<Blob>>,
+    metadata: KeyedBuilder<Arc<Blob>>,
     /// The arrays' dimension names, if shown.
     dimensions: Option<DimensionNames>,
 }
@@ -101,7 +101,7 @@ pub fn zarr_view_with(dataset: &Dataset, prefix: &str, dimension_names: bool) ->
     let mtime = dataset_mtime(dataset);
     let mut z = ZarrBuilder {
         view: ViewBuilder::new(prefix),
-        metadata: Keyed::default(),
+        metadata: KeyedBuilder::default(),
         dimensions: dimension_names.then(|| DimensionNames::new(dataset)),
     };
     z.group("", mtime);
@@ -133,9 +133,8 @@ pub fn zarr_view_with(dataset: &Dataset, prefix: &str, dimension_names: bool) ->
     }
     // Rendered when read (into the bounded decode cache), its size counted: a `stat` (every
     // `ls -l` of the root) renders nothing.
-    let mut documents = std::mem::take(&mut z.metadata);
-    documents.shrink_to_fit();
-    let documents = Arc::new(documents);
+    // In view order: a view's paths are unique, and `consolidated` sorts them.
+    let documents = Arc::new(std::mem::take(&mut z.metadata).finish());
     let counted = documents.clone();
     z.view.file(
         ".zmetadata",
@@ -153,7 +152,7 @@ pub fn zarr_view_with(dataset: &Dataset, prefix: &str, dimension_names: bool) ->
 pub fn item_entries(dataset: &Dataset, id: &PropertyId) -> Vec<ViewEntry> {
     let mut z = ZarrBuilder {
         view: ViewBuilder::new(""),
-        metadata: Keyed::default(),
+        metadata: KeyedBuilder::default(),
         dimensions: None,
     };
     item_nodes(&mut z, dataset, id);
@@ -250,23 +249,24 @@ fn property(z: &mut ZarrBuilder, path: &str, payload: &Payload, shape: &[u64], m
     }
 }
 
-/// The length of what [`consolidated`] makes, without making it: each distinct document is
-/// rendered once at its depth (most are alike: the same type and shape), the rest is counted.
-pub(crate) fn consolidated_len<'a>(
-    documents: impl Iterator<Item = (&'a str, &'a Arc<Blob>)>,
+/// The length of what [`consolidated`] makes of `documents` (one per key, in any order: what
+/// [`consolidated`] keeps), without making it: each distinct document is rendered once at its
+/// depth (most are alike: the same type and shape), the rest is counted.
+pub(crate) fn consolidated_len<'a, K: AsRef<str>>(
+    documents: impl Iterator<Item = (K, &'a Arc<Blob>)>,
 ) -> Result<u64, crate::stores::StoreError> {
     let produce = |e: serde_json::Error| crate::stores::StoreError::Produce(e.to_string());
-    // A later document replaces an earlier one at the same key, as in `consolidated`.
-    let by_key: BTreeMap<&str, &Arc<Blob>> = documents.collect();
     let mut rendered: HashMap<Vec<u8>, u64> = HashMap::new();
-    let mut entries = 0;
-    for (key, blob) in &by_key {
+    let (mut entries, mut count) = (0, 0u64);
+    for (key, blob) in documents {
+        count += 1;
         let bytes = blob.bytes()?;
         let value_len = match rendered.get(bytes.as_slice()) {
             Some(&len) => len,
             None => {
-                let value: Value = serde_json::from_slice(bytes.as_slice())
-                    .map_err(|e| crate::stores::StoreError::Produce(format!("{key}: {e}")))?;
+                let value: Value = serde_json::from_slice(bytes.as_slice()).map_err(|e| {
+                    crate::stores::StoreError::Produce(format!("{}: {e}", key.as_ref()))
+                })?;
                 // Its length at depth 2: within two single-key objects, less `null`'s frame.
                 let len = pretty_len(&nested(nested(value)))? + 4
                     - pretty_len(&nested(nested(Value::Null)))?;
@@ -275,10 +275,11 @@ pub(crate) fn consolidated_len<'a>(
             }
         };
         // `        "KEY": VALUE`, then `,\n` between entries.
-        entries += 8 + serde_json::to_string(key).map_err(produce)?.len() as u64 + 2 + value_len;
+        entries +=
+            8 + serde_json::to_string(key.as_ref()).map_err(produce)?.len() as u64 + 2 + value_len;
     }
     let empty = pretty_len(&consolidated_root(Map::new()))?;
-    Ok(match by_key.len() as u64 {
+    Ok(match count {
         0 => empty,
         // `{}` becomes `{\n`, the entries, and `\n    }`.
         n => empty - 2 + 2 + entries + 2 * (n - 1) + 6,
@@ -314,11 +315,12 @@ fn pretty_len(value: &Value) -> Result<u64, crate::stores::StoreError> {
 
 /// `.zmetadata`: every metadata document, keys sorted, pretty-printed with a 4-space indent and a
 /// final newline (as Julia writes it, but in an order zarr-python 3 accepts).
-pub(crate) fn consolidated<'a>(
-    documents: impl IntoIterator<Item = (&'a str, &'a Arc<Blob>)>,
+pub(crate) fn consolidated<'a, K: AsRef<str>>(
+    documents: impl IntoIterator<Item = (K, &'a Arc<Blob>)>,
 ) -> Result<Vec<u8>, crate::stores::StoreError> {
     let mut metadata = Map::new();
     for (key, blob) in documents {
+        let key = key.as_ref();
         let value: Value = serde_json::from_slice(blob.bytes()?.as_slice())
             .map_err(|e| crate::stores::StoreError::Produce(format!("{key}: {e}")))?;
         metadata.insert(key.to_string(), value);
@@ -331,6 +333,7 @@ pub(crate) fn consolidated<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
     fn doc(key: &str, text: &str) -> (String, Arc<Blob>) {
         let blob = Blob::ready(Bytes::from_vec(text.as_bytes().to_vec()));
@@ -357,7 +360,12 @@ mod tests {
         for documents in cases {
             let iter = || documents.iter().map(|(k, b)| (k.as_str(), b));
             let made = consolidated(iter()).unwrap();
-            assert_eq!(consolidated_len(iter()).unwrap(), made.len() as u64);
+            // One document per key (the last), as a view has them.
+            let sorted: BTreeMap<&str, &Arc<Blob>> = iter().collect();
+            assert_eq!(
+                consolidated_len(sorted.into_iter()).unwrap(),
+                made.len() as u64
+            );
         }
     }
 

@@ -30,7 +30,7 @@ use crate::formats::types::{ElementType, NumType};
 use crate::stores::{Blob, Bytes, StoreError};
 
 use super::dimensions::DimensionNames;
-use super::keyed::Keyed;
+use super::keyed::{Keyed, KeyedBuilder};
 use super::{dataset_mtime, ViewBuilder, ViewEntry};
 
 /// The `zarr.json` of every group but the root (37 bytes).
@@ -205,7 +205,7 @@ struct V3Builder {
     view: ViewBuilder,
     /// Node path → its entry in the consolidated metadata (an array's entry shares the bytes
     /// of its `zarr.json`; groups share one literal).
-    metadata: Keyed<Bytes>,
+    metadata: KeyedBuilder<Bytes>,
     group_entry: Bytes,
     /// The arrays' dimension names, if shown.
     dimensions: Option<DimensionNames>,
@@ -215,7 +215,7 @@ impl V3Builder {
     fn new(prefix: &str) -> V3Builder {
         V3Builder {
             view: ViewBuilder::new(prefix),
-            metadata: Keyed::default(),
+            metadata: KeyedBuilder::default(),
             group_entry: Bytes::from_vec(GROUP_ENTRY.into()),
             dimensions: None,
         }
@@ -322,7 +322,7 @@ pub fn zarr_v3_view_with(dataset: &Dataset, prefix: &str, dimension_names: bool)
     }
     // Rendered when read (into the bounded decode cache), its size counted: a `stat` (every
     // `ls -l` of the root) renders nothing.
-    let metadata = Arc::new(z.metadata.sorted());
+    let metadata = Arc::new(std::mem::take(&mut z.metadata).sorted());
     let counted = metadata.clone();
     z.view.file(
         "zarr.json",
@@ -354,20 +354,20 @@ pub fn item_entries(dataset: &Dataset, id: &PropertyId) -> Vec<ViewEntry> {
 }
 
 /// The entries of `metadata` as the root document takes them.
-fn slices(metadata: &Keyed<Bytes>) -> impl Iterator<Item = (&str, &[u8])> {
+fn slices(metadata: &Keyed<Bytes>) -> impl Iterator<Item = (String, &[u8])> {
     metadata.iter().map(|(key, entry)| (key, entry.as_slice()))
 }
 
 /// The root document with the inline consolidated metadata `metadata` (node path → entry), keys
 /// in byte order: parents come before their children and siblings are contiguous, which is what
 /// zarr-python 3's `_flat_to_nested` needs (Julia's own order makes it fail with a `KeyError`).
-fn consolidated_root<'a>(metadata: impl Iterator<Item = (&'a str, &'a [u8])>) -> Vec<u8> {
+fn consolidated_root<'a, K: AsRef<str>>(metadata: impl Iterator<Item = (K, &'a [u8])>) -> Vec<u8> {
     let mut out = Vec::from(ROOT_HEAD);
     for (i, (key, entry)) in metadata.enumerate() {
         if i > 0 {
             out.push(b',');
         }
-        out.extend_from_slice(Value::from(key).to_string().as_bytes());
+        out.extend_from_slice(Value::from(key.as_ref()).to_string().as_bytes());
         out.push(b':');
         out.extend_from_slice(entry);
     }
@@ -376,10 +376,10 @@ fn consolidated_root<'a>(metadata: impl Iterator<Item = (&'a str, &'a [u8])>) ->
 }
 
 /// The length of [`consolidated_root`]'s output, counted.
-fn consolidated_root_len<'a>(metadata: impl Iterator<Item = (&'a str, &'a [u8])>) -> u64 {
+fn consolidated_root_len<'a, K: AsRef<str>>(metadata: impl Iterator<Item = (K, &'a [u8])>) -> u64 {
     let (mut entries, mut count) = (0u64, 0u64);
     for (key, entry) in metadata {
-        entries += Value::from(key).to_string().len() as u64 + 1 + entry.len() as u64;
+        entries += Value::from(key.as_ref()).to_string().len() as u64 + 1 + entry.len() as u64;
         count += 1;
     }
     ROOT_HEAD.len() as u64 + entries + count.saturating_sub(1) + 3

@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use super::{Children, InodeTable, Namespace, Node, NodeKind, StagedPath, ROOT};
-use crate::stores::lock;
+use crate::stores::{lock, Blob};
 
 type Hasher = foldhash::fast::RandomState;
 
@@ -36,7 +36,7 @@ const MAX_HELD: usize = 1 << 22;
 const MAX_NAMES: usize = 1 << 18;
 
 /// One change of staged or hidden paths, by mount path.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub enum Edit {
     /// A staged file (its disk path) or directory (`None`) at `path`, with its time.
     Put {
@@ -50,6 +50,14 @@ pub enum Edit {
     /// The path keeps its node but takes the number the inode table now gives it (a rename's
     /// target that was dropped: the kernel holds the renamed inode there).
     Renumber { path: String },
+    /// A view's committed file (`blob`) or directory (`None`) at `path`, whose own time is
+    /// `mtime`, in place of what is there (a directory keeps its children): what a commit shows
+    /// (`State::commit_edits`), in the view's order (parents first).
+    Committed {
+        path: String,
+        mtime: SystemTime,
+        blob: Option<Arc<Blob>>,
+    },
 }
 
 /// What the edits of a tree changed since its build (see the module doc).
@@ -99,6 +107,7 @@ impl Namespace {
             } => editor.put(path, *mtime, staged.as_ref()),
             Edit::Remove { path, uncover } => editor.remove(path, *uncover),
             Edit::Renumber { path } => editor.renumber(path),
+            Edit::Committed { path, mtime, blob } => editor.committed(path, *mtime, blob.as_ref()),
         });
         if applied.is_none() {
             // The build that follows numbers new paths as if no edit had been tried.
@@ -201,6 +210,84 @@ impl Editor<'_> {
         };
         self.reseat(parent, name, existing, ino, replacement)?;
         self.propagate(&ancestors, Some(was), Some(mtime))
+    }
+
+    /// Shows a view's committed file (`blob`) or directory at `path`, its own time `mtime` (a
+    /// directory's is then known: its time is the latest of it and its children's).
+    fn committed(&mut self, path: &str, mtime: SystemTime, blob: Option<&Arc<Blob>>) -> Option<()> {
+        let components: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
+        let mut ancestors = vec![ROOT];
+        for dir in components.iter().rev().skip(1).rev() {
+            let ino = self.ns.child(*ancestors.last()?, dir)?.ok()?;
+            self.show(ino)?;
+            ancestors.push(ino);
+        }
+        let Some(name) = components.last() else {
+            // The root: its own time (the caller gives the latest of the mount's and this).
+            return blob.is_none().then(|| self.own_time(&[], ROOT, mtime))?;
+        };
+        let parent = *ancestors.last()?;
+        self.touched.extend(&ancestors);
+        let Some(existing) = self.ns.child(parent, name) else {
+            match blob {
+                Some(blob) => {
+                    self.insert_kind(parent, name, mtime, NodeKind::File(blob.clone()))?
+                }
+                None => {
+                    let ino = self.insert(parent, name, mtime, None)?;
+                    self.ns.overlay.made.insert(ino, Some(mtime));
+                    ino
+                }
+            };
+            return self.propagate(&ancestors, None, Some(mtime));
+        };
+        let existing = existing.ok()?;
+        let node = self.ns.node(existing)?.clone();
+        let Some(blob) = blob else {
+            return node.is_dir().then(|| {
+                self.show(existing)?;
+                self.own_time(&ancestors, existing, mtime)
+            })?;
+        };
+        if node.is_dir() {
+            return None;
+        }
+        let was = self.ns.mtime(&node);
+        if self.ns.base.nodes.get(existing).is_some() {
+            self.dirty(&ancestors);
+        }
+        let ino = self.number(parent, name);
+        let replacement = Node {
+            mtime: self.time(mtime),
+            elidable: false,
+            kind: NodeKind::File(blob.clone()),
+            ..node
+        };
+        self.reseat(parent, name, existing, ino, replacement)?;
+        self.propagate(&ancestors, Some(was), Some(mtime))
+    }
+
+    /// Directory `dir` (under `ancestors`) owns time `own` now.
+    fn own_time(&mut self, ancestors: &[u64], dir: u64, own: SystemTime) -> Option<()> {
+        let node = self.ns.node(dir)?.clone();
+        let was = self.ns.mtime(&node);
+        self.ns.overlay.made.insert(dir, Some(own));
+        let now = if own >= was {
+            own
+        } else {
+            let ns = &self.ns;
+            let children = ns.children(dir).iter();
+            let latest = children.filter_map(|c| ns.node(u64::from(*c)).map(|n| ns.mtime(n)));
+            latest.max().map_or(own, |m| m.max(own))
+        };
+        if now != was {
+            let node = Node {
+                mtime: self.time(now),
+                ..node
+            };
+            self.ns.overlay.nodes.insert(dir, Some(node));
+        }
+        self.propagate(ancestors, Some(was), Some(now))
     }
 
     /// Takes `path` out of the tree, showing the committed file under it if `uncover`.
@@ -332,16 +419,27 @@ impl Editor<'_> {
         mtime: SystemTime,
         staged: Option<&PathBuf>,
     ) -> Option<u64> {
-        let ino = self.number(parent, name);
-        if self.ns.node(ino).is_some() {
-            return None;
-        }
         let kind = match staged {
             Some(disk) => NodeKind::Staged(StagedPath(Box::new(disk.clone()))),
             None => NodeKind::Dir {
                 children: Children::default(),
             },
         };
+        self.insert_kind(parent, name, mtime, kind)
+    }
+
+    /// A new node `name` of `kind` in `parent`, placed among its children.
+    fn insert_kind(
+        &mut self,
+        parent: u64,
+        name: &str,
+        mtime: SystemTime,
+        kind: NodeKind,
+    ) -> Option<u64> {
+        let ino = self.number(parent, name);
+        if self.ns.node(ino).is_some() {
+            return None;
+        }
         let start = self.ns.base.names.len() + self.ns.overlay.names.len();
         self.ns.overlay.names.push_str(name);
         let node = Node {

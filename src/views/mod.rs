@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use crate::formats::json::FilesVersion;
-use crate::formats::model::Dataset;
+use crate::formats::model::{Dataset, PropertyId};
 use crate::formats::source::{Format, NamedDataset};
 use crate::stores::{Blob, Bytes};
 
@@ -320,6 +320,22 @@ pub fn view_entries(dataset: &Dataset, root: &ViewRoot) -> Vec<ViewEntry> {
         fits
     });
     entries
+}
+
+/// The entries of view `root` of `dataset` that a change of item `id` alone changes (see
+/// `files::local_entries`), as [`view_entries`] shows them; `None` when a change of one item
+/// changes others (a view with files derived from every item, dimension names).
+pub fn local_entries(
+    dataset: &Dataset,
+    root: &ViewRoot,
+    id: &PropertyId,
+) -> Option<Vec<ViewEntry>> {
+    let Format::Files(version) = root.format else {
+        return None;
+    };
+    let mut entries = files::local_entries(dataset, &root.mount, id, version)?;
+    entries.retain(|e| e.path.rsplit('/').next().unwrap_or(&e.path).len() <= NAME_MAX);
+    Some(entries)
 }
 
 /// The mount paths of the documents of a view whose content depends on every item: with

@@ -531,3 +531,41 @@ fn reads_go_on_while_a_commit_builds_its_tree() {
     assert_eq!(answer, Ok(true), "a read waited for the build of a tree");
     assert!(fs.resolve("files_v1_0.daf.zarr/axes/new").is_ok());
 }
+
+/// Commits into a ZIP source edit the tree twice (at the close, and when the append's entries
+/// replace the staged ones): each time it is the tree a build of the state gives.
+#[test]
+fn commits_into_a_zip_source_give_the_tree_a_build_gives() {
+    let tmp = tempfile::tempdir().unwrap();
+    let archive = tmp.path().join("zarr_v2.daf.zarr.zip");
+    std::fs::copy(Path::new(VECTORS).join("zarr_v2.daf.zarr.zip"), &archive).unwrap();
+    let opened = open_source(archive.to_str().unwrap()).unwrap();
+    let staging = StagingArea::for_source(&opened.path);
+    let fs = DafFs::with_staging(
+        opened.datasets,
+        ViewSelection::Files,
+        SystemTime::UNIX_EPOCH,
+        Some(staging),
+    );
+    let same_as_built = |when: &str| {
+        let state = fs.read_state();
+        let rebuilt = state.build(&mut state.inodes.clone());
+        assert_eq!(snapshot(&state.namespace), snapshot(&rebuilt), "{when}");
+    };
+    let scalars = fs.resolve("scalars").unwrap();
+    let (_, fh) = fs.create(scalars, OsStr::new("new.json"), false).unwrap();
+    fs.write(fh, 0, b"{\"type\":\"Int64\",\"value\":7}")
+        .unwrap();
+    fs.flush(fh, None).unwrap();
+    fs.release(fh);
+    same_as_built("at the close");
+    fs.finalize("").unwrap();
+    same_as_built("after the append");
+    let ino = fs.resolve("scalars/new.json").unwrap();
+    assert!(matches!(
+        fs.namespace().node(ino).unwrap().kind,
+        NodeKind::File(_)
+    ));
+    let opened = open_source(archive.to_str().unwrap()).unwrap();
+    assert!(opened.datasets[0].dataset.scalars.contains_key("new"));
+}

@@ -322,19 +322,32 @@ pub fn view_entries(dataset: &Dataset, root: &ViewRoot) -> Vec<ViewEntry> {
     entries
 }
 
-/// The entries of view `root` of `dataset` that a change of item `id` alone changes (see
-/// `files::local_entries`), as [`view_entries`] shows them; `None` when a change of one item
-/// changes others (a view with files derived from every item, dimension names).
+/// The entries of view `root` of `dataset` that a change of item `id` alone changes, as
+/// [`view_entries`] shows them, in its order: the item's, and every entry of no item (the root,
+/// groups, their documents, the files derived from every item). A FilesDaf 1.0 view renders just
+/// those (`files::local_entries`); another renders the whole view and keeps them. `None` when a
+/// change of one item changes other items' entries (dimension names).
 pub fn local_entries(
     dataset: &Dataset,
     root: &ViewRoot,
     id: &PropertyId,
 ) -> Option<Vec<ViewEntry>> {
-    let Format::Files(version) = root.format else {
+    if root.dimension_names {
         return None;
-    };
-    let mut entries = files::local_entries(dataset, &root.mount, id, version)?;
-    entries.retain(|e| e.path.rsplit('/').next().unwrap_or(&e.path).len() <= NAME_MAX);
+    }
+    if let Format::Files(version) = root.format {
+        if let Some(mut entries) = files::local_entries(dataset, &root.mount, id, version) {
+            entries.retain(|e| e.path.rsplit('/').next().unwrap_or(&e.path).len() <= NAME_MAX);
+            return Some(entries);
+        }
+    }
+    let layout = root.layout();
+    let mut entries = view_entries(dataset, root);
+    entries.retain(|e| {
+        layout
+            .item_of(root.relative(&e.path))
+            .is_none_or(|item| item == *id)
+    });
     Some(entries)
 }
 

@@ -57,8 +57,9 @@ pub(super) struct State {
     pub(super) inodes: InodeTable,
     pub(super) root_mtime: SystemTime,
     pub(super) namespace: Arc<Namespace>,
-    /// Tests only: where the next build of a tree by a [`Writer`] pauses, under the state lock
-    /// taken shared (it says so on the sender, then waits for the receiver).
+    /// Tests only: where the next build of a tree by a [`Writer`] (or the working out of a
+    /// commit's edits, [`Writer::committed`]) pauses, under the state lock taken shared (it says
+    /// so on the sender, then waits for the receiver).
     #[cfg(test)]
     pub(super) build_pause: Arc<super::appender::Pause>,
     /// The files made from whole data sets at the mount root (`--zip`), and the options they
@@ -364,7 +365,10 @@ impl<'a> Writer<'a> {
         drop(guard);
         let edits = {
             let state = lock.read().unwrap_or_else(|p| p.into_inner());
-            state.commit_edits(dataset, id, before, gone)
+            let edits = state.commit_edits(dataset, id, before, gone);
+            #[cfg(test)]
+            super::appender::pause_once(&state.build_pause);
+            edits
         };
         let mut writer = Writer {
             guard: lock.write().unwrap_or_else(|p| p.into_inner()),

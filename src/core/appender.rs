@@ -207,12 +207,13 @@ fn run(
     let (served_before, held) = {
         let mut writer = Writer::new(state, writers);
         let locked = std::time::Instant::now();
+        let before = super::commit::item_paths(&writer, job.dataset, &job.append.id);
         let ds = writer
             .datasets
             .get_mut(job.dataset)
             .ok_or_else(|| CommitError::Invalid("data set gone".into()))?;
         let served_before = job.append.serve_from(ds, &written)?;
-        drop(writer.rebuilt());
+        drop(writer.committed(job.dataset, &job.append.id, &before, &[]));
         (served_before, locked.elapsed())
     };
     log::info!(

@@ -25,10 +25,11 @@ impl DafFs {
             return Ok(());
         };
         Self::replaceable(&state, mount)?;
+        let before = item_paths(&state, root.dataset, &id);
         touch_item(&mut state.datasets[root.dataset], &id, mtime)
             .map_err(|e| FsError::NotPermitted(e.to_string()))?;
         let changed = item_mount_paths(&state, root.dataset, &id);
-        state = state.rebuilt();
+        state = state.committed(root.dataset, &id, &before, &[]);
         let inos: Vec<u64> = changed.iter().map(|p| state.inodes.ino(p)).collect();
         drop(state);
         self.invalidate(inos);
@@ -97,6 +98,7 @@ impl DafFs {
             return Ok(());
         }
         let files: Vec<StagedFile> = members.iter().map(|(_, f)| f.clone()).collect();
+        let before = item_paths(&state, root.dataset, &id);
         let outcome = commit(
             &mut state.datasets[root.dataset],
             root.layout(),
@@ -207,9 +209,11 @@ impl DafFs {
             })
             .map(|(path, _)| path.clone())
             .collect();
+        let mut gone: Vec<String> = members.iter().map(|(path, _)| path.clone()).collect();
         for dir in made_for_item {
             state.staged.remove(&dir);
             staging.prune(&dir);
+            gone.push(dir);
         }
         // The append is queued before the state is let go (the new tree is built with it
         // shared): a `fsync` that no longer finds the item's staged files in the state waits
@@ -231,7 +235,7 @@ impl DafFs {
             }
             None => Ok(()),
         };
-        drop(state.rebuilt());
+        drop(state.committed(root.dataset, &id, &before, &gone));
         queued
     }
 
@@ -486,6 +490,24 @@ pub(super) fn derived_mount_paths(state: &State, dataset: usize) -> Vec<String> 
                 .collect::<Vec<_>>()
         })
         .chain(state.published_paths(dataset))
+        .collect()
+}
+
+/// The mount paths of the entries of item `id` of data set `dataset`, in every view shown.
+pub(super) fn item_paths(state: &State, dataset: usize, id: &PropertyId) -> Vec<String> {
+    let Some(ds) = state.datasets.get(dataset) else {
+        return Vec::new();
+    };
+    state
+        .roots
+        .iter()
+        .filter(|root| root.dataset == dataset)
+        .flat_map(|root| {
+            root.layout()
+                .item_entries(&ds.dataset, id)
+                .into_iter()
+                .map(|e| root.mount_path(&e.path))
+        })
         .collect()
 }
 

@@ -398,7 +398,7 @@ fn a_zip_append_writes_at_the_lowest_priority_and_swaps_at_normal_priority() {
 }
 
 /// A commit into a ZIP source queues its append before its staged files leave the state that
-/// others read: a `fsync` of the root while the commit builds its tree waits for that append.
+/// others read: a `fsync` of the root while the commit works out its tree waits for that append.
 /// (It returned at once, before the append was even queued, and a daemon stopped then lost the
 /// item: the crash campaign's lost closed writes after a recovery.)
 #[test]

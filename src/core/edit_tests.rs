@@ -39,6 +39,23 @@ fn writable(dir: &Path) -> DafFs {
     writable_both(&copied_fixture(dir))
 }
 
+/// A writable mount of a copy of the FilesDaf fixture in `dir`: both views (`prefix` is then
+/// `files_v1_0.daf/`) or only the FilesDaf one, at the root (`prefix` "").
+fn writable_as(dir: &Path, prefix: &str) -> DafFs {
+    if !prefix.is_empty() {
+        return writable(dir);
+    }
+    let copy = copied_fixture(dir);
+    let opened = open_source(copy.to_str().unwrap()).unwrap();
+    let staging = StagingArea::for_source(&opened.path);
+    DafFs::with_staging(
+        opened.datasets,
+        ViewSelection::Files,
+        SystemTime::UNIX_EPOCH,
+        Some(staging),
+    )
+}
+
 /// One node as a test compares it.
 #[derive(Debug, PartialEq)]
 struct Shown {
@@ -96,6 +113,9 @@ enum Op {
     Link(u8, u8, u8),
     Unlink(u8),
     Rmdir(u8),
+    /// Writes a complete new item through the FilesDaf view (the close commits it): a scalar,
+    /// a vector or an axis, by the first number; its name by the second.
+    Commit(u8, u8),
 }
 
 const FILE_NAMES: [&str; 9] = [
@@ -120,9 +140,19 @@ fn dirs(fs: &DafFs) -> Vec<String> {
         "files_v1_0.daf/matrices/cell",
         "files_v1_0.daf.zarr/vectors/cell",
     ];
+    // A mount of the FilesDaf view alone shows it at the root.
+    let alone = fs.resolve("files_v1_0.daf").is_err();
+    let fixed: Vec<String> = fixed
+        .iter()
+        .filter(|d| !alone || d.starts_with("files_v1_0.daf/"))
+        .map(|d| match alone {
+            true => d.trim_start_matches("files_v1_0.daf/").to_string(),
+            false => d.to_string(),
+        })
+        .collect();
     let ns = fs.namespace();
-    let mut out: Vec<String> = fixed.iter().map(|d| d.to_string()).collect();
-    for dir in fixed {
+    let mut out = fixed.clone();
+    for dir in &fixed {
         let Ok(ino) = fs.resolve(dir) else { continue };
         for child in ns.children(ino) {
             let child = u64::from(*child);
@@ -196,6 +226,39 @@ fn run(fs: &DafFs, op: &Op) -> Result<(), String> {
             let (parent, name) = pick(&entries(fs, &dirs, false), f).ok_or("no dir")?;
             fs.rmdir(parent, OsStr::new(&name)).map_err(kind)?;
         }
+        Op::Commit(what, n) => {
+            let root = match fs.resolve("files_v1_0.daf") {
+                Ok(_) => "files_v1_0.daf/",
+                Err(_) => "",
+            };
+            let n = n % 3;
+            let files: Vec<(String, Vec<u8>)> = match what % 3 {
+                0 => vec![(
+                    format!("scalars/c{n}.json"),
+                    format!("{{\"type\":\"Int64\",\"value\":{n}}}").into_bytes(),
+                )],
+                1 => vec![
+                    (
+                        format!("vectors/cell/c{n}.json"),
+                        b"{\"format\":\"dense\",\"eltype\":\"Float32\"}".to_vec(),
+                    ),
+                    (format!("vectors/cell/c{n}.data"), vec![n; 12]),
+                ],
+                _ => vec![(format!("axes/a{n}.txt"), b"x\ny\n".to_vec())],
+            };
+            for (path, content) in files {
+                let (dir, name) = path.rsplit_once('/').unwrap();
+                let dir = fs
+                    .resolve(&format!("{root}{dir}"))
+                    .map_err(|e| format!("{e:?}"))?;
+                let (_, fh) = fs.create(dir, OsStr::new(name), false).map_err(kind)?;
+                let written = fs.write(fh, 0, &content).map_err(kind);
+                let flushed = fs.flush(fh, None).map_err(kind);
+                fs.release(fh);
+                written?;
+                flushed?;
+            }
+        }
     }
     Ok(())
 }
@@ -209,6 +272,15 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (n(), n(), n()).prop_map(|(a, b, c)| Op::Link(a, b, c)),
         3 => n().prop_map(Op::Unlink),
         1 => n().prop_map(Op::Rmdir),
+    ]
+}
+
+/// [`op`], and commits of new items.
+fn op_or_commit() -> impl Strategy<Value = Op> {
+    let n = any::<u8>;
+    prop_oneof![
+        3 => op(),
+        2 => (n(), n()).prop_map(|(a, b)| Op::Commit(a, b)),
     ]
 }
 
@@ -236,6 +308,54 @@ fn both(edited: &DafFs, built: &DafFs, op: &Op, now: SystemTime) {
     assert_eq!(a, b, "{op:?}: answers differ");
 }
 
+/// Runs `ops` on an edited mount (both views under `prefix`, else the FilesDaf view alone) and
+/// on its twin that builds anew at every change; after each, the edited tree must be the tree a
+/// build of the same state gives, and the twin's.
+fn edited_is_built(ops: &[(Op, u8)], prefix: &str) -> Result<(), TestCaseError> {
+    let (one, two) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (edited, built) = (
+        writable_as(one.path(), prefix),
+        writable_as(two.path(), prefix),
+    );
+    // File times come from the kernel's coarse clock, which may lag `now` by a tick.
+    let started = SystemTime::now() - Duration::from_secs(1);
+    {
+        {
+            for (step, (op, at)) in ops.iter().enumerate() {
+                both(&edited, &built, op, time(*at));
+                // The same state built anew: the same tree, exactly.
+                let state = edited.read_state();
+                let rebuilt = state.build(&mut state.inodes.clone());
+                let (a, b) = (snapshot(&state.namespace), snapshot(&rebuilt));
+                for (x, y) in a.iter().zip(&b) {
+                    prop_assert_eq!(x, y, "step {}: {:?}", step, op);
+                }
+                prop_assert_eq!(a.len(), b.len(), "step {}: {:?}", step, op);
+                // The twin that built anew at every change: the same numbers too. Times a commit
+                // or a deletion took from the clock (disk files, not the staged times the test
+                // sets) differ between the twins.
+                let twin = built.read_state();
+                let real = |t: SystemTime| t >= started && t < started + Duration::from_secs(3600);
+                let mut c = snapshot(&twin.namespace);
+                for (x, y) in a.iter().zip(&mut c) {
+                    if real(x.mtime) && real(y.mtime) {
+                        y.mtime = x.mtime;
+                    }
+                    prop_assert_eq!(x, &*y, "step {}: {:?}", step, op);
+                }
+                prop_assert_eq!(a.len(), c.len(), "step {}: {:?}", step, op);
+                prop_assert_eq!(state.inodes.next(), twin.inodes.next(), "numbers given");
+                prop_assert_eq!(
+                    state.inodes.kept_apart(),
+                    twin.inodes.kept_apart(),
+                    "numbers kept apart"
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
@@ -243,36 +363,16 @@ proptest! {
     fn edited_trees_are_the_trees_a_build_gives(
         ops in prop::collection::vec((op(), any::<u8>()), 1..14)
     ) {
-        let (one, two) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let (edited, built) = (writable(one.path()), writable(two.path()));
-        // File times come from the kernel's coarse clock, which may lag `now` by a tick.
-        let started = SystemTime::now() - Duration::from_secs(1);
-        for (step, (op, at)) in ops.iter().enumerate() {
-            both(&edited, &built, op, time(*at));
-            // The same state built anew: the same tree, exactly.
-            let state = edited.read_state();
-            let rebuilt = state.build(&mut state.inodes.clone());
-            let (a, b) = (snapshot(&state.namespace), snapshot(&rebuilt));
-            for (x, y) in a.iter().zip(&b) {
-                prop_assert_eq!(x, y, "step {}: {:?}", step, op);
-            }
-            prop_assert_eq!(a.len(), b.len(), "step {}: {:?}", step, op);
-            // The twin that built anew at every change: the same numbers too. Times a commit
-            // or a deletion took from the clock (disk files, not the staged times the test
-            // sets) differ between the twins.
-            let twin = built.read_state();
-            let real = |t: SystemTime| t >= started && t < started + Duration::from_secs(3600);
-            let mut c = snapshot(&twin.namespace);
-            for (x, y) in a.iter().zip(&mut c) {
-                if real(x.mtime) && real(y.mtime) {
-                    y.mtime = x.mtime;
-                }
-                prop_assert_eq!(x, &*y, "step {}: {:?}", step, op);
-            }
-            prop_assert_eq!(a.len(), c.len(), "step {}: {:?}", step, op);
-            prop_assert_eq!(state.inodes.next(), twin.inodes.next(), "numbers given");
-            prop_assert_eq!(state.inodes.kept_apart(), twin.inodes.kept_apart(), "numbers kept apart");
-        }
+        edited_is_built(&ops, "files_v1_0.daf/")?;
+    }
+
+    /// Commits too, into a FilesDaf 1.0 view alone (edited) and with the Zarr view (built).
+    #[test]
+    fn trees_edited_by_commits_are_the_trees_a_build_gives(
+        ops in prop::collection::vec((op_or_commit(), any::<u8>()), 1..14),
+        both_views in any::<bool>(),
+    ) {
+        edited_is_built(&ops, if both_views { "files_v1_0.daf/" } else { "" })?;
     }
 }
 
@@ -341,8 +441,55 @@ fn a_change_of_a_staged_path_looks_at_few_nodes_of_a_large_tree() {
     assert!(fs.resolve("files_v1_0.daf/scalars/new.json").is_err());
 }
 
-/// A commit builds its new tree under the state lock taken shared: a read of another file is
-/// served while the build is paused, before it resumes.
+/// A commit of a scalar or a vector into the FilesDaf 1.0 view edits the tree: it looks at a
+/// bounded number of nodes, however large the tree.
+#[test]
+fn a_commit_looks_at_few_nodes_of_a_large_tree() {
+    let tmp = tempfile::tempdir().unwrap();
+    let copy = copied_fixture(tmp.path());
+    let mut opened = open_source(copy.to_str().unwrap()).unwrap();
+    add_vectors(&mut opened.datasets[0].dataset, 20_000);
+    let staging = StagingArea::for_source(&opened.path);
+    let fs = DafFs::with_staging(
+        opened.datasets,
+        ViewSelection::Files,
+        SystemTime::UNIX_EPOCH,
+        Some(staging),
+    );
+    assert!(fs.namespace().len() >= 40_000, "{}", fs.namespace().len());
+    // The path, binary searches among a directory's 20,000 children, the groups: not the tree.
+    const BOUND: u64 = 1_000;
+    let write = |dir: &str, name: &str, content: &[u8]| {
+        let dir = fs.resolve(dir).unwrap();
+        let (_, fh) = fs.create(dir, OsStr::new(name), false).unwrap();
+        fs.write(fh, 0, content).unwrap();
+        let visited = visits(|| fs.flush(fh, None).unwrap());
+        fs.release(fh);
+        visited
+    };
+    let scalar = write("scalars", "new.json", b"{\"type\":\"Int64\",\"value\":7}");
+    assert!(fs.resolve("scalars/new.json").is_ok());
+    assert!(
+        scalar <= BOUND,
+        "a scalar's commit looked at {scalar} nodes"
+    );
+    let descriptor = b"{\"format\":\"dense\",\"eltype\":\"Float32\"}";
+    write("vectors/cell", "new.json", descriptor);
+    let vector = write("vectors/cell", "new.data", &[0; 12]);
+    assert!(
+        vector <= BOUND,
+        "a vector's commit looked at {vector} nodes"
+    );
+    let ino = fs.resolve("vectors/cell/new.data").unwrap();
+    assert_eq!(fs.read(ino, 0, 0, 4096).unwrap().len(), 12);
+    // The same tree as a build of the state.
+    let state = fs.read_state();
+    let rebuilt = state.build(&mut state.inodes.clone());
+    assert_eq!(snapshot(&state.namespace), snapshot(&rebuilt));
+}
+
+/// A commit works out its new tree (its edits, or a build) under the state lock taken shared: a
+/// read of another file is served while that is paused, before it resumes.
 #[test]
 fn reads_go_on_while_a_commit_builds_its_tree() {
     use std::sync::mpsc::channel;
@@ -358,7 +505,7 @@ fn reads_go_on_while_a_commit_builds_its_tree() {
         std::thread::spawn(move || {
             let (_, fh) = fs.create(axes, OsStr::new("new.txt"), false).unwrap();
             fs.write(fh, 0, b"a\nb\n").unwrap();
-            // Complete: the close commits the axis, and builds a new tree.
+            // Complete: the close commits the axis, and works out its new tree.
             fs.flush(fh, None).unwrap();
             fs.release(fh);
         })
@@ -382,4 +529,42 @@ fn reads_go_on_while_a_commit_builds_its_tree() {
     reader.join().unwrap();
     assert_eq!(answer, Ok(true), "a read waited for the build of a tree");
     assert!(fs.resolve("files_v1_0.daf.zarr/axes/new").is_ok());
+}
+
+/// Commits into a ZIP source edit the tree twice (at the close, and when the append's entries
+/// replace the staged ones): each time it is the tree a build of the state gives.
+#[test]
+fn commits_into_a_zip_source_give_the_tree_a_build_gives() {
+    let tmp = tempfile::tempdir().unwrap();
+    let archive = tmp.path().join("zarr_v2.daf.zarr.zip");
+    std::fs::copy(Path::new(VECTORS).join("zarr_v2.daf.zarr.zip"), &archive).unwrap();
+    let opened = open_source(archive.to_str().unwrap()).unwrap();
+    let staging = StagingArea::for_source(&opened.path);
+    let fs = DafFs::with_staging(
+        opened.datasets,
+        ViewSelection::Files,
+        SystemTime::UNIX_EPOCH,
+        Some(staging),
+    );
+    let same_as_built = |when: &str| {
+        let state = fs.read_state();
+        let rebuilt = state.build(&mut state.inodes.clone());
+        assert_eq!(snapshot(&state.namespace), snapshot(&rebuilt), "{when}");
+    };
+    let scalars = fs.resolve("scalars").unwrap();
+    let (_, fh) = fs.create(scalars, OsStr::new("new.json"), false).unwrap();
+    fs.write(fh, 0, b"{\"type\":\"Int64\",\"value\":7}")
+        .unwrap();
+    fs.flush(fh, None).unwrap();
+    fs.release(fh);
+    same_as_built("at the close");
+    fs.finalize("").unwrap();
+    same_as_built("after the append");
+    let ino = fs.resolve("scalars/new.json").unwrap();
+    assert!(matches!(
+        fs.namespace().node(ino).unwrap().kind,
+        NodeKind::File(_)
+    ));
+    let opened = open_source(archive.to_str().unwrap()).unwrap();
+    assert!(opened.datasets[0].dataset.scalars.contains_key("new"));
 }

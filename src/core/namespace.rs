@@ -1,7 +1,7 @@
 //! The inode tree of a mount: view entries plus staged (being written) files and directories.
 //!
-//! A tree is immutable. A commit (a change of the data sets) builds a new one; a change of staged
-//! or hidden paths only makes a new *version* of it ([`Namespace::edited`], `namespace_edit.rs`):
+//! A tree is immutable. A change of the data sets builds a new one (but for a local commit); a
+//! change of staged or hidden paths only makes a new *version* of it ([`Namespace::edited`], `namespace_edit.rs`):
 //! the built tables are shared, and a small overlay of replaced nodes and children lists is
 //! consulted first. Inode numbers come
 //! from an [`InodeTable`] that outlives the trees, so a path keeps its inode number for the whole

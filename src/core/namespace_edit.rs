@@ -1,6 +1,8 @@
 //! Versions of a tree made by editing it rather than building it again ([`Namespace::edited`]):
 //! a change of staged or hidden paths only (a file created, renamed, linked or removed, a
-//! directory made or removed, a committed path hidden) touches the directories along one path.
+//! directory made or removed, a committed path hidden) touches the directories along one path,
+//! and so does a local commit ([`Edit::Committed`]: an item's files, and the directories and
+//! documents whose time is the data set's).
 //!
 //! A new version shares its base's tables and copies only its overlay (the nodes and children
 //! lists replaced since the build, small: past [`MAX_NODES`] nodes or [`MAX_HELD`] children the
@@ -24,7 +26,10 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use super::{Children, InodeTable, Namespace, Node, NodeKind, StagedPath, ROOT};
-use crate::stores::lock;
+use crate::stores::{lock, Blob};
+
+#[path = "commit_edit.rs"]
+mod commit_edit;
 
 type Hasher = foldhash::fast::RandomState;
 
@@ -36,7 +41,7 @@ const MAX_HELD: usize = 1 << 22;
 const MAX_NAMES: usize = 1 << 18;
 
 /// One change of staged or hidden paths, by mount path.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub enum Edit {
     /// A staged file (its disk path) or directory (`None`) at `path`, with its time.
     Put {
@@ -50,6 +55,14 @@ pub enum Edit {
     /// The path keeps its node but takes the number the inode table now gives it (a rename's
     /// target that was dropped: the kernel holds the renamed inode there).
     Renumber { path: String },
+    /// A view's committed file (`blob`) or directory (`None`) at `path`, whose own time is
+    /// `mtime`, in place of what is there (a directory keeps its children): what a commit shows
+    /// (`State::commit_edits`), in the view's order (parents first).
+    Committed {
+        path: String,
+        mtime: SystemTime,
+        blob: Option<Arc<Blob>>,
+    },
 }
 
 /// What the edits of a tree changed since its build (see the module doc).
@@ -63,7 +76,8 @@ pub(super) struct Overlay {
     pub(super) names: String,
     /// Times added, numbered after the base's.
     pub(super) mtimes: Vec<SystemTime>,
-    /// Directories the overlay made: a staged directory's own mtime, `None` if only implied.
+    /// Directories the overlay made (a staged directory's own mtime, `None` if only implied),
+    /// and those a commit gave their own time ([`Edit::Committed`]).
     made: HashMap<u64, Option<SystemTime>, Hasher>,
     /// Base directories a base descendant of which was taken out or replaced: their base mtime
     /// no longer bounds theirs from below.
@@ -99,6 +113,7 @@ impl Namespace {
             } => editor.put(path, *mtime, staged.as_ref()),
             Edit::Remove { path, uncover } => editor.remove(path, *uncover),
             Edit::Renumber { path } => editor.renumber(path),
+            Edit::Committed { path, mtime, blob } => editor.committed(path, *mtime, blob.as_ref()),
         });
         if applied.is_none() {
             // The build that follows numbers new paths as if no edit had been tried.
@@ -332,16 +347,27 @@ impl Editor<'_> {
         mtime: SystemTime,
         staged: Option<&PathBuf>,
     ) -> Option<u64> {
-        let ino = self.number(parent, name);
-        if self.ns.node(ino).is_some() {
-            return None;
-        }
         let kind = match staged {
             Some(disk) => NodeKind::Staged(StagedPath(Box::new(disk.clone()))),
             None => NodeKind::Dir {
                 children: Children::default(),
             },
         };
+        self.insert_kind(parent, name, mtime, kind)
+    }
+
+    /// A new node `name` of `kind` in `parent`, placed among its children.
+    fn insert_kind(
+        &mut self,
+        parent: u64,
+        name: &str,
+        mtime: SystemTime,
+        kind: NodeKind,
+    ) -> Option<u64> {
+        let ino = self.number(parent, name);
+        if self.ns.node(ino).is_some() {
+            return None;
+        }
         let start = self.ns.base.names.len() + self.ns.overlay.names.len();
         self.ns.overlay.names.push_str(name);
         let node = Node {

@@ -7,9 +7,12 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockWriteGuard};
 use std::time::SystemTime;
 
+use crate::formats::model::PropertyId;
 use crate::formats::source::NamedDataset;
 use crate::views::zip_publish::{published_path, Publisher};
-use crate::views::{view_entries, ViewEntry, ViewKind, ViewNode, ViewOptions, ViewRoot};
+use crate::views::{
+    local_entries, view_entries, ViewEntry, ViewKind, ViewNode, ViewOptions, ViewRoot,
+};
 
 use super::namespace::{Edit, Entry, EntryKind, InodeTable, Namespace, ROOT};
 
@@ -54,8 +57,9 @@ pub(super) struct State {
     pub(super) inodes: InodeTable,
     pub(super) root_mtime: SystemTime,
     pub(super) namespace: Arc<Namespace>,
-    /// Tests only: where the next build of a tree by a [`Writer`] pauses, under the state lock
-    /// taken shared (it says so on the sender, then waits for the receiver).
+    /// Tests only: where the next build of a tree by a [`Writer`] (or the working out of a
+    /// commit's edits, [`Writer::committed`]) pauses, under the state lock taken shared (it says
+    /// so on the sender, then waits for the receiver).
     #[cfg(test)]
     pub(super) build_pause: Arc<super::appender::Pause>,
     /// The files made from whole data sets at the mount root (`--zip`), and the options they
@@ -114,6 +118,62 @@ impl State {
         let uncover = split_mount(&self.roots, &path)
             .is_some_and(|(root, _)| !hidden(root, &self.deleted, &path));
         Some(Edit::Remove { path, uncover })
+    }
+
+    /// The edits that show item `id` of data set `dataset` as the model has it now, in every
+    /// view, with the staged paths `gone` (`--view both` paths, out of the state now) taken
+    /// out; `before`: the mount paths the item's entries had. `None` when the change is not
+    /// local (a view with files derived from every item or with dimension names, a published
+    /// ZIP, hidden paths, an entry the item no longer has): the tree is then built anew.
+    pub(super) fn commit_edits(
+        &self,
+        dataset: usize,
+        id: &PropertyId,
+        before: &[String],
+        gone: &[String],
+    ) -> Option<Vec<Edit>> {
+        if self.publisher.is_some() || !self.deleted.is_empty() {
+            return None;
+        }
+        let ds = &self.datasets.get(dataset)?.dataset;
+        let mut edits = Vec::new();
+        let mut shown = BTreeSet::new();
+        for root in self.roots.iter().filter(|r| r.dataset == dataset) {
+            for entry in local_entries(ds, root, id)? {
+                if entry.elidable {
+                    return None;
+                }
+                // The mount root's own time is also the mount's (see `Namespace::build`).
+                let mtime = match entry.path.is_empty() {
+                    true => entry.mtime.max(self.root_mtime),
+                    false => entry.mtime,
+                };
+                let blob = match entry.node {
+                    ViewNode::Dir => None,
+                    ViewNode::File(blob) => Some(blob),
+                };
+                shown.insert(entry.path.clone());
+                edits.push(Edit::Committed {
+                    path: entry.path,
+                    mtime,
+                    blob,
+                });
+            }
+        }
+        if !before.iter().all(|p| shown.contains(p)) {
+            return None;
+        }
+        for canonical in gone {
+            let (root, rel) = split_canonical(&self.roots, canonical)?;
+            let path = root.mount_path(rel);
+            if !shown.contains(&path) {
+                edits.push(Edit::Remove {
+                    path,
+                    uncover: false,
+                });
+            }
+        }
+        Some(edits)
     }
 
     /// Applies changes of staged or hidden paths to the tree ([`Namespace::edited`]), or builds
@@ -277,6 +337,56 @@ impl<'a> Writer<'a> {
             lock,
             _writers,
             retired,
+        }
+    }
+
+    /// Shows the change of item `id` of data set `dataset` (the model has it already;
+    /// `before`: the mount paths of its entries before, `gone`: the staged paths the change
+    /// took out of the state) by editing the tree when the change is local
+    /// ([`State::commit_edits`], worked out under the state lock taken shared), else builds a
+    /// new tree as [`Writer::rebuilt`] does.
+    pub(super) fn committed(
+        self,
+        dataset: usize,
+        id: &PropertyId,
+        before: &[String],
+        gone: &[String],
+    ) -> Writer<'a> {
+        #[cfg(test)]
+        if EDITS_OFF.with(std::cell::Cell::get) {
+            return self.rebuilt();
+        }
+        let Writer {
+            guard,
+            lock,
+            _writers,
+            retired,
+        } = self;
+        drop(guard);
+        let edits = {
+            let state = lock.read().unwrap_or_else(|p| p.into_inner());
+            let edits = state.commit_edits(dataset, id, before, gone);
+            #[cfg(test)]
+            super::appender::pause_once(&state.build_pause);
+            edits
+        };
+        let mut writer = Writer {
+            guard: lock.write().unwrap_or_else(|p| p.into_inner()),
+            lock,
+            _writers,
+            retired,
+        };
+        let Some(edits) = edits else {
+            return writer.rebuilt();
+        };
+        let state = &mut *writer.guard;
+        match state.namespace.edited(&edits, &mut state.inodes) {
+            Some(tree) => {
+                let before = std::mem::replace(&mut state.namespace, tree);
+                writer.retired.0.push(before);
+                writer
+            }
+            None => writer.rebuilt(),
         }
     }
 

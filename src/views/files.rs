@@ -32,18 +32,7 @@ use super::{dataset_mtime, ViewBuilder, ViewEntry, ViewNode};
 /// The FilesDaf tree of `dataset` in FilesDaf `version`, rooted at `prefix`.
 pub fn files_view(dataset: &Dataset, prefix: &str, version: FilesVersion) -> Vec<ViewEntry> {
     let mut view = ViewBuilder::new(prefix);
-    let mtime = dataset_mtime(dataset);
-    view.dir("", mtime);
-    match dataset.files_source.document("daf.json", version) {
-        Some(blob) => view.file("daf.json", blob.clone(), mtime),
-        None => view.text("daf.json", mtime, move || match version {
-            FilesVersion::V1_0 => "{\"version\":[1,0]}\n".to_string(),
-            FilesVersion::V1_1 => "{\"version\":[1,1]}\n".to_string(),
-        }),
-    }
-    for group in dataset.groups() {
-        view.dir(&group, mtime);
-    }
+    root_files(&mut view, dataset, version);
     for name in dataset.scalars.keys() {
         item_files(
             &mut view,
@@ -66,6 +55,40 @@ pub fn files_view(dataset: &Dataset, prefix: &str, version: FilesVersion) -> Vec
         entries.push(metadata_json(dataset, prefix, &entries));
     }
     entries
+}
+
+/// The root, `daf.json` and the groups: what shows the data set's time.
+fn root_files(view: &mut ViewBuilder, dataset: &Dataset, version: FilesVersion) {
+    let mtime = dataset_mtime(dataset);
+    view.dir("", mtime);
+    match dataset.files_source.document("daf.json", version) {
+        Some(blob) => view.file("daf.json", blob.clone(), mtime),
+        None => view.text("daf.json", mtime, move || match version {
+            FilesVersion::V1_0 => "{\"version\":[1,0]}\n".to_string(),
+            FilesVersion::V1_1 => "{\"version\":[1,1]}\n".to_string(),
+        }),
+    }
+    for group in dataset.groups() {
+        view.dir(&group, mtime);
+    }
+}
+
+/// The entries of the view (rooted at `prefix`) that a change of item `id` alone changes, in
+/// the view's order: the root, `daf.json` and the groups (they show the data set's time), and
+/// the item's files. `None` in version 1.1, whose `metadata.json` depends on every item.
+pub fn local_entries(
+    dataset: &Dataset,
+    prefix: &str,
+    id: &PropertyId,
+    version: FilesVersion,
+) -> Option<Vec<ViewEntry>> {
+    if version != FilesVersion::V1_0 {
+        return None;
+    }
+    let mut view = ViewBuilder::new(prefix);
+    root_files(&mut view, dataset, version);
+    item_files(&mut view, dataset, id, version);
+    Some(view.finish())
 }
 
 /// The view's `metadata.json` (§3.5), made from the documents the view shows when read (kept in

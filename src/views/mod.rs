@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use crate::formats::json::FilesVersion;
-use crate::formats::model::Dataset;
+use crate::formats::model::{Dataset, PropertyId};
 use crate::formats::source::{Format, NamedDataset};
 use crate::stores::{Blob, Bytes};
 
@@ -327,6 +327,35 @@ pub fn view_entries(dataset: &Dataset, root: &ViewRoot) -> Vec<ViewEntry> {
         fits
     });
     entries
+}
+
+/// The entries of view `root` of `dataset` that a change of item `id` alone changes, as
+/// [`view_entries`] shows them, in its order: the item's, and every entry of no item (the root,
+/// groups, their documents, the files derived from every item). A FilesDaf 1.0 view renders just
+/// those (`files::local_entries`); another renders the whole view and keeps them. `None` when a
+/// change of one item changes other items' entries (dimension names).
+pub fn local_entries(
+    dataset: &Dataset,
+    root: &ViewRoot,
+    id: &PropertyId,
+) -> Option<Vec<ViewEntry>> {
+    if root.dimension_names {
+        return None;
+    }
+    if let Format::Files(version) = root.format {
+        if let Some(mut entries) = files::local_entries(dataset, &root.mount, id, version) {
+            entries.retain(|e| e.path.rsplit('/').next().unwrap_or(&e.path).len() <= NAME_MAX);
+            return Some(entries);
+        }
+    }
+    let layout = root.layout();
+    let mut entries = view_entries(dataset, root);
+    entries.retain(|e| {
+        layout
+            .item_of(root.relative(&e.path))
+            .is_none_or(|item| item == *id)
+    });
+    Some(entries)
 }
 
 /// The mount paths of the documents of a view whose content depends on every item: with

@@ -1,0 +1,95 @@
+//! How a tree is edited to show a local commit ([`super::Edit::Committed`]): a view's committed
+//! file or directory put in place, and a directory given its own time (which is then known to
+//! later edits).
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use super::super::{Node, NodeKind, ROOT};
+use super::Editor;
+use crate::stores::Blob;
+
+impl Editor<'_> {
+    /// Shows a view's committed file (`blob`) or directory at `path`, its own time `mtime` (a
+    /// directory's is then known: its time is the latest of it and its children's).
+    pub(super) fn committed(
+        &mut self,
+        path: &str,
+        mtime: SystemTime,
+        blob: Option<&Arc<Blob>>,
+    ) -> Option<()> {
+        let components: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
+        let mut ancestors = vec![ROOT];
+        for dir in components.iter().rev().skip(1).rev() {
+            let ino = self.ns.child(*ancestors.last()?, dir)?.ok()?;
+            self.show(ino)?;
+            ancestors.push(ino);
+        }
+        let Some(name) = components.last() else {
+            // The root: its own time (the caller gives the latest of the mount's and this).
+            return blob.is_none().then(|| self.own_time(&[], ROOT, mtime))?;
+        };
+        let parent = *ancestors.last()?;
+        self.touched.extend(&ancestors);
+        let Some(existing) = self.ns.child(parent, name) else {
+            match blob {
+                Some(blob) => {
+                    self.insert_kind(parent, name, mtime, NodeKind::File(blob.clone()))?
+                }
+                None => {
+                    let ino = self.insert(parent, name, mtime, None)?;
+                    self.ns.overlay.made.insert(ino, Some(mtime));
+                    ino
+                }
+            };
+            return self.propagate(&ancestors, None, Some(mtime));
+        };
+        let existing = existing.ok()?;
+        let node = self.ns.node(existing)?.clone();
+        let Some(blob) = blob else {
+            return node.is_dir().then(|| {
+                self.show(existing)?;
+                self.own_time(&ancestors, existing, mtime)
+            })?;
+        };
+        if node.is_dir() {
+            return None;
+        }
+        let was = self.ns.mtime(&node);
+        if self.ns.base.nodes.get(existing).is_some() {
+            self.dirty(&ancestors);
+        }
+        let ino = self.number(parent, name);
+        let replacement = Node {
+            mtime: self.time(mtime),
+            elidable: false,
+            kind: NodeKind::File(blob.clone()),
+            ..node
+        };
+        self.reseat(parent, name, existing, ino, replacement)?;
+        self.propagate(&ancestors, Some(was), Some(mtime))
+    }
+
+    /// Directory `dir` (under `ancestors`) owns time `own` now.
+    fn own_time(&mut self, ancestors: &[u64], dir: u64, own: SystemTime) -> Option<()> {
+        let node = self.ns.node(dir)?.clone();
+        let was = self.ns.mtime(&node);
+        self.ns.overlay.made.insert(dir, Some(own));
+        let now = if own >= was {
+            own
+        } else {
+            let ns = &self.ns;
+            let children = ns.children(dir).iter();
+            let latest = children.filter_map(|c| ns.node(u64::from(*c)).map(|n| ns.mtime(n)));
+            latest.max().map_or(own, |m| m.max(own))
+        };
+        if now != was {
+            let node = Node {
+                mtime: self.time(now),
+                ..node
+            };
+            self.ns.overlay.nodes.insert(dir, Some(node));
+        }
+        self.propagate(ancestors, Some(was), Some(now))
+    }
+}

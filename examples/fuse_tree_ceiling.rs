@@ -123,16 +123,20 @@ impl TreeCeiling {
     /// A page of directory `ino` from `offset`, with `.` and `..`: (next offset, inode, name).
     fn page(&self, ino: INodeNo, offset: u64) -> Option<impl Iterator<Item = (u64, u64, &str)>> {
         let dir = self.get(ino)?;
+        let from = usize::try_from(offset).unwrap_or(usize::MAX);
         let dots = [(ino.0, "."), (dir.parent, "..")];
-        let entries = dots
-            .into_iter()
-            .chain(dir.children.iter().map(|c| (*c, &*self.node(*c).name)));
+        let dots = dots.into_iter().skip(from);
+        // The children from `from` on, by index: a page costs its own entries only.
+        let children = dir
+            .children
+            .get(from.saturating_sub(2)..)
+            .unwrap_or_default();
+        let children = children.iter().map(|c| (*c, &*self.node(*c).name));
         Some(
-            entries
-                .enumerate()
-                .skip(offset as usize)
+            dots.chain(children)
                 .take(BATCH)
-                .map(|(i, (child, name))| (i as u64 + 1, child, name)),
+                .zip(from as u64 + 1..)
+                .map(|((child, name), next)| (next, child, name)),
         )
     }
 }

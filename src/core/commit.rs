@@ -86,6 +86,7 @@ impl DafFs {
             return Ok(());
         };
         let mut state = self.lock_state();
+        let mut swap_began = None;
         let Some((root, _, Some(id))) = state.locate(mount) else {
             return Ok(());
         };
@@ -119,6 +120,7 @@ impl DafFs {
                 #[cfg(test)]
                 self.pause_commit();
                 state = self.lock_state();
+                swap_began = Some(std::time::Instant::now());
                 // Rewritten, removed or committed by another close meanwhile: not these files
                 // (the written copies go); whoever changed them commits them.
                 let now = item_members(&state, &root, &id);
@@ -236,6 +238,10 @@ impl DafFs {
             None => Ok(()),
         };
         drop(state.committed(root.dataset, &id, &before, &gone));
+        if let Some(began) = swap_began {
+            let held = began.elapsed().as_secs_f64() * 1e3;
+            log::debug!(target: "daf_mount::lock_wait", "the swap of {} held the state lock {held:.2} ms", id.path());
+        }
         queued
     }
 

@@ -87,6 +87,7 @@ impl DafFs {
         };
         let mut state = self.lock_state();
         let mut swap_began = None;
+        let mut finishing = None;
         let Some((root, _, Some(id))) = state.locate(mount) else {
             return Ok(());
         };
@@ -110,19 +111,20 @@ impl DafFs {
         let appending = match outcome {
             Ok(Outcome::Incomplete) => return Ok(()),
             Ok(Outcome::Writing(pending)) => {
-                // The copy and its fsyncs run without the lock: readers go on meanwhile, and
-                // see the item as it was until the swap.
+                // The copy, its fsyncs and the record of the swap's steps are made without the
+                // lock: readers go on meanwhile, and see the item as it was until the swap.
                 let stamps: Vec<_> = members.iter().map(|(_, f)| stamp(&f.disk)).collect();
                 drop(state);
                 let written = pending
-                    .write()
+                    .write(staging)
                     .map_err(|e| self.commit_error(staging, &root.canonical, &id, &files, e))?;
                 #[cfg(test)]
                 self.pause_commit();
                 state = self.lock_state();
                 swap_began = Some(std::time::Instant::now());
                 // Rewritten, removed or committed by another close meanwhile: not these files
-                // (the written copies go); whoever changed them commits them.
+                // (the written copies and the record go, out of the lock); whoever changed them
+                // commits them.
                 let now = item_members(&state, &root, &id);
                 let same = now.len() == members.len()
                     && now
@@ -131,12 +133,17 @@ impl DafFs {
                         .all(|((p, f), (q, g))| p == q && f.disk == g.disk)
                     && now.iter().map(|(_, f)| stamp(&f.disk)).eq(stamps);
                 if !same || self.busy(&mut state, &root, &now, closing) {
+                    drop(state);
+                    drop(written);
                     log::debug!("{} changed while it was committed: left staged", id.path());
                     return Ok(());
                 }
-                pending
-                    .swap(&mut state.datasets[root.dataset], written, staging)
+                // Until it is durable, an `fsync` waits for it (the swap is seen before).
+                finishing = Some(self.unfinished.begin());
+                let finish = pending.swap(&mut state.datasets[root.dataset], written);
+                let finish = finish
                     .map_err(|e| self.commit_error(staging, &root.canonical, &id, &files, e))?;
+                finishing = finishing.map(|token| token.with(finish));
                 None
             }
             Ok(Outcome::Unchanged) => {
@@ -242,7 +249,18 @@ impl DafFs {
             let held = began.elapsed().as_secs_f64() * 1e3;
             log::debug!(target: "daf_mount::lock_wait", "the swap of {} held the state lock {held:.2} ms", id.path());
         }
-        queued
+        // The renames made durable and the record removed, out of the lock, before the close
+        // that made the commit is answered.
+        #[cfg(test)]
+        if finishing.is_some() {
+            super::appender::pause_once(&self.finish_pause);
+        }
+        let finished = finishing.map_or(Ok(()), |token| {
+            token
+                .complete()
+                .map_err(|e| self.commit_error(staging, &root.canonical, &id, &files, e))
+        });
+        queued.and(finished)
     }
 
     /// Whether a writer other than the handle `closing` still has one of `members` open with
@@ -357,7 +375,9 @@ impl DafFs {
                 first_error.get_or_insert(e);
             }
         }
-        // What these commits and earlier ones queued for ZIP sources is in the archives now.
+        // Directory commits others made meanwhile are durable, and what these commits and
+        // earlier ones queued for ZIP sources is in the archives now.
+        self.unfinished.wait();
         let roots = self.read_state().roots.clone();
         let appended = self.appender.wait(|dataset, id| {
             mount.is_empty()

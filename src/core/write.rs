@@ -299,6 +299,7 @@ impl DafFs {
         if let Ok((_, file, _)) = self.handle_file(fh) {
             file.sync_all()?;
         }
+        self.unfinished.wait();
         let item = {
             let state = self.read_state();
             let path = state.namespace.path(ino);

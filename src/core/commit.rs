@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use crate::formats::model::PropertyId;
@@ -87,6 +87,7 @@ impl DafFs {
         };
         let mut state = self.lock_state();
         let mut swap_began = None;
+        let mut swap_phases = None;
         let mut finishing = None;
         let Some((root, _, Some(id))) = state.locate(mount) else {
             return Ok(());
@@ -140,7 +141,9 @@ impl DafFs {
                 }
                 // Until it is durable, an `fsync` waits for it (the swap is seen before).
                 finishing = Some(self.unfinished.begin());
+                let checked = std::time::Instant::now();
                 let finish = pending.swap(&mut state.datasets[root.dataset], written);
+                swap_phases = Some((checked, std::time::Instant::now()));
                 let finish = finish
                     .map_err(|e| self.commit_error(staging, &root.canonical, &id, &files, e))?;
                 finishing = finishing.map(|token| token.with(finish));
@@ -193,13 +196,6 @@ impl DafFs {
         for (path, _) in &members {
             state.staged.remove(path);
         }
-        // A ZIP source gets the item's entries later: its staged files stay until then.
-        if appending.is_none() {
-            let files = members
-                .iter()
-                .map(|(path, f)| (path.as_str(), f.disk.as_path()));
-            discard_staged(&state, staging, files);
-        }
         // Directories made for the item (zarr's mkdir of an array) now hold committed
         // files: stop staging those that hold no staged file.
         let made_for_item: Vec<String> = state
@@ -219,11 +215,28 @@ impl DafFs {
             .map(|(path, _)| path.clone())
             .collect();
         let mut gone: Vec<String> = members.iter().map(|(path, _)| path.clone()).collect();
-        for dir in made_for_item {
-            state.staged.remove(&dir);
-            staging.prune(&dir);
-            gone.push(dir);
+        for dir in &made_for_item {
+            state.staged.remove(dir);
+            gone.push(dir.clone());
         }
+        // A ZIP source gets the item's entries later: its staged files stay until then.
+        let discarded: Vec<(String, PathBuf)> = match appending {
+            None => members
+                .iter()
+                .map(|(path, f)| (path.clone(), f.disk.clone()))
+                .collect(),
+            Some(_) => Vec::new(),
+        };
+        // Their files and directories go with the state lock shared (readers go on; other
+        // changes still wait): an unlink or `rmdir` can wait for the disk's journal.
+        let (shared, ()) = state.with_shared(|state| {
+            let files = discarded.iter().map(|(p, d)| (p.as_str(), d.as_path()));
+            discard_staged(state, staging, files);
+            for dir in &made_for_item {
+                staging.prune(dir);
+            }
+        });
+        state = shared;
         // The append is queued before the state is let go (the new tree is built with it
         // shared): a `fsync` that no longer finds the item's staged files in the state waits
         // for that append instead of answering before it (a daemon stopped then loses the
@@ -244,10 +257,17 @@ impl DafFs {
             }
             None => Ok(()),
         };
+        let edit = std::time::Instant::now();
         drop(state.committed(root.dataset, &id, &before, &gone));
-        if let Some(began) = swap_began {
-            let held = began.elapsed().as_secs_f64() * 1e3;
-            log::debug!(target: "daf_mount::lock_wait", "the swap of {} held the state lock {held:.2} ms", id.path());
+        if let (Some(began), Some((checked, swapped))) = (swap_began, swap_phases) {
+            let ms = |from: std::time::Instant, to: std::time::Instant| {
+                to.saturating_duration_since(from).as_secs_f64() * 1e3
+            };
+            let (now, path) = (std::time::Instant::now(), id.path());
+            log::debug!(target: "daf_mount::lock_wait", "the swap of {path}: {:.2} ms from the lock to the new tree \
+                (check {:.2}, renames and read-back {:.2}, staged files dropped with the lock shared {:.2}, \
+                tree edit {:.2})",
+                ms(began, now), ms(began, checked), ms(checked, swapped), ms(swapped, edit), ms(edit, now));
         }
         // The renames made durable and the record removed, out of the lock, before the close
         // that made the commit is answered.

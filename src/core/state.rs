@@ -340,6 +340,26 @@ impl<'a> Writer<'a> {
         }
     }
 
+    /// Runs `f` with the state lock taken shared (readers go on, other writers still wait), then
+    /// takes it exclusively again: for file system calls that change nothing readers see.
+    pub(super) fn with_shared<R>(self, f: impl FnOnce(&State) -> R) -> (Writer<'a>, R) {
+        let Writer {
+            guard,
+            lock,
+            _writers,
+            retired,
+        } = self;
+        drop(guard);
+        let result = f(&lock.read().unwrap_or_else(|p| p.into_inner()));
+        let writer = Writer {
+            guard: lock.write().unwrap_or_else(|p| p.into_inner()),
+            lock,
+            _writers,
+            retired,
+        };
+        (writer, result)
+    }
+
     /// Shows the change of item `id` of data set `dataset` (the model has it already;
     /// `before`: the mount paths of its entries before, `gone`: the staged paths the change
     /// took out of the state) by editing the tree when the change is local

@@ -2,16 +2,15 @@
 //! backing directory through, with daf-mount's session settings and nothing else (no model, no
 //! views, no staging, no commit, no state lock: a table of inode numbers and one of open files).
 //!
-//! `lookup`, `getattr`, `setattr` (size, mode, times), `open`, `read`, `readdir`, `create`,
-//! `write`, `flush`, `release`, `fsync`, `fsyncdir`, `mkdir`, `unlink` and `rmdir` go to the
-//! backing directory; reads and writes with `pread`/`pwrite` (`--io daemon`), or, as daf-mount
-//! does for whole source files and staged files, by the kernel itself on the backing file (FUSE
-//! passthrough, `--io kernel`, the default; `--io daemon` when the kernel refuses it). Same
-//! settings as daf-mount's: fuser 0.18, the same `mount_config` (worker threads, `clone_fd`), the
-//! same capabilities asked at `init` (readdirplus, parallel directory operations, no `opendir`,
-//! passthrough), one-hour entry and attribute timeouts, `FOPEN_KEEP_CACHE` on open, and 1 MiB of
-//! readahead on the mount's bdi. `scripts/bench_commit.py` (kind "FUSE floor") measures the same
-//! probes as daf-mount's directory commit row on it, while the same 1 GiB is written through it.
+//! `lookup`, `getattr`, `setattr` (size, mode, times), `open`, `read`, `readdir(plus)`, `create`,
+//! `write`, `flush`, `release`, `fsync(dir)`, `mkdir`, `unlink` and `rmdir` go to the backing
+//! directory; reads and writes with `pread`/`pwrite` (`--io daemon`), or by the kernel itself on
+//! the backing file, as daf-mount does for source and staged files (FUSE passthrough, `--io
+//! kernel`, the default; daemon I/O if the kernel refuses it). Same settings as daf-mount's: fuser
+//! 0.18, its `mount_config` (worker threads, `clone_fd`), the capabilities it asks at `init`
+//! (readdirplus, parallel directory operations, no `opendir`, passthrough), one-hour entry and
+//! attribute timeouts, `FOPEN_KEEP_CACHE`, 1 MiB of readahead. `scripts/bench_commit.py` (kind
+//! "FUSE floor") runs the probes of daf-mount's directory commit row on it while 1 GiB is written.
 //!
 //! ```text
 //! cargo run --example fuse_passthrough -- BACKING MOUNTPOINT [THREADS] [--io kernel|daemon]
@@ -41,10 +40,7 @@ const TTL: Duration = Duration::from_secs(3600);
 const ROOT: u64 = 1;
 
 /// An open file: the backing file, and its passthrough id while the kernel does its I/O.
-struct Handle {
-    file: Arc<File>,
-    _backing: Option<Arc<BackingId>>,
-}
+type Handle = (Arc<File>, Option<Arc<BackingId>>);
 
 /// The backing directory `root`, passed through.
 struct Passthrough {
@@ -61,6 +57,21 @@ struct Passthrough {
 
 fn errno(e: &std::io::Error) -> Errno {
     Errno::from_i32(e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+fn kind(t: fs::FileType) -> FileType {
+    match (t.is_dir(), t.is_symlink()) {
+        (true, _) => FileType::Directory,
+        (_, true) => FileType::Symlink,
+        _ => FileType::RegularFile,
+    }
+}
+
+fn answer(reply: ReplyEmpty, result: Result<(), Errno>) {
+    match result {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(e),
+    }
 }
 
 fn time(secs: i64, nsecs: i64) -> SystemTime {
@@ -84,13 +95,7 @@ impl Passthrough {
     /// The attributes of backing path `path`, shown as inode `ino` (its own, but for the root).
     fn attr(&self, path: &Path, meta: &fs::Metadata) -> FileAttr {
         let ino = if path == self.root { ROOT } else { meta.ino() };
-        let kind = if meta.is_dir() {
-            FileType::Directory
-        } else if meta.file_type().is_symlink() {
-            FileType::Symlink
-        } else {
-            FileType::RegularFile
-        };
+        let kind = kind(meta.file_type());
         FileAttr {
             ino: INodeNo(ino),
             size: meta.len(),
@@ -149,10 +154,7 @@ impl Passthrough {
                 }
             })
             .flatten();
-        let handle = Handle {
-            file: Arc::new(file),
-            _backing: backing.clone(),
-        };
+        let handle = (Arc::new(file), backing.clone());
         let mut handles = self.handles.lock().unwrap_or_else(|p| p.into_inner());
         handles.insert(fh, handle);
         (fh, backing)
@@ -160,7 +162,7 @@ impl Passthrough {
 
     fn file(&self, fh: u64) -> Result<Arc<File>, Errno> {
         let handles = self.handles.lock().unwrap_or_else(|p| p.into_inner());
-        handles.get(&fh).map(|h| h.file.clone()).ok_or(Errno::EBADF)
+        handles.get(&fh).map(|h| h.0.clone()).ok_or(Errno::EBADF)
     }
 }
 
@@ -253,15 +255,12 @@ impl Filesystem for Passthrough {
                     .map_err(io)?;
             }
             if atime.is_some() || mtime.is_some() {
-                let file = File::open(&path).map_err(io)?;
-                let mut times = fs::FileTimes::new();
-                if let Some(t) = atime {
-                    times = times.set_accessed(to_time(t));
-                }
-                if let Some(t) = mtime {
-                    times = times.set_modified(to_time(t));
-                }
-                file.set_times(times).map_err(io)?;
+                let times = fs::FileTimes::new();
+                let times = atime.map_or(times, |t| times.set_accessed(to_time(t)));
+                let times = mtime.map_or(times, |t| times.set_modified(to_time(t)));
+                File::open(&path)
+                    .and_then(|f| f.set_times(times))
+                    .map_err(io)?;
             }
             let meta = fs::symlink_metadata(&path).map_err(io)?;
             Ok(self.attr(&path, &meta))
@@ -295,23 +294,19 @@ impl Filesystem for Passthrough {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.child(parent.0, name) {
-            Ok(path) => match fs::remove_file(path) {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(errno(&e)),
-            },
-            Err(e) => reply.error(e),
-        }
+        let path = self.child(parent.0, name);
+        answer(
+            reply,
+            path.and_then(|p| fs::remove_file(p).map_err(|e| errno(&e))),
+        );
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.child(parent.0, name) {
-            Ok(path) => match fs::remove_dir(path) {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(errno(&e)),
-            },
-            Err(e) => reply.error(e),
-        }
+        let path = self.child(parent.0, name);
+        answer(
+            reply,
+            path.and_then(|p| fs::remove_dir(p).map_err(|e| errno(&e))),
+        );
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -449,10 +444,7 @@ impl Filesystem for Passthrough {
             };
             done.map_err(|e| errno(&e))
         });
-        match synced {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        answer(reply, synced);
     }
 
     fn fsyncdir(&self, _req: &Request, ino: INodeNo, _: FileHandle, _: bool, reply: ReplyEmpty) {
@@ -461,10 +453,7 @@ impl Filesystem for Passthrough {
                 .and_then(|d| d.sync_all())
                 .map_err(|e| errno(&e))
         });
-        match synced {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        answer(reply, synced);
     }
 
     fn readdir(
@@ -537,11 +526,7 @@ impl Passthrough {
         ];
         for entry in fs::read_dir(&path).map_err(|e| errno(&e))? {
             let entry = entry.map_err(|e| errno(&e))?;
-            let kind = match entry.file_type() {
-                Ok(t) if t.is_dir() => FileType::Directory,
-                Ok(t) if t.is_symlink() => FileType::Symlink,
-                _ => FileType::RegularFile,
-            };
+            let kind = entry.file_type().map_or(FileType::RegularFile, kind);
             entries.push((entry.ino(), kind, entry.file_name()));
         }
         Ok(entries)

@@ -271,6 +271,16 @@ impl State {
     }
 }
 
+/// Logs a wait for the state lock (asked at `asked`) over 0.5 ms, at debug level with target
+/// `daf_mount::lock_wait` (`RUST_LOG=daf_mount::lock_wait=debug`): what a writer makes readers wait.
+pub(super) fn log_wait(asked: std::time::Instant) {
+    let waited = asked.elapsed();
+    if waited > std::time::Duration::from_micros(500) {
+        let ms = waited.as_secs_f64() * 1e3;
+        log::debug!(target: "daf_mount::lock_wait", "waited {ms:.2} ms for the state lock");
+    }
+}
+
 /// The state locked for a change. Other writers are kept out (the writers' lock) for as long as it
 /// lives; the state lock, which every read takes shared, is held exclusively except while a new
 /// tree is built ([`Writer::rebuilt`]): readers go on with the current tree meanwhile. Trees it

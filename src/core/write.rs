@@ -30,15 +30,11 @@ impl DafFs {
         Writer::new(&self.state, &self.writers)
     }
 
-    /// The state, shared with other readers. A wait over 0.5 ms is logged (at debug level, target
-    /// `daf_mount::lock_wait`: `RUST_LOG=daf_mount::lock_wait=debug`), to see what a writer holds.
+    /// The state, shared with other readers (a long wait is logged: [`super::state::log_wait`]).
     pub(super) fn read_state(&self) -> RwLockReadGuard<'_, State> {
         let asked = std::time::Instant::now();
         let guard = self.state.read().unwrap_or_else(|p| p.into_inner());
-        let waited = asked.elapsed();
-        if waited > std::time::Duration::from_micros(500) {
-            log::debug!(target: "daf_mount::lock_wait", "waited {:.2} ms for the state lock", waited.as_secs_f64() * 1e3);
-        }
+        super::state::log_wait(asked);
         guard
     }
 

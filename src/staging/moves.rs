@@ -259,11 +259,7 @@ fn read_record(path: &Path) -> std::io::Result<Vec<Step>> {
     let mut fields = text.split(|b| *b == 0);
     let mut next = || fields.next().ok_or_else(bad);
     let mut steps = Vec::new();
-    loop {
-        let kind = match next() {
-            Ok(kind) => kind,
-            Err(_) => break,
-        };
+    while let Ok(kind) = next() {
         let path = |field: &[u8]| PathBuf::from(std::ffi::OsStr::from_bytes(field));
         let step = match kind {
             b"R" | b"r" => Move::Rename {

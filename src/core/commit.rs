@@ -227,16 +227,6 @@ impl DafFs {
                 .collect(),
             Some(_) => Vec::new(),
         };
-        // Their files and directories go with the state lock shared (readers go on; other
-        // changes still wait): an unlink or `rmdir` can wait for the disk's journal.
-        let (shared, ()) = state.with_shared(|state| {
-            let files = discarded.iter().map(|(p, d)| (p.as_str(), d.as_path()));
-            discard_staged(state, staging, files);
-            for dir in &made_for_item {
-                staging.prune(dir);
-            }
-        });
-        state = shared;
         // The append is queued before the state is let go (the new tree is built with it
         // shared): a `fsync` that no longer finds the item's staged files in the state waits
         // for that append instead of answering before it (a daemon stopped then loses the
@@ -257,6 +247,19 @@ impl DafFs {
             }
             None => Ok(()),
         };
+        // Their files and directories go with the state lock shared (readers go on; other
+        // changes still wait), once the append is queued: an unlink or `rmdir` can wait for
+        // the disk's journal.
+        if !discarded.is_empty() || !made_for_item.is_empty() {
+            let (shared, ()) = state.with_shared(|state| {
+                let files = discarded.iter().map(|(p, d)| (p.as_str(), d.as_path()));
+                discard_staged(state, staging, files);
+                for dir in &made_for_item {
+                    staging.prune(dir);
+                }
+            });
+            state = shared;
+        }
         let edit = std::time::Instant::now();
         drop(state.committed(root.dataset, &id, &before, &gone));
         if let (Some(began), Some((checked, swapped))) = (swap_began, swap_phases) {

@@ -6,6 +6,11 @@ first round, so that neither side counts a file's first lookup and decode):
   - `open` + `read` + `close` of small files (100 small vectors), p50, p99 and worst latency (target p99 <= 5 ms);
   - 4 KiB reads at random offsets of another 1 GiB property, p50, p99 and worst latency (target p99 <= 5 ms);
   - sequential reads of that whole 1 GiB property, throughput against its idle throughput (target >= 0.8).
+Controls, marked as such: the same probes on the native directory while the same 1 GiB is copied and `fsync`ed
+natively ("native control"), and through the FUSE floor ("FUSE floor": `examples/fuse_passthrough.rs`, a minimal
+read-write passthrough filesystem with daf-mount's session settings, mounted over a copy of the directory source; the
+1 GiB is written, closed and `fsync`ed through it, its I/O done by the kernel on the backing file as daf-mount's
+staged files are; "FUSE floor, daemon I/O": the same with every read and write a `pread`/`pwrite` of the daemon).
 The probes sleep 1 ms between samples (they sample, they do not load the machine). Each sample carries its start
 time, so the slow ones (over 5 ms) during a commit are logged with the phase they fell in (write, close, fsync) and
 kept in the JSON with the phases' durations. The sources are made under
@@ -25,11 +30,14 @@ import time
 import zipfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# Which sources to measure (comma-separated words of "native control", "directory", "ZIP"; all when unset).
+# Which sources to measure (comma-separated words of "native control", "FUSE floor", "daemon I/O", "directory", "ZIP";
+# all when unset).
 KINDS = [k for k in os.environ.get("DAF_BENCH_COMMIT_KINDS", "").split(",") if k]
 IDLE_SECONDS = 3.0  # of idle samples per round (about 2,000 small-file samples: enough for a p99)
 SMALL = 100  # small vectors on the `item` axis
 MATRIX = "matrices/cell/gene"
+# DAF_FLOOR_BIN: an already built FUSE floor (then nothing is built), as DAF_MOUNT_BIN is for daf-mount.
+FLOOR = os.environ.get("DAF_FLOOR_BIN", os.path.join(ROOT, "target", "release", "examples", "fuse_passthrough"))
 
 
 # ---------------------------------------------------------------- probes (run as separate processes)
@@ -158,11 +166,62 @@ def measure_source(bench, source, rounds, payload):
     slow ones fell: the commit's phases (`copy_phases`) and the probes' slow samples. Each round: the probes start
     (their first 0.5 s dropped: interpreters starting), sample IDLE_SECONDS of the idle mount, then the whole commit;
     every probe file is read once before the first round (its lookup and first decode are not what is measured)."""
-    m = bench.Mount(source, "--view", "files")
+    log = os.environ.get("DAF_BENCH_COMMIT_LOG")  # the daemon's log (say with RUST_LOG=daf_mount::lock_wait=debug)
+    m = bench.Mount(source, "--view", "files", *(["--log-file", log] if log else []))
     try:
         return measure_at(bench, m.path, m.path, rounds, payload)
     finally:
         m.close()
+
+
+class Floor:
+    """The FUSE floor (`examples/fuse_passthrough.rs`) mounted on a fresh temp dir over the directory `backing`."""
+
+    def __init__(self, backing, io):
+        self.path = tempfile.mkdtemp(prefix="daf-floor-")
+        self.proc = subprocess.Popen([FLOOR, backing, self.path, "--io", io], stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True)
+        if self.proc.stdout.readline().strip() != "READY":
+            self.proc.kill()
+            os.rmdir(self.path)
+            raise RuntimeError("fuse_passthrough did not start")
+
+    def close(self):
+        subprocess.run(["fusermount3", "-u", self.path], capture_output=True)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        os.rmdir(self.path)
+
+
+def build_floor():
+    """Builds the FUSE floor unless DAF_FLOOR_BIN names one; the reason it cannot be used, or None."""
+    if "DAF_FLOOR_BIN" not in os.environ:
+        done = subprocess.run(["cargo", "build", "--release", "--quiet", "--example", "fuse_passthrough"], cwd=ROOT,
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            return f"cargo build --example fuse_passthrough failed: {done.stderr.strip()[-300:]}"
+    return None if os.access(FLOOR, os.X_OK) else f"{FLOOR} not found"
+
+
+def measure_floor(bench, directory, rounds, payload, io):
+    """The FUSE floor: `measure_source`'s probes and copies through the passthrough mount of a copy of the directory
+    source `directory` (large files hard-linked: only read), so the load is a FUSE write of 1 GiB and its fsync."""
+    backing = os.path.join(os.path.dirname(directory), "floor.daf")
+
+    def copy(src, dst):
+        return os.link(src, dst) if os.path.getsize(src) > 1 << 20 else shutil.copy2(src, dst)
+    shutil.copytree(directory, backing, copy_function=copy)
+    try:
+        floor = Floor(backing, io)
+        try:
+            return measure_at(bench, floor.path, floor.path, rounds, payload)
+        finally:
+            floor.close()
+    finally:
+        shutil.rmtree(backing, ignore_errors=True)
 
 
 def measure_native(bench, directory, rounds, payload):
@@ -218,11 +277,27 @@ def commit_rows(bench, rounds, files_dir, rows):
     try:
         sources = make_sources(bench, work, files_dir)
         bench.recache(payload)
-        kinds = [("native control", sources[0]), ("directory", sources[0]), ("ZIP", sources[1])]
+        kinds = [("native control", sources[0]), ("FUSE floor", sources[0]), ("FUSE floor, daemon I/O", sources[0]),
+                 ("directory", sources[0]), ("ZIP", sources[1])]
+        floor_missing = None
         for kind, source in kinds:
             if KINDS and not any(k in kind for k in KINDS):
                 continue
-            if kind == "native control":
+            if kind.startswith("FUSE floor") and floor_missing is None:
+                floor_missing = build_floor() or ""
+            if kind.startswith("FUSE floor") and floor_missing:
+                bench.log(f"{kind}: not built ({floor_missing})")
+                rows.append({"figure": f"{kind} (control): commit of 1 GiB through a passthrough FUSE mount: not built",
+                             "mounted": None, "native": None, "unit": "ms", "ratio": None,
+                             "target": "information (control)", "error": f"not built: {floor_missing}"})
+                continue
+            if kind.startswith("FUSE floor"):
+                io = "daemon" if "daemon" in kind else "kernel"
+                idle, busy, commits, phases, slow = measure_floor(bench, source, rounds, payload, io)
+                what = (f"{kind} (control): 1 GiB copied through a passthrough FUSE mount of a copy of the directory "
+                        f"source ({io} I/O) while it is probed through that mount (cp + close + sync: median "
+                        f"{statistics.median(commits):.3g} s)")
+            elif kind == "native control":
                 idle, busy, commits, phases, slow = measure_native(bench, source, rounds, payload)
                 what = (f"native control: 1 GiB copied into a native directory while the directory source is probed "
                         f"natively (cp + close + sync: median {statistics.median(commits):.3g} s)")
@@ -241,7 +316,7 @@ def commit_rows(bench, rounds, files_dir, rows):
                     quantile = "worst" if q == 1.0 else f"p{int(q * 100)}"
                     figure = f"{what}: {label}, {quantile} latency during (idle)"
                     bench.log(f"{figure}: {during:.3g} ms ({before:.3g} ms idle; {len(busy[probe_kind])} samples)")
-                    control = kind == "native control"
+                    control = kind == "native control" or kind.startswith("FUSE floor")
                     rows.append({"figure": figure, "mounted": during, "native": before, "unit": "ms",
                                  "ratio": during / before if before else None,
                                  "target": "information (control)" if control else target,

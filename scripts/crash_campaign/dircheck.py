@@ -34,9 +34,8 @@ def size(path):
 def beside(source):
     """Problems beside the source: a swap's record left (or its temporary)."""
     head, tail = os.path.split(os.path.abspath(source))
-    record = os.path.join(head, f".{tail}.daf-mount.moves")
-    return [f"{os.path.basename(p)} left beside the source"
-            for p in (record, record + ".tmp") if os.path.exists(p)]
+    prefix = f".{tail}.daf-mount.moves"  # `.moves` of older daemons, `.moves.PID.N` (and `.tmp`)
+    return [f"{name} left beside the source" for name in sorted(os.listdir(head)) if name.startswith(prefix)]
 
 
 def strays(source, allowed_hidden):

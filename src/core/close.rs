@@ -7,8 +7,74 @@
 //! process's (the opener closed first, a child kept writing), the release commits instead; its
 //! errors can only be logged. The caller tells who opens and who closes ([`Process`]): the core
 //! reads nothing from the kernel.
+//!
+//! A commit into a directory source is answered (its close returns) only once its swap is
+//! durable; the swap is seen by readers before that (the state lock is not held for its
+//! `fsync`s), so an `fsync` of another file or of a directory meanwhile waits for it
+//! ([`Unfinished`]).
+
+use std::sync::{Condvar, Mutex};
+
+use crate::staging::commit::{CommitError, Finish};
 
 use super::{DafFs, FsError};
+
+/// How many swaps readers already see are not durable yet: `fsync` waits until none is.
+#[derive(Debug, Default)]
+pub(super) struct Unfinished {
+    count: Mutex<usize>,
+    done: Condvar,
+}
+
+/// One swap counted by [`Unfinished`] until this is dropped.
+pub(super) struct Unfinishing<'a> {
+    unfinished: &'a Unfinished,
+    finish: Option<Finish>,
+}
+
+impl Unfinished {
+    /// Counts a swap about to be made (under the state lock, before it is seen).
+    pub(super) fn begin(&self) -> Unfinishing<'_> {
+        *self.count.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        Unfinishing {
+            unfinished: self,
+            finish: None,
+        }
+    }
+
+    /// Returns once every swap counted is durable (or failed).
+    pub(super) fn wait(&self) {
+        let mut count = self.count.lock().unwrap_or_else(|p| p.into_inner());
+        while *count > 0 {
+            count = self.done.wait(count).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+impl Unfinishing<'_> {
+    /// What is left of the swap once made.
+    pub(super) fn with(mut self, finish: Finish) -> Self {
+        self.finish = Some(finish);
+        self
+    }
+
+    /// Makes the swap durable (out of the state lock).
+    pub(super) fn complete(mut self) -> Result<(), CommitError> {
+        self.finish.take().map_or(Ok(()), Finish::complete)
+    }
+}
+
+impl Drop for Unfinishing<'_> {
+    fn drop(&mut self) {
+        let mut count = self
+            .unfinished
+            .count
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        *count = count.saturating_sub(1);
+        self.unfinished.done.notify_all();
+    }
+}
 
 /// A process, as the FUSE layer identifies it: its thread-group id (what `getpid` returns in it).
 ///

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use crate::formats::model::PropertyId;
@@ -86,6 +86,9 @@ impl DafFs {
             return Ok(());
         };
         let mut state = self.lock_state();
+        let mut swap_began = None;
+        let mut swap_phases = None;
+        let mut finishing = None;
         let Some((root, _, Some(id))) = state.locate(mount) else {
             return Ok(());
         };
@@ -109,18 +112,20 @@ impl DafFs {
         let appending = match outcome {
             Ok(Outcome::Incomplete) => return Ok(()),
             Ok(Outcome::Writing(pending)) => {
-                // The copy and its fsyncs run without the lock: readers go on meanwhile, and
-                // see the item as it was until the swap.
+                // The copy, its fsyncs and the record of the swap's steps are made without the
+                // lock: readers go on meanwhile, and see the item as it was until the swap.
                 let stamps: Vec<_> = members.iter().map(|(_, f)| stamp(&f.disk)).collect();
                 drop(state);
                 let written = pending
-                    .write()
+                    .write(staging)
                     .map_err(|e| self.commit_error(staging, &root.canonical, &id, &files, e))?;
                 #[cfg(test)]
                 self.pause_commit();
                 state = self.lock_state();
+                swap_began = Some(std::time::Instant::now());
                 // Rewritten, removed or committed by another close meanwhile: not these files
-                // (the written copies go); whoever changed them commits them.
+                // (the written copies and the record go, out of the lock); whoever changed them
+                // commits them.
                 let now = item_members(&state, &root, &id);
                 let same = now.len() == members.len()
                     && now
@@ -129,12 +134,19 @@ impl DafFs {
                         .all(|((p, f), (q, g))| p == q && f.disk == g.disk)
                     && now.iter().map(|(_, f)| stamp(&f.disk)).eq(stamps);
                 if !same || self.busy(&mut state, &root, &now, closing) {
+                    drop(state);
+                    drop(written);
                     log::debug!("{} changed while it was committed: left staged", id.path());
                     return Ok(());
                 }
-                pending
-                    .swap(&mut state.datasets[root.dataset], written, staging)
+                // Until it is durable, an `fsync` waits for it (the swap is seen before).
+                finishing = Some(self.unfinished.begin());
+                let checked = std::time::Instant::now();
+                let finish = pending.swap(&mut state.datasets[root.dataset], written);
+                swap_phases = Some((checked, std::time::Instant::now()));
+                let finish = finish
                     .map_err(|e| self.commit_error(staging, &root.canonical, &id, &files, e))?;
+                finishing = finishing.map(|token| token.with(finish));
                 None
             }
             Ok(Outcome::Unchanged) => {
@@ -184,13 +196,6 @@ impl DafFs {
         for (path, _) in &members {
             state.staged.remove(path);
         }
-        // A ZIP source gets the item's entries later: its staged files stay until then.
-        if appending.is_none() {
-            let files = members
-                .iter()
-                .map(|(path, f)| (path.as_str(), f.disk.as_path()));
-            discard_staged(&state, staging, files);
-        }
         // Directories made for the item (zarr's mkdir of an array) now hold committed
         // files: stop staging those that hold no staged file.
         let made_for_item: Vec<String> = state
@@ -210,11 +215,18 @@ impl DafFs {
             .map(|(path, _)| path.clone())
             .collect();
         let mut gone: Vec<String> = members.iter().map(|(path, _)| path.clone()).collect();
-        for dir in made_for_item {
-            state.staged.remove(&dir);
-            staging.prune(&dir);
-            gone.push(dir);
+        for dir in &made_for_item {
+            state.staged.remove(dir);
+            gone.push(dir.clone());
         }
+        // A ZIP source gets the item's entries later: its staged files stay until then.
+        let discarded: Vec<(String, PathBuf)> = match appending {
+            None => members
+                .iter()
+                .map(|(path, f)| (path.clone(), f.disk.clone()))
+                .collect(),
+            Some(_) => Vec::new(),
+        };
         // The append is queued before the state is let go (the new tree is built with it
         // shared): a `fsync` that no longer finds the item's staged files in the state waits
         // for that append instead of answering before it (a daemon stopped then loses the
@@ -235,8 +247,43 @@ impl DafFs {
             }
             None => Ok(()),
         };
+        // Their files and directories go with the state lock shared (readers go on; other
+        // changes still wait), once the append is queued: an unlink or `rmdir` can wait for
+        // the disk's journal.
+        if !discarded.is_empty() || !made_for_item.is_empty() {
+            let (shared, ()) = state.with_shared(|state| {
+                let files = discarded.iter().map(|(p, d)| (p.as_str(), d.as_path()));
+                discard_staged(state, staging, files);
+                for dir in &made_for_item {
+                    staging.prune(dir);
+                }
+            });
+            state = shared;
+        }
+        let edit = std::time::Instant::now();
         drop(state.committed(root.dataset, &id, &before, &gone));
-        queued
+        if let (Some(began), Some((checked, swapped))) = (swap_began, swap_phases) {
+            let ms = |from: std::time::Instant, to: std::time::Instant| {
+                to.saturating_duration_since(from).as_secs_f64() * 1e3
+            };
+            let (now, path) = (std::time::Instant::now(), id.path());
+            log::debug!(target: "daf_mount::lock_wait", "the swap of {path}: {:.2} ms from the lock to the new tree \
+                (check {:.2}, renames and read-back {:.2}, staged files dropped with the lock shared {:.2}, \
+                tree edit {:.2})",
+                ms(began, now), ms(began, checked), ms(checked, swapped), ms(swapped, edit), ms(edit, now));
+        }
+        // The renames made durable and the record removed, out of the lock, before the close
+        // that made the commit is answered.
+        #[cfg(test)]
+        if finishing.is_some() {
+            super::appender::pause_once(&self.finish_pause);
+        }
+        let finished = finishing.map_or(Ok(()), |token| {
+            token
+                .complete()
+                .map_err(|e| self.commit_error(staging, &root.canonical, &id, &files, e))
+        });
+        queued.and(finished)
     }
 
     /// Whether a writer other than the handle `closing` still has one of `members` open with
@@ -351,7 +398,9 @@ impl DafFs {
                 first_error.get_or_insert(e);
             }
         }
-        // What these commits and earlier ones queued for ZIP sources is in the archives now.
+        // Directory commits others made meanwhile are durable, and what these commits and
+        // earlier ones queued for ZIP sources is in the archives now.
+        self.unfinished.wait();
         let roots = self.read_state().roots.clone();
         let appended = self.appender.wait(|dataset, id| {
             mount.is_empty()

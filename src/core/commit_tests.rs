@@ -123,6 +123,71 @@ fn reads_go_on_while_a_commit_writes_its_payloads() {
     assert!(big.is_ok(), "the committed property is not shown");
 }
 
+/// The records of swaps beside the staging area of the source in `tmp`.
+fn records(tmp: &std::path::Path) -> Vec<PathBuf> {
+    std::fs::read_dir(tmp)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().contains(".daf-mount.moves"))
+        .collect()
+}
+
+#[test]
+fn a_swap_s_record_is_made_before_the_lock_and_a_crash_at_each_point_is_recovered() {
+    let (tmp, source, fs) = writable_copy();
+    let (in_commit, resume) = pause_commits(&fs);
+    let (paused, in_finish) = channel();
+    let (resume_finish, finish_resumed) = channel();
+    *fs.finish_pause.lock().unwrap() = Some((paused, finish_resumed));
+    let dir = fs.resolve("files_v1_0.daf/vectors/cell").unwrap();
+    let committer = write_big(&fs, dir, vec![3u8; 12]);
+    in_commit
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the commit never started");
+    let staged = tmp
+        .path()
+        .join(".files_v1_0.daf.daf-mount/files_v1_0.daf/vectors/cell/big.data");
+    let committed = source.join("vectors/cell/big.data");
+    // Written, before the lock: the record is on disk already (the lock is free: a change goes).
+    let recorded = records(tmp.path());
+    assert_eq!(recorded.len(), 1, "no record before the lock");
+    drop(fs.lock_state());
+    // A daemon killed here: the next mount drops the record, the item stays staged. (The
+    // record is put back for the commit, which goes on.)
+    let kept = tmp.path().join("record");
+    std::fs::copy(&recorded[0], &kept).unwrap();
+    let area = crate::staging::StagingArea::for_source(&source);
+    assert!(!area.replay_moves().unwrap());
+    assert!(staged.exists() && !committed.exists());
+    assert!(records(tmp.path()).is_empty());
+    std::fs::rename(&kept, &recorded[0]).unwrap();
+    resume.send(()).unwrap();
+    // Swapped, the lock released, not yet durable: readers see the item, the close waits.
+    in_finish
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the swap never finished");
+    let shown = fs.resolve("files_v1_0.daf/vectors/cell/big.data").unwrap();
+    assert_eq!(fs.content(shown).unwrap().as_slice(), [3u8; 12]);
+    assert!(
+        !committer.is_finished(),
+        "the close was answered before the swap was durable"
+    );
+    assert!(committed.exists() && !staged.exists());
+    // A daemon killed here: the next mount finishes the swap, which began.
+    assert_eq!(
+        records(tmp.path()),
+        recorded,
+        "no record while the swap is not durable"
+    );
+    assert!(area.replay_moves().unwrap());
+    assert_eq!(std::fs::read(&committed).unwrap(), [3u8; 12]);
+    assert!(records(tmp.path()).is_empty());
+    resume_finish.send(()).unwrap();
+    committer.join().unwrap().unwrap();
+    assert!(records(tmp.path()).is_empty(), "a record is left");
+    assert_eq!(std::fs::read(&committed).unwrap(), [3u8; 12]);
+}
+
 #[test]
 fn a_commit_whose_files_changed_while_it_wrote_leaves_them_to_the_newer_commit() {
     let (_tmp, source, fs) = writable_copy();

@@ -208,10 +208,16 @@ pub struct DafFs {
     /// The staged files found when the tree was first built (`--view both` paths): what
     /// `recover` looks at, not files a writer stages after the mount.
     found_at_mount: BTreeSet<String>,
+    /// Directory commits seen but not yet durable (`fsync` waits for them).
+    unfinished: close::Unfinished,
     /// Tests only: where a commit into a directory source pauses while it writes payloads
     /// (it says so on the sender, then waits for the receiver).
     #[cfg(test)]
     commit_pause: appender::Pause,
+    /// Tests only: where a commit into a directory source pauses once its swap is made and the
+    /// state lock released, before the swap is made durable.
+    #[cfg(test)]
+    finish_pause: appender::Pause,
 }
 
 /// The stamps (size, time) of a refused item's staged files, and how many tries in a row
@@ -283,8 +289,11 @@ impl DafFs {
             invalidations: Mutex::new(Vec::new()),
             refused: Mutex::new(HashMap::new()),
             found_at_mount,
+            unfinished: close::Unfinished::default(),
             #[cfg(test)]
             commit_pause: Mutex::new(None),
+            #[cfg(test)]
+            finish_pause: Mutex::new(None),
         }
     }
 

@@ -271,6 +271,16 @@ impl State {
     }
 }
 
+/// Logs a wait for the state lock (asked at `asked`) over 0.5 ms, at debug level with target
+/// `daf_mount::lock_wait` (`RUST_LOG=daf_mount::lock_wait=debug`): what a writer makes readers wait.
+pub(super) fn log_wait(asked: std::time::Instant) {
+    let waited = asked.elapsed();
+    if waited > std::time::Duration::from_micros(500) {
+        let ms = waited.as_secs_f64() * 1e3;
+        log::debug!(target: "daf_mount::lock_wait", "waited {ms:.2} ms for the state lock");
+    }
+}
+
 /// The state locked for a change. Other writers are kept out (the writers' lock) for as long as it
 /// lives; the state lock, which every read takes shared, is held exclusively except while a new
 /// tree is built ([`Writer::rebuilt`]): readers go on with the current tree meanwhile. Trees it
@@ -338,6 +348,26 @@ impl<'a> Writer<'a> {
             _writers,
             retired,
         }
+    }
+
+    /// Runs `f` with the state lock taken shared (readers go on, other writers still wait), then
+    /// takes it exclusively again: for file system calls that change nothing readers see.
+    pub(super) fn with_shared<R>(self, f: impl FnOnce(&State) -> R) -> (Writer<'a>, R) {
+        let Writer {
+            guard,
+            lock,
+            _writers,
+            retired,
+        } = self;
+        drop(guard);
+        let result = f(&lock.read().unwrap_or_else(|p| p.into_inner()));
+        let writer = Writer {
+            guard: lock.write().unwrap_or_else(|p| p.into_inner()),
+            lock,
+            _writers,
+            retired,
+        };
+        (writer, result)
     }
 
     /// Shows the change of item `id` of data set `dataset` (the model has it already;

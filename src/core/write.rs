@@ -30,9 +30,12 @@ impl DafFs {
         Writer::new(&self.state, &self.writers)
     }
 
-    /// The state, shared with other readers.
+    /// The state, shared with other readers (a long wait is logged: [`super::state::log_wait`]).
     pub(super) fn read_state(&self) -> RwLockReadGuard<'_, State> {
-        self.state.read().unwrap_or_else(|p| p.into_inner())
+        let asked = std::time::Instant::now();
+        let guard = self.state.read().unwrap_or_else(|p| p.into_inner());
+        super::state::log_wait(asked);
+        guard
     }
 
     pub(super) fn handles(&self) -> MutexGuard<'_, HashMap<u64, Handle>> {
@@ -292,6 +295,7 @@ impl DafFs {
         if let Ok((_, file, _)) = self.handle_file(fh) {
             file.sync_all()?;
         }
+        self.unfinished.wait();
         let item = {
             let state = self.read_state();
             let path = state.namespace.path(ino);

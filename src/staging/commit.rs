@@ -28,7 +28,7 @@ use crate::views::files_layout::FILES_1_0;
 use crate::views::layout::{layout, Layout, Removal, Staged};
 use crate::views::ViewNode;
 
-pub use super::dir_commit::{PendingWrite, Written};
+pub use super::dir_commit::{Finish, PendingWrite, Written};
 pub use super::zip_commit::PendingAppend;
 
 /// What a commit attempt did.

@@ -1,21 +1,24 @@
 //! The second half of a commit into a directory source: writing the item's files, in two steps
-//! so that the slow one runs while readers go on.
+//! so that the slow one runs while readers go on, and nothing slow runs under the state lock.
 //!
 //! [`super::commit::commit`] validates the item under the filesystem's state lock and returns a
 //! [`PendingWrite`] (the item and its files in the source's layout; the data set is left as it
-//! was). [`PendingWrite::write`] then, **without** the lock, makes each file's bytes and either
-//! `fsync`s the staged file that is that whole file (on the source's file system: it is renamed
-//! into place at the swap, not copied) or copies the bytes into a temporary file beside its final
-//! place and `fsync`s it (a copy, never a hard link of the staged file, which a crash could leave
-//! behind as a second name of the source file; a rename moves it): nothing a reader can see
-//! changes (the model still serves the old item, the staged files stay where they are, the
-//! temporary names are not part of it). Last, under the lock again, [`PendingWrite::swap`]
-//! records its steps when it moves a staged file ([`super::moves`]: a killed daemon's swap is
-//! finished by the next mount), renames the files into place (payloads first, each rename made
-//! durable before the next), writes the small documents that must change with the item, and puts
-//! the item, read back from the source, into the data set. The caller checks before the swap
-//! that the staged files are still the ones validated (nothing rewrote, removed or committed them
-//! meanwhile); if not, it drops the [`Written`] files, which deletes the copies.
+//! was). [`PendingWrite::write`] then, **without** the lock, makes the groups the item lives in
+//! (harmless without it), makes each file's bytes and either `fsync`s the staged file that is that
+//! whole file (on the source's file system: it is renamed into place at the swap, not copied) or
+//! copies the bytes into a temporary file beside its final place and `fsync`s it (a copy, never a
+//! hard link of the staged file, which a crash could leave behind as a second name of the source
+//! file; a rename moves it), and last records, durably, every step the swap will take
+//! ([`super::moves`]: a killed daemon's swap is finished by the next mount if it began, dropped if
+//! not). Nothing a reader can see changes (the model still serves the old item, the staged files
+//! stay where they are, the temporary names are not part of it). Under the lock again,
+//! [`PendingWrite::swap`] only renames the files into place (payloads first) and puts the item,
+//! read back from them, into the data set (a ZarrDaf directory also gets its index documents
+//! rewritten there). The directories' `fsync`s, the removal of the replaced item's files and of
+//! the record are [`Finish::complete`]'s, after the lock is released and before the writer's
+//! `close` is answered. The caller checks before the swap that the staged files are still the
+//! ones validated (nothing rewrote, removed or committed them meanwhile); if not, it drops the
+//! [`Written`] files, which deletes the copies and the record.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
@@ -30,7 +33,7 @@ use crate::views::layout::layout;
 use crate::views::{ViewEntry, ViewNode};
 
 use super::commit::{read_back_error, refresh_index_documents, CommitError};
-use super::moves::Move;
+use super::moves::{inode, Move, MovesRecord, Step};
 use super::StagingArea;
 
 /// A validated item of a directory source whose files are still to be written.
@@ -51,6 +54,8 @@ pub struct PendingWrite {
     /// The item's staged files: one that is, whole, a file of the item in the source, on the
     /// source's file system, is renamed into place at the swap instead of copied.
     staged: Vec<PathBuf>,
+    /// The documents and directories of the groups the item lives in.
+    implied: (Vec<(String, Vec<u8>)>, Vec<String>),
 }
 
 /// What [`PendingWrite::write`] made ready, in write order: for each file, where it is now
@@ -60,15 +65,78 @@ pub struct PendingWrite {
 #[derive(Debug)]
 pub struct Written {
     temps: Vec<(String, PathBuf, bool)>,
+    /// The record of the swap's steps, removed (durably) if the swap is not made.
+    record: Option<MovesRecord>,
+    /// Files of the replaced item that the new one does not have (a sparse property made dense),
+    /// with their inodes: removed after the swap, out of the lock.
+    removed: Vec<(PathBuf, u64)>,
+    /// The item's other staged files (not moved), with their inodes.
+    leftovers: Vec<(PathBuf, u64)>,
 }
 
 impl Drop for Written {
     fn drop(&mut self) {
+        // The record first: one left behind names copies that are gone, which is harmless
+        // (the swap had not begun), but no copy may go while a record could finish it.
+        if let Some(record) = self.record.take() {
+            if let Err(e) = record.clear() {
+                log::warn!("removing the record of a commit's moves: {e}");
+            }
+        }
         for (_, temp, moved) in &self.temps {
             if !moved {
                 let _ = fs::remove_file(temp);
             }
         }
+    }
+}
+
+/// What is left of a swap once the lock is released, to be done before the commit is answered:
+/// its renames made durable (`fsync` of their directories), the replaced item's files removed,
+/// the record removed.
+#[derive(Debug)]
+#[must_use]
+pub struct Finish {
+    dirs: Vec<PathBuf>,
+    removed: Vec<(PathBuf, u64)>,
+    record: Option<MovesRecord>,
+}
+
+impl Finish {
+    /// Makes the swap durable. On error the record stays: the next mount finishes the swap.
+    pub fn complete(self) -> Result<(), CommitError> {
+        let sync = |dir: &Path| {
+            File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| StoreError::io(dir, e))
+        };
+        for dir in &self.dirs {
+            sync(dir)?;
+        }
+        // After the renames are durable: a crash never finds the old files gone and the new
+        // ones not in place.
+        let mut dirs: Vec<&Path> = Vec::new();
+        for (path, ino) in &self.removed {
+            if inode(path) == Some(*ino) {
+                match fs::remove_file(path) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        return Err(StoreError::io(path, e).into())
+                    }
+                    _ => {}
+                }
+            }
+            if let Some(parent) = path.parent().filter(|p| !dirs.contains(p)) {
+                dirs.push(parent);
+            }
+        }
+        for dir in dirs {
+            sync(dir)?;
+        }
+        if let Some(record) = self.record {
+            let at = record.path().to_path_buf();
+            record.clear().map_err(|e| StoreError::io(&at, e))?;
+        }
+        Ok(())
     }
 }
 
@@ -89,6 +157,7 @@ impl PendingWrite {
             ds.dataset.restore(id, previous);
             return Err(CommitError::Invalid(why));
         }
+        let implied = source.implied(&ds.dataset, id);
         let mut entries = source.item_entries(&ds.dataset, id);
         // Payloads first, then the metadata that makes readers see them.
         entries.sort_by_key(|e: &ViewEntry| source.write_rank(&e.path));
@@ -111,15 +180,30 @@ impl PendingWrite {
             stale,
             files,
             staged,
+            implied,
         })
     }
 
     /// Makes the item's files durable (`fsync`) without the state lock, the slow part of a
     /// commit: a staged file that is a whole file of the item, on the source's file system, stays
     /// where it is (it is renamed into place at the swap); any other is copied beside its place
-    /// under a temporary name.
-    pub fn write(&self) -> Result<Written, CommitError> {
-        let mut written = Written { temps: Vec::new() };
+    /// under a temporary name. Then records the swap's steps (`staging`), durably.
+    pub fn write(&self, staging: &StagingArea) -> Result<Written, CommitError> {
+        let mut written = Written {
+            temps: Vec::new(),
+            record: None,
+            removed: Vec::new(),
+            leftovers: Vec::new(),
+        };
+        let (documents, dirs) = &self.implied;
+        for dir in dirs {
+            ensure_dir(&self.root, dir)?;
+        }
+        for (key, bytes) in documents {
+            if !self.root.join(key).exists() {
+                write_atomic(&self.root, key, bytes)?;
+            }
+        }
         let source = layout(self.format);
         for (rel, blob) in &self.files {
             let Some(blob) = blob else {
@@ -153,6 +237,47 @@ impl PendingWrite {
             })();
             copied.map_err(|e| StoreError::io(&path, e))?;
         }
+        let with_inode = |paths: Vec<PathBuf>| -> Vec<(PathBuf, u64)> {
+            paths
+                .into_iter()
+                .filter_map(|p| Some((inode(&p)?, p)))
+                .map(|(ino, p)| (p, ino))
+                .collect()
+        };
+        written.removed = with_inode(
+            self.stale
+                .iter()
+                .filter(|rel| !written.temps.iter().any(|(w, _, _)| w == *rel))
+                .map(|rel| self.root.join(rel))
+                .collect(),
+        );
+        written.leftovers = with_inode(
+            self.staged
+                .iter()
+                .filter(|s| !written.temps.iter().any(|(_, from, _)| from == *s))
+                .cloned()
+                .collect(),
+        );
+        if written.temps.is_empty() {
+            return Ok(written);
+        }
+        let mut steps: Vec<Step> = Vec::new();
+        for (rel, from, _) in &written.temps {
+            let ino = inode(from).ok_or_else(|| StoreError::io(from, not_found()))?;
+            let to = self.root.join(rel);
+            let step = Move::Rename {
+                from: from.clone(),
+                to,
+            };
+            steps.push((step, Some(ino)));
+        }
+        let removals = written.removed.iter().chain(&written.leftovers);
+        steps.extend(removals.map(|(p, ino)| (Move::Remove(p.clone()), Some(*ino))));
+        let at = staging.root().to_path_buf();
+        let record = staging
+            .prepare_moves(&steps)
+            .map_err(|e| StoreError::io(&at, e))?;
+        written.record = Some(record);
         Ok(written)
     }
 
@@ -171,15 +296,10 @@ impl PendingWrite {
     }
 
     /// Puts the written files in place and the item, read back from them, into `ds`: the swap,
-    /// to run under the state lock. The data set gets its old item back if this fails. When a
-    /// staged file is renamed into place, `staging` records the swap's steps first (and the next
-    /// mount finishes them if the daemon dies meanwhile: [`super::moves`]).
-    pub fn swap(
-        self,
-        ds: &mut NamedDataset,
-        mut written: Written,
-        staging: &StagingArea,
-    ) -> Result<(), CommitError> {
+    /// to run under the state lock, renames only (the record of its steps is on disk already).
+    /// The data set gets its old item back if this fails. What is left to do once the lock is
+    /// released is the returned [`Finish`]'s.
+    pub fn swap(self, ds: &mut NamedDataset, mut written: Written) -> Result<Finish, CommitError> {
         let id = &self.id;
         // Other items committed while this one was written must not have made it inconsistent:
         // an axis of the property replaced by one of another length, or this axis, now used by
@@ -203,97 +323,52 @@ impl PendingWrite {
             ds.dataset.restore(id, previous);
             return Err(CommitError::Invalid(why));
         }
-        // The groups the item lives in first: harmless without it, and then the swap's steps
-        // are all renames and removals, which a later mount can finish.
-        let implied = (|| -> Result<(), CommitError> {
-            let (documents, dirs) = layout(ds.target.format).implied(&ds.dataset, id);
-            for dir in dirs {
-                ensure_dir(&self.root, &dir)?;
-            }
-            for (key, bytes) in documents {
-                if !self.root.join(&key).exists() {
-                    write_atomic(&self.root, &key, &bytes)?;
-                }
-            }
-            Ok(())
-        })();
-        // Files of the replaced item that the new one does not have (a sparse property made dense).
-        let removed: Vec<PathBuf> = self
-            .stale
-            .iter()
-            .filter(|rel| !written.temps.iter().any(|(w, _, _)| w == *rel))
-            .map(|rel| self.root.join(rel))
-            .collect();
-        let journal = written.temps.iter().any(|(_, _, moved)| *moved);
-        // With a journal, the item's other staged files go in the swap too (else the next mount
-        // would find them staged beside the item it finished).
-        let leftovers: Vec<PathBuf> = match journal {
-            true => self
-                .staged
-                .iter()
-                .filter(|s| !written.temps.iter().any(|(_, from, _)| from == *s))
-                .cloned()
-                .collect(),
-            false => Vec::new(),
-        };
-        let recorded = implied.and_then(|()| {
-            if !journal {
-                return Ok(());
-            }
-            let steps = written
-                .temps
-                .iter()
-                .map(|(rel, from, _)| Move::Rename {
-                    from: from.clone(),
-                    to: self.root.join(rel),
-                })
-                .chain(removed.iter().cloned().map(Move::Remove))
-                .chain(leftovers.iter().cloned().map(Move::Remove))
-                .collect::<Vec<_>>();
-            let at = staging.root().to_path_buf();
-            staging
-                .record_moves(&steps)
-                .map_err(|e| CommitError::Store(StoreError::io(&at, e)))
-        });
-        let placed = recorded.and_then(|()| place(&self.root, &mut written, journal));
-        let written = match placed {
-            Ok(index) => index,
+        let (index, dirs) = match place(&self.root, &mut written) {
+            Ok(placed) => placed,
             Err(e) => {
-                if journal {
-                    let _ = staging.clear_moves();
+                ds.dataset.restore(id, previous);
+                return Err(e);
+            }
+        };
+        // The item's other staged files go (the record names them too: a mount that finishes
+        // the swap removes them).
+        for (path, _) in &written.leftovers {
+            let _ = fs::remove_file(path);
+        }
+        let finish = Finish {
+            dirs,
+            removed: std::mem::take(&mut written.removed),
+            record: written.record.take(),
+        };
+        let refreshed = refresh_index_documents(ds).and_then(|()| {
+            // Serve the source's bytes from now on, not the staged files'.
+            layout(self.format)
+                .read_item(&ds.dataset, id, &index)
+                .map_err(|e| read_back_error(id, e))
+        });
+        let stored = match refreshed {
+            Ok(stored) => stored,
+            Err(e) => {
+                // The files are in place: make that durable all the same.
+                if let Err(e) = finish.complete() {
+                    log::warn!("{}: {e}", id.path());
                 }
                 ds.dataset.restore(id, previous);
                 return Err(e);
             }
         };
-        for path in removed.iter().chain(&leftovers) {
-            let _ = fs::remove_file(path);
-        }
-        let refreshed = refresh_index_documents(ds);
-        if journal {
-            if let Err(e) = staging.clear_moves() {
-                log::warn!("removing the journal of a commit's moves: {e}");
-            }
-        }
-        if let Err(e) = refreshed {
-            ds.dataset.restore(id, previous);
-            return Err(e);
-        }
-        // Serve the source's bytes from now on, not the staged files'.
-        let stored = layout(self.format)
-            .read_item(&ds.dataset, id, &written)
-            .map_err(|e| read_back_error(id, e))?;
-        ds.dataset.insert(id, stored).map_err(CommitError::Invalid)
+        ds.dataset
+            .insert(id, stored)
+            .map_err(CommitError::Invalid)?;
+        Ok(finish)
     }
 }
 
-/// Renames the written files into place, in order; returns what is in place, keyed relative to
-/// `root`. Without a journal each rename is made durable (`fsync` of its directory) before the
-/// next, so a crash leaves a prefix of them (payloads first); with one (`journaled`: a crash's
-/// steps are finished by the next mount, whichever were done) each directory is `fsync`ed once,
-/// after the last. If one fails, the staged files already moved go back to the staging area and
-/// the copies are deleted.
-fn place(root: &Path, written: &mut Written, journaled: bool) -> Result<StoreIndex, CommitError> {
+/// Renames the written files into place, in order, nothing made durable (the record of the
+/// swap's steps is: [`Finish::complete`] `fsync`s the directories returned); returns what is in
+/// place, keyed relative to `root`. If one fails, the staged files already moved go back to the
+/// staging area and the copies are deleted.
+fn place(root: &Path, written: &mut Written) -> Result<(StoreIndex, Vec<PathBuf>), CommitError> {
     let mut index = BTreeMap::new();
     let steps = std::mem::take(&mut written.temps);
     let mut dirs: Vec<PathBuf> = Vec::new();
@@ -307,25 +382,9 @@ fn place(root: &Path, written: &mut Written, journaled: bool) -> Result<StoreInd
             break;
         }
         done += 1;
-        if !journaled {
-            if let Err(e) = File::open(&parent).and_then(|d| d.sync_all()) {
-                failed = Some(StoreError::io(&parent, e));
-                break;
-            }
-        } else if !dirs.contains(&parent) {
+        if !dirs.contains(&parent) {
             dirs.push(parent);
         }
-    }
-    if failed.is_none() {
-        failed = dirs
-            .iter()
-            .find_map(|dir| {
-                File::open(dir)
-                    .and_then(|d| d.sync_all())
-                    .err()
-                    .map(|e| (dir, e))
-            })
-            .map(|(dir, e)| StoreError::io(dir, e));
     }
     if let Some(e) = failed {
         for (rel, from, moved) in &steps[..done] {
@@ -350,7 +409,11 @@ fn place(root: &Path, written: &mut Written, journaled: bool) -> Result<StoreInd
         };
         index.insert(rel.clone(), entry);
     }
-    Ok(StoreIndex::new(index, None))
+    Ok((StoreIndex::new(index, None), dirs))
+}
+
+fn not_found() -> std::io::Error {
+    std::io::Error::from(std::io::ErrorKind::NotFound)
 }
 
 /// A temporary name beside `path` (short, of fixed form: any name that fits `NAME_MAX` works).

@@ -488,6 +488,10 @@ pub(crate) fn read_property_of(
 }
 
 #[cfg(test)]
+#[path = "zarr_daf_par_tests.rs"]
+mod par_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::formats::zarr_v2::ZGROUP;

@@ -10,7 +10,7 @@ use std::time::SystemTime;
 
 use serde_json::Value;
 
-use crate::stores::parallel::{map_slices, Split};
+use crate::stores::parallel::{map_slices, map_slices_with, Split};
 use crate::stores::StoreIndex;
 
 use super::model::{
@@ -21,6 +21,7 @@ use super::scalar::Scalar;
 use super::strings::{check_vlen, decode_vlen, Strings};
 use super::types::NumType;
 use super::zarr_decode::ArrayKind;
+use super::zarr_meta::MetaCache;
 use super::zarr_v2::ZarrArray;
 use super::{zarr_v2, zarr_v3, FormatError};
 
@@ -47,9 +48,19 @@ impl ZarrVersion {
         index: &StoreIndex,
         key: &str,
     ) -> Result<ZarrArray, FormatError> {
+        self.open_array_through(index, key, &mut MetaCache::none())
+    }
+
+    /// [`ZarrVersion::open_array`], its metadata read through `cache`.
+    fn open_array_through(
+        self,
+        index: &StoreIndex,
+        key: &str,
+        cache: &mut MetaCache,
+    ) -> Result<ZarrArray, FormatError> {
         match self {
-            ZarrVersion::V2 => zarr_v2::open_array(index, key),
-            ZarrVersion::V3 => zarr_v3::open_array(index, key),
+            ZarrVersion::V2 => zarr_v2::open_array_through(index, key, cache),
+            ZarrVersion::V3 => zarr_v3::open_array_through(index, key, cache),
         }
     }
 
@@ -233,8 +244,10 @@ impl TreeReader<'_> {
     ) -> BTreeMap<String, Property> {
         let (index, version) = (self.index, self.version);
         let names = self.node_names(group);
-        let read = map_slices(&names, self.split, |name| {
-            read_property_of(version, index, &format!("{group}/{name}"), shape)
+        // Each thread keeps the layouts of the documents it parsed: most arrays of a group
+        // have the same document.
+        let read = map_slices_with(&names, self.split, MetaCache::new, |cache, name| {
+            read_property_through(version, index, &format!("{group}/{name}"), shape, cache)
         });
         names
             .into_iter()
@@ -374,15 +387,26 @@ pub(crate) fn read_property_of(
     key: &str,
     shape: &[u64],
 ) -> Result<Property, FormatError> {
+    read_property_through(version, index, key, shape, &mut MetaCache::none())
+}
+
+/// [`read_property_of`], its metadata documents read through `cache`.
+fn read_property_through(
+    version: ZarrVersion,
+    index: &StoreIndex,
+    key: &str,
+    shape: &[u64],
+    cache: &mut MetaCache,
+) -> Result<Property, FormatError> {
     let mut packed = Packed::default();
     // One parse of a v3 node's zarr.json says whether it is an array and opens it.
     let dense = match version {
         ZarrVersion::V3 if index.contains(&format!("{key}/zarr.json")) => {
-            zarr_v3::open_unless_group(index, key)?
+            zarr_v3::open_unless_group_through(index, key, cache)?
         }
         ZarrVersion::V3 => None,
         ZarrVersion::V2 => match index.get(&format!("{key}/.zarray")) {
-            Some(meta) => Some(zarr_v2::open_array_with(index, key, meta)?),
+            Some(meta) => Some(zarr_v2::open_array_cached(index, key, meta, cache)?),
             None => None,
         },
     };
@@ -417,7 +441,7 @@ pub(crate) fn read_property_of(
         .latest_mtime_under(key)
         .unwrap_or(SystemTime::UNIX_EPOCH);
     let (index_kind, nnz, indtype) = if shape.len() == 1 {
-        let nzind = version.open_array(index, &format!("{key}/nzind"))?;
+        let nzind = version.open_array_through(index, &format!("{key}/nzind"), cache)?;
         let t = numeric(&nzind, "nzind")?;
         note_packing(&mut packed, "nzind", &nzind);
         (
@@ -428,8 +452,8 @@ pub(crate) fn read_property_of(
             t,
         )
     } else {
-        let colptr = version.open_array(index, &format!("{key}/colptr"))?;
-        let rowval = version.open_array(index, &format!("{key}/rowval"))?;
+        let colptr = version.open_array_through(index, &format!("{key}/colptr"), cache)?;
+        let rowval = version.open_array_through(index, &format!("{key}/rowval"), cache)?;
         note_packing(&mut packed, "colptr", &colptr);
         note_packing(&mut packed, "rowval", &rowval);
         let t = numeric(&colptr, "colptr")?;
@@ -456,7 +480,7 @@ pub(crate) fn read_property_of(
         return Err(FormatError::bad("sparse index arrays must be integers"));
     }
     let nzval = if version.has_array(index, &format!("{key}/nzval")) {
-        let values = version.open_array(index, &format!("{key}/nzval"))?;
+        let values = version.open_array_through(index, &format!("{key}/nzval"), cache)?;
         note_packing(&mut packed, "nzval", &values);
         Some(values)
     } else {

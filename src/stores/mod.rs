@@ -242,13 +242,17 @@ impl StoreIndex {
             match rest.split_once('/') {
                 Some((name, _)) => {
                     // '0' follows '/': this skips every key under "prefix/name/".
-                    cursor = format!("{prefix}{name}0");
+                    cursor.truncate(prefix.len());
+                    cursor.push_str(name);
+                    cursor.push('0');
                     if !name.is_empty() {
                         names.push(name.to_string());
                     }
                 }
                 None => {
-                    cursor = format!("{key}\u{0}");
+                    cursor.clear();
+                    cursor.push_str(key);
+                    cursor.push('\u{0}');
                     names.push(rest.to_string());
                 }
             }
@@ -279,18 +283,23 @@ impl StoreIndex {
     }
 
     /// The latest modification time among the entries under `dir` (and the entry `dir` itself).
+    /// One scan from `dir` on, no key built: the keys under `dir/` follow `dir` and the few keys
+    /// that continue `dir` with a byte below `/` (`dir-x`, `dir.x`); the first key that continues
+    /// it with a byte above `/` ends them.
     pub fn latest_mtime_under(&self, dir: &str) -> Option<SystemTime> {
-        let full = format!("{dir}/");
-        let below = self
-            .entries
-            .range::<str, _>((
-                std::ops::Bound::Included(full.as_str()),
-                std::ops::Bound::Unbounded,
-            ))
-            .take_while(|(key, _)| key.starts_with(&full))
-            .filter_map(|(_, slot)| self.mtime_of(slot));
-        let own = self.entries.get(dir).and_then(|slot| self.mtime_of(slot));
-        below.chain(own).max()
+        self.entries
+            .range::<str, _>((std::ops::Bound::Included(dir), std::ops::Bound::Unbounded))
+            .map_while(|(key, slot)| {
+                let rest = key.as_bytes().strip_prefix(dir.as_bytes())?;
+                match rest.first() {
+                    None | Some(b'/') => Some(Some(slot)),
+                    Some(&next) if next < b'/' => Some(None),
+                    Some(_) => None,
+                }
+            })
+            .flatten()
+            .filter_map(|slot| self.mtime_of(slot))
+            .max()
     }
 }
 
@@ -328,6 +337,37 @@ mod tests {
         assert_eq!(idx.children("a"), vec![".zarray", "0"]);
         assert_eq!(idx.children("c"), vec!["d", "f"]);
         assert!(idx.children("zz").is_empty());
+    }
+
+    #[test]
+    fn latest_mtime_under_sees_the_directory_and_only_its_keys() {
+        let at = |s: u64| SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(s);
+        let keys = [
+            ("a", 1),
+            ("a-x", 50),
+            ("a.b", 60),
+            ("a/.zarray", 2),
+            ("a/0", 3),
+            ("a/b/c", 4),
+            ("a0", 70),
+            ("a0/x", 80),
+            ("b/a", 90),
+        ];
+        let entries = keys
+            .iter()
+            .map(|&(k, s)| {
+                let blob = Blob::ready(Bytes::from_vec(Vec::new()));
+                (k.to_string(), Entry { blob, mtime: at(s) })
+            })
+            .collect();
+        let idx = StoreIndex::new(entries, None);
+        assert_eq!(idx.latest_mtime_under("a"), Some(at(4)));
+        assert_eq!(idx.latest_mtime_under("a/b"), Some(at(4)));
+        assert_eq!(idx.latest_mtime_under("a0"), Some(at(80)));
+        assert_eq!(idx.latest_mtime_under("a-x"), Some(at(50)));
+        assert_eq!(idx.latest_mtime_under("b"), Some(at(90)));
+        assert_eq!(idx.latest_mtime_under("c"), None);
+        assert_eq!(idx.latest_mtime_under("a/"), None);
     }
 
     #[test]

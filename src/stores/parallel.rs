@@ -89,13 +89,35 @@ impl Split {
 /// `f` of every item, in the items' order, computed on up to `split.threads` threads, each
 /// mapping one contiguous slice (the calling thread maps the first). A thread that cannot be
 /// started leaves its slice to the calling thread; a panic in `f` is resumed here.
-pub fn map_slices<T: Sync, R: Send>(items: &[T], split: Split, f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+pub fn map_slices<T: Sync, R: Send>(
+    items: &[T],
+    split: Split,
+    f: impl Fn(&T) -> R + Sync,
+) -> Vec<R> {
+    map_slices_with(items, split, || (), |(), item| f(item))
+}
+
+/// [`map_slices`] where each slice is mapped with a state of its own, made by `init` (a cache
+/// of what the slice's items have in common).
+pub fn map_slices_with<T: Sync, R: Send, S>(
+    items: &[T],
+    split: Split,
+    init: impl Fn() -> S + Sync,
+    f: impl Fn(&mut S, &T) -> R + Sync,
+) -> Vec<R> {
     let threads = split.threads_for(items.len());
+    let (init, f) = (&init, &f);
+    let map = move |slice: &[T]| {
+        let mut state = init();
+        slice
+            .iter()
+            .map(|item| f(&mut state, item))
+            .collect::<Vec<R>>()
+    };
     if threads <= 1 {
-        return items.iter().map(f).collect();
+        return map(items);
     }
     let per = items.len().div_ceil(threads);
-    let f = &f;
     std::thread::scope(|scope| {
         let mut slices = items.chunks(per);
         let first = slices.next().unwrap_or(&[]);
@@ -103,17 +125,17 @@ pub fn map_slices<T: Sync, R: Send>(items: &[T], split: Split, f: impl Fn(&T) ->
             .map(|slice| {
                 let spawned = std::thread::Builder::new()
                     .name("daf-read".into())
-                    .spawn_scoped(scope, move || slice.iter().map(f).collect::<Vec<R>>());
+                    .spawn_scoped(scope, move || map(slice));
                 (slice, spawned.ok())
             })
             .collect();
-        let mut out = Vec::with_capacity(items.len());
-        out.extend(first.iter().map(f));
+        let mut out = map(first);
+        out.reserve(items.len() - out.len());
         for (slice, handle) in started {
             match handle.map(|h| h.join()) {
                 Some(Ok(part)) => out.extend(part),
                 Some(Err(panic)) => std::panic::resume_unwind(panic),
-                None => out.extend(slice.iter().map(f)),
+                None => out.extend(map(slice)),
             }
         }
         out

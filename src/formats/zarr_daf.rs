@@ -287,7 +287,7 @@ fn subgroups(index: &StoreIndex, group: &str) -> Vec<String> {
         .into_iter()
         .filter(|name| {
             !name.starts_with('.')
-                && !index.children(&format!("{group}/{name}")).is_empty()
+                && index.has_children(&format!("{group}/{name}"))
                 && accept_name(name, &format!("group {group}/{name:?}"))
         })
         .collect()

@@ -221,45 +221,71 @@ impl StoreIndex {
     }
 
     /// The names directly under directory `dir` ("" for the root): files and sub-directories,
-    /// sorted, each once. Jumps over whole sub-trees, so it costs one step per child.
+    /// sorted, each once. Walks the keys in order and jumps over a sub-tree once it has walked
+    /// a few keys of it, so it costs a few steps per child, however large the sub-trees.
     pub fn children(&self, dir: &str) -> Vec<String> {
-        use std::ops::Bound::{Included, Unbounded};
-        let prefix = if dir.is_empty() {
-            String::new()
-        } else {
-            format!("{dir}/")
-        };
-        let mut names = Vec::new();
-        let mut cursor = prefix.clone();
-        while let Some((key, _)) = self
+        use std::ops::Bound::{Excluded, Included, Unbounded};
+        /// Keys of one child walked before jumping over the rest of its sub-tree.
+        const WALK: usize = 8;
+        let mut prefix = String::with_capacity(dir.len() + 1);
+        if !dir.is_empty() {
+            prefix.push_str(dir);
+            prefix.push('/');
+        }
+        let mut names: Vec<String> = Vec::new();
+        let mut keys = self
             .entries
-            .range::<str, _>((Included(cursor.as_str()), Unbounded))
-            .next()
-        {
-            let Some(rest) = key.strip_prefix(&prefix) else {
+            .range::<str, _>((Included(prefix.as_str()), Unbounded));
+        let mut walked = 0;
+        let mut cursor = String::new();
+        while let Some((key, _)) = keys.next() {
+            let Some(rest) = key.strip_prefix(prefix.as_str()) else {
                 break;
             };
-            match rest.split_once('/') {
-                Some((name, _)) => {
-                    // '0' follows '/': this skips every key under "prefix/name/".
-                    cursor.truncate(prefix.len());
-                    cursor.push_str(name);
-                    cursor.push('0');
-                    if !name.is_empty() {
-                        names.push(name.to_string());
-                    }
+            let Some((name, _)) = rest.split_once('/') else {
+                names.push(rest.to_string());
+                walked = 0;
+                continue;
+            };
+            if names.last().is_some_and(|last| last == name) {
+                walked += 1;
+            } else {
+                walked = 0;
+                if !name.is_empty() {
+                    names.push(name.to_string());
                 }
-                None => {
-                    cursor.clear();
-                    cursor.push_str(key);
-                    cursor.push('\u{0}');
-                    names.push(rest.to_string());
+            }
+            if walked >= WALK {
+                // '0' follows '/': this jumps over every key under "prefix/name/".
+                cursor.clear();
+                cursor.push_str(&prefix);
+                cursor.push_str(name);
+                cursor.push('/');
+                let end = cursor.len() - 1;
+                cursor.replace_range(end.., "0");
+                keys = self
+                    .entries
+                    .range::<str, _>((Excluded(cursor.as_str()), Unbounded));
+                // "prefix/name0" itself, if stored, is a sibling: not jumped over.
+                if let Some((sibling, _)) = self.entries.get_key_value(cursor.as_str()) {
+                    names.push(sibling[prefix.len()..].to_string());
                 }
+                walked = 0;
             }
         }
         names.sort();
         names.dedup();
         names
+    }
+
+    /// Whether directory `dir` holds any key (without listing them).
+    pub fn has_children(&self, dir: &str) -> bool {
+        use std::ops::Bound::{Included, Unbounded};
+        let prefix = format!("{dir}/");
+        self.entries
+            .range::<str, _>((Included(prefix.as_str()), Unbounded))
+            .next()
+            .is_some_and(|(key, _)| key.starts_with(&prefix))
     }
 
     /// The entries whose key starts with `prefix/`, re-keyed without it (a group of a
@@ -337,6 +363,26 @@ mod tests {
         assert_eq!(idx.children("a"), vec![".zarray", "0"]);
         assert_eq!(idx.children("c"), vec!["d", "f"]);
         assert!(idx.children("zz").is_empty());
+        assert!(idx.has_children("a") && idx.has_children("c/d") && !idx.has_children("a.b"));
+        assert!(!idx.has_children("zz") && !idx.has_children("c/f"));
+    }
+
+    #[test]
+    fn children_jumps_over_large_sub_trees_and_keeps_every_name() {
+        let mut keys: Vec<String> = Vec::new();
+        for dir in ["a", "a0", "a1", "b"] {
+            for i in 0..20 {
+                keys.push(format!("g/{dir}/{i:02}"));
+            }
+        }
+        keys.extend(["g/a.x", "g/a-y/z", "g/a0.q", "g/a/0/deep", "g/b0", "h/a", "g0"].map(String::from));
+        let idx = index(&keys.iter().map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(
+            idx.children("g"),
+            vec!["a", "a-y", "a.x", "a0", "a0.q", "a1", "b", "b0"]
+        );
+        assert_eq!(idx.children("g/a").len(), 21); // 00…19 and the directory 0
+        assert_eq!(idx.children(""), vec!["g", "g0", "h"]);
     }
 
     #[test]

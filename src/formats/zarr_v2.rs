@@ -297,21 +297,25 @@ pub(crate) fn open_array_cached(
 ) -> Result<ZarrArray, FormatError> {
     let bytes = meta_entry.blob.bytes()?;
     let layout = parse_zarray(bytes.as_slice(), cache).map_err(FormatError::Bad)?;
-    let mtime = index.latest_mtime_under(key).unwrap_or(meta_entry.mtime);
-    open_chunked(index, key, layout, mtime, "")
+    open_chunked(index, key, layout, meta_entry.mtime, "")
 }
 
 /// Opens an array of either Zarr version from its parsed layout: the single stored chunk of a
 /// Daf-flat array is the array's blob (zero-copy); an array none of whose chunks is stored is
 /// its fill value ([`Blob::fill`]); any other is decoded, lazily for numbers. `prefix` is what
-/// chunk names start with (`c/` for the Zarr v3 default key encoding).
+/// chunk names start with (`c/` for the Zarr v3 default key encoding). Its mtime is the latest
+/// of the keys under `key` (`meta_mtime`, its metadata's, when none), found with the first
+/// chunk in one search.
 pub(super) fn open_chunked(
     index: &StoreIndex,
     key: &str,
     layout: ChunkLayout,
-    mtime: SystemTime,
+    meta_mtime: SystemTime,
     prefix: &str,
 ) -> Result<ZarrArray, FormatError> {
+    let first = first_chunk_key(key, prefix, layout.shape.len(), &layout.separator);
+    let (latest, first_chunk) = index.latest_mtime_and_entry(key, &first[key.len() + 1..]);
+    let mtime = latest.unwrap_or(meta_mtime);
     let (kind, shape) = (layout.kind, layout.shape.clone());
     let len = layout.len();
     if len == 0 {
@@ -334,8 +338,7 @@ pub(super) fn open_chunked(
             ArrayKind::Strings | ArrayKind::Numeric(_, Endian::Little)
         );
     if single && plain_bytes {
-        let first = first_chunk_key(key, prefix, layout.shape.len(), &layout.separator);
-        if let Some(chunk) = index.get(&first) {
+        if let Some(chunk) = first_chunk {
             let fits = match kind {
                 ArrayKind::Numeric(t, _) => Some(chunk.blob.len()?) == len.checked_mul(t.size()),
                 ArrayKind::Strings => {

@@ -408,10 +408,10 @@ fn open_layout(
     meta: Option<&Value>,
     meta_mtime: SystemTime,
 ) -> Result<ZarrArray, FormatError> {
-    let mtime = index.latest_mtime_under(key).unwrap_or(meta_mtime);
     if !v3.sharded {
-        return open_chunked(index, key, v3.layout, mtime, &v3.prefix);
+        return open_chunked(index, key, v3.layout, meta_mtime, &v3.prefix);
     }
+    let mtime = index.latest_mtime_under(key).unwrap_or(meta_mtime);
     let Some(meta) = meta else {
         return Err(FormatError::bad(
             "a sharded array read without its zarr.json",
@@ -431,7 +431,7 @@ fn open_layout(
             codecs: Vec::new(),
             ..layout
         };
-        return open_chunked(index, key, unsharded, mtime, &v3.prefix);
+        return open_chunked(index, key, unsharded, meta_mtime, &v3.prefix);
     };
     let eltype = match layout.kind {
         ArrayKind::Numeric(t, _) => ElementType::Num(t),

@@ -224,9 +224,14 @@ impl StoreIndex {
 
     /// The entry stored under `key`.
     pub fn get(&self, key: &str) -> Option<&Entry> {
-        match self.entries.get_key_value(key)? {
-            (_, Slot::Made(entry)) => Some(entry),
-            (key, Slot::Deferred(id)) => Some(self.maker.as_ref()?.entry(*id, key)),
+        let (key, slot) = self.entries.get_key_value(key)?;
+        self.entry_of(key, slot)
+    }
+
+    fn entry_of<'a>(&'a self, key: &str, slot: &'a Slot) -> Option<&'a Entry> {
+        match slot {
+            Slot::Made(entry) => Some(entry),
+            Slot::Deferred(id) => Some(self.maker.as_ref()?.entry(*id, key)),
         }
     }
 
@@ -342,23 +347,41 @@ impl StoreIndex {
     }
 
     /// The latest modification time among the entries under `dir` (and the entry `dir` itself).
-    /// One scan from `dir` on, no key built: the keys under `dir/` follow `dir` and the few keys
-    /// that continue `dir` with a byte below `/` (`dir-x`, `dir.x`); the first key that continues
-    /// it with a byte above `/` ends them.
     pub fn latest_mtime_under(&self, dir: &str) -> Option<SystemTime> {
-        self.entries
+        self.latest_mtime_and_entry(dir, "").0
+    }
+
+    /// [`StoreIndex::latest_mtime_under`] of `dir`, and the entry stored under `dir/{name}`
+    /// (none for an empty `name`), with one search. No key is built: the keys under `dir/`
+    /// follow `dir` and the few keys that continue `dir` with a byte below `/` (`dir-x`,
+    /// `dir.x`); the first key that continues it with a byte above `/` ends them.
+    pub fn latest_mtime_and_entry(
+        &self,
+        dir: &str,
+        name: &str,
+    ) -> (Option<SystemTime>, Option<&Entry>) {
+        let mut found = None;
+        let latest = self
+            .entries
             .from(dir, true)
             .map_while(|(key, slot)| {
                 let rest = key.as_bytes().strip_prefix(dir.as_bytes())?;
-                match rest.first() {
-                    None | Some(b'/') => Some(Some(slot)),
-                    Some(&next) if next < b'/' => Some(None),
+                match rest.split_first() {
+                    None => Some(Some(slot)),
+                    Some((b'/', below)) => {
+                        if !name.is_empty() && below == name.as_bytes() {
+                            found = Some((key, slot));
+                        }
+                        Some(Some(slot))
+                    }
+                    Some((&next, _)) if next < b'/' => Some(None),
                     Some(_) => None,
                 }
             })
             .flatten()
             .filter_map(|slot| self.mtime_of(slot))
-            .max()
+            .max();
+        (latest, found.and_then(|(key, slot)| self.entry_of(key, slot)))
     }
 }
 
@@ -448,6 +471,13 @@ mod tests {
         assert_eq!(idx.latest_mtime_under("b"), Some(at(90)));
         assert_eq!(idx.latest_mtime_under("c"), None);
         assert_eq!(idx.latest_mtime_under("a/"), None);
+        let (latest, entry) = idx.latest_mtime_and_entry("a", "0");
+        assert_eq!((latest, entry.map(|e| e.mtime)), (Some(at(4)), Some(at(3))));
+        let (latest, entry) = idx.latest_mtime_and_entry("a", "b/c");
+        assert_eq!((latest, entry.map(|e| e.mtime)), (Some(at(4)), Some(at(4))));
+        assert!(idx.latest_mtime_and_entry("a", "x").1.is_none());
+        assert!(idx.latest_mtime_and_entry("a", "").1.is_none());
+        assert!(idx.latest_mtime_and_entry("a0", "0").1.is_none());
     }
 
     #[test]

@@ -143,22 +143,20 @@ enum Slot {
 #[derive(Clone, Debug, Default)]
 struct Sorted(Vec<(Box<str>, Slot)>);
 
-impl Sorted {
-    /// From pairs in any order; of duplicated keys, the last one wins.
-    fn from_pairs(mut pairs: Vec<(Box<str>, Slot)>) -> Sorted {
-        // Stable: duplicates keep their order, and the later one replaces the kept one.
-        pairs.sort_by(|a, b| a.0.cmp(&b.0));
-        pairs.dedup_by(|later, kept| {
-            let same = later.0 == kept.0;
-            if same {
-                std::mem::swap(later, kept);
-            }
-            same
-        });
-        pairs.shrink_to_fit();
-        Sorted(pairs)
-    }
+/// Sorts `pairs` by key, keeping of duplicated keys the last one.
+fn sort_last_wins<V>(pairs: &mut Vec<(Box<str>, V)>) {
+    // Stable: duplicates keep their order, and the later one replaces the kept one.
+    pairs.sort_by(|a, b| a.0.cmp(&b.0));
+    pairs.dedup_by(|later, kept| {
+        let same = later.0 == kept.0;
+        if same {
+            std::mem::swap(later, kept);
+        }
+        same
+    });
+}
 
+impl Sorted {
     fn get_key_value(&self, key: &str) -> Option<(&str, &Slot)> {
         let at = self.0.binary_search_by(|(k, _)| (**k).cmp(key)).ok()?;
         self.0.get(at).map(|(k, slot)| (&**k, slot))
@@ -207,12 +205,14 @@ impl StoreIndex {
     /// An index whose entries `maker` makes on first use: `keys` maps each key to its entry's
     /// number (of duplicated keys, the last one wins).
     pub fn deferred(
-        keys: Vec<(Box<str>, u32)>,
+        mut keys: Vec<(Box<str>, u32)>,
         maker: Arc<dyn EntryMaker>,
         root_mtime: Option<SystemTime>,
     ) -> StoreIndex {
+        // Sorted as (key, number) pairs, half the size of the slots they become.
+        sort_last_wins(&mut keys);
         StoreIndex {
-            entries: Sorted::from_pairs(
+            entries: Sorted(
                 keys.into_iter()
                     .map(|(key, id)| (key, Slot::Deferred(id)))
                     .collect(),

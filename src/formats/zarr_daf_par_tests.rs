@@ -75,7 +75,10 @@ fn bytes(blob: &Blob) -> Vec<u8> {
 fn fingerprint(ds: &Dataset) -> String {
     let mut out = format!("{ds:?}\n");
     let vectors = ds.vectors.iter().map(|(a, p)| (a.clone(), p));
-    let matrices = ds.matrices.iter().map(|((r, c), p)| (format!("{r}/{c}"), p));
+    let matrices = ds
+        .matrices
+        .iter()
+        .map(|((r, c), p)| (format!("{r}/{c}"), p));
     for (group, props) in vectors.chain(matrices) {
         for (name, p) in props {
             let blobs = match &p.payload {
@@ -118,10 +121,19 @@ fn read(path: &Path, split: Split) -> (String, Vec<String>) {
 
 fn same_either_way(path: &Path) -> usize {
     let (one, skipped_one) = read(path, Split::SEQUENTIAL);
-    for split in [THREE, Split::per_core(1), Split::per_core(MIN_ARRAYS_PER_THREAD)] {
+    for split in [
+        THREE,
+        Split::per_core(1),
+        Split::per_core(MIN_ARRAYS_PER_THREAD),
+    ] {
         let (many, skipped_many) = read(path, split);
         assert_eq!(one, many, "{} with {split:?}", path.display());
-        assert_eq!(skipped_one, skipped_many, "{} with {split:?}", path.display());
+        assert_eq!(
+            skipped_one,
+            skipped_many,
+            "{} with {split:?}",
+            path.display()
+        );
     }
     skipped_one.len()
 }
@@ -148,7 +160,10 @@ fn the_model_read_in_parallel_is_the_model_read_on_one_thread() {
         assert_eq!(skipped.len(), 2, "{skipped:?}");
         assert!(skipped[0].starts_with("vectors/cell/p13: "), "{skipped:?}");
         assert!(skipped[0].contains("JSON"), "{skipped:?}");
-        assert!(skipped[1].starts_with("vectors/cell/p27: shape"), "{skipped:?}");
+        assert!(
+            skipped[1].starts_with("vectors/cell/p27: shape"),
+            "{skipped:?}"
+        );
         assert_eq!(same_either_way(&path), 2);
     }
     for name in [

@@ -22,10 +22,10 @@ use super::scalar::Scalar;
 use super::shard::Packing;
 use super::types::{Endian, NumType};
 use super::zarr_chunks::foreign_decoder;
-use super::zarr_meta::MetaCache;
 use super::zarr_decode::{
     assemble_strings, check_grid, checked_product, ArrayKind, ChunkLayout, Compressor, StoredChunks,
 };
+use super::zarr_meta::MetaCache;
 use super::FormatError;
 
 /// `.zgroup` of every group.
@@ -194,7 +194,8 @@ pub(super) fn parse_zarray_value(bytes: &[u8]) -> Result<ChunkLayout, String> {
 /// `key/{prefix}0`, `key/{prefix}0.0`… (`0` for a 0-d array), built in one string.
 fn first_chunk_key(key: &str, prefix: &str, ndim: usize, separator: &str) -> String {
     let ndim = ndim.max(1);
-    let mut out = String::with_capacity(key.len() + 1 + prefix.len() + ndim * (1 + separator.len()));
+    let mut out =
+        String::with_capacity(key.len() + 1 + prefix.len() + ndim * (1 + separator.len()));
     out.push_str(key);
     out.push('/');
     out.push_str(prefix);

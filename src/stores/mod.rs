@@ -238,7 +238,11 @@ impl StoreIndex {
     /// How many entries are made (not deferred) so far.
     #[cfg(test)]
     pub(crate) fn made_count(&self) -> usize {
-        let made = self.entries.0.iter().filter(|(_, s)| matches!(s, Slot::Made(_)));
+        let made = self
+            .entries
+            .0
+            .iter()
+            .filter(|(_, s)| matches!(s, Slot::Made(_)));
         made.count() + self.maker.as_ref().map_or(0, |m| m.made())
     }
 
@@ -381,7 +385,10 @@ impl StoreIndex {
             .flatten()
             .filter_map(|slot| self.mtime_of(slot))
             .max();
-        (latest, found.and_then(|(key, slot)| self.entry_of(key, slot)))
+        (
+            latest,
+            found.and_then(|(key, slot)| self.entry_of(key, slot)),
+        )
     }
 }
 
@@ -431,7 +438,18 @@ mod tests {
                 keys.push(format!("g/{dir}/{i:02}"));
             }
         }
-        keys.extend(["g/a.x", "g/a-y/z", "g/a0.q", "g/a/0/deep", "g/b0", "h/a", "g0"].map(String::from));
+        keys.extend(
+            [
+                "g/a.x",
+                "g/a-y/z",
+                "g/a0.q",
+                "g/a/0/deep",
+                "g/b0",
+                "h/a",
+                "g0",
+            ]
+            .map(String::from),
+        );
         let idx = index(&keys.iter().map(String::as_str).collect::<Vec<_>>());
         assert_eq!(
             idx.children("g"),
@@ -502,7 +520,11 @@ mod tests {
                 mtime: SystemTime::UNIX_EPOCH,
             })
             .collect();
-        let keys = names.iter().zip(0..).map(|(k, i)| (Box::from(*k), i)).collect();
+        let keys = names
+            .iter()
+            .zip(0..)
+            .map(|(k, i)| (Box::from(*k), i))
+            .collect();
         let idx = StoreIndex::deferred(keys, Arc::new(Maker(entries)), None);
         assert_eq!(idx.keys().collect::<Vec<_>>(), vec!["a", "a/x", "b", "c"]);
         let first_byte = |k: &str| idx.get(k).unwrap().blob.bytes().unwrap().as_slice()[0];

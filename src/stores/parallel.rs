@@ -164,7 +164,11 @@ mod tests {
                 threads,
                 min_per_thread: 1,
             };
-            assert_eq!(map_slices(&items, split, |i| i * 3), sequential, "{threads}");
+            assert_eq!(
+                map_slices(&items, split, |i| i * 3),
+                sequential,
+                "{threads}"
+            );
         }
         let none: Vec<usize> = Vec::new();
         assert!(map_slices(&none, Split::per_core(1), |i| *i).is_empty());

@@ -4,11 +4,13 @@
 //! 0.3: the root's `attributes.daf`, arrays opened by `zarr_v3`). One walk serves both versions;
 //! only finding nodes and opening arrays differ ([`ZarrVersion`]).
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::SystemTime;
 
 use serde_json::Value;
 
+use crate::stores::parallel::{map_slices, map_slices_with, Split};
 use crate::stores::StoreIndex;
 
 use super::model::{
@@ -19,6 +21,7 @@ use super::scalar::Scalar;
 use super::strings::{check_vlen, decode_vlen, Strings};
 use super::types::NumType;
 use super::zarr_decode::ArrayKind;
+use super::zarr_meta::MetaCache;
 use super::zarr_v2::ZarrArray;
 use super::{zarr_v2, zarr_v3, FormatError};
 
@@ -45,9 +48,19 @@ impl ZarrVersion {
         index: &StoreIndex,
         key: &str,
     ) -> Result<ZarrArray, FormatError> {
+        self.open_array_through(index, key, &mut MetaCache::none())
+    }
+
+    /// [`ZarrVersion::open_array`], its metadata read through `cache`.
+    fn open_array_through(
+        self,
+        index: &StoreIndex,
+        key: &str,
+        cache: &mut MetaCache,
+    ) -> Result<ZarrArray, FormatError> {
         match self {
-            ZarrVersion::V2 => zarr_v2::open_array(index, key),
-            ZarrVersion::V3 => zarr_v3::open_array(index, key),
+            ZarrVersion::V2 => zarr_v2::open_array_through(index, key, cache),
+            ZarrVersion::V3 => zarr_v3::open_array_through(index, key, cache),
         }
     }
 
@@ -74,16 +87,48 @@ impl ZarrVersion {
     }
 }
 
+/// Fewest arrays of one group worth a thread of their own: below this a group is read on the
+/// calling thread (starting a thread costs about as much as reading a few dozen arrays).
+const MIN_ARRAYS_PER_THREAD: usize = 256;
+
 /// Checks the root group and its version marker, then reads the whole data set: Zarr v3 when
-/// the root has a `zarr.json` (and no v2 `daf` array), else Zarr v2.
+/// the root has a `zarr.json` (and no v2 `daf` array), else Zarr v2. The arrays of a large
+/// group are read on every core ([`read_zarr_daf_with`]).
 pub fn read_zarr_daf(index: &StoreIndex, path: &Path) -> Result<Dataset, FormatError> {
+    let mut warn =
+        |what: &str, e: FormatError| log::warn!("skipping {what} ({e}) in {}", path.display());
+    read_zarr_daf_with(
+        index,
+        path,
+        Split::per_core(MIN_ARRAYS_PER_THREAD),
+        &mut warn,
+    )
+}
+
+/// [`read_zarr_daf`] with the arrays of each group read on the threads `split` allows (the
+/// model and the order of the `skipped` calls do not depend on it); `skipped` is told of each
+/// node that cannot be read, with why, in source order.
+pub(crate) fn read_zarr_daf_with(
+    index: &StoreIndex,
+    path: &Path,
+    split: Split,
+    skipped: &mut dyn FnMut(&str, FormatError),
+) -> Result<Dataset, FormatError> {
     let v2_marker = index.contains(".zgroup") && index.contains("daf/.zarray");
-    if index.contains("zarr.json") && !v2_marker {
+    let version = if index.contains("zarr.json") && !v2_marker {
         zarr_v3::check_marker(index, path)?;
-        return read_tree(index, path, ZarrVersion::V3);
-    }
-    check_v2_marker(index, path)?;
-    read_tree(index, path, ZarrVersion::V2)
+        ZarrVersion::V3
+    } else {
+        check_v2_marker(index, path)?;
+        ZarrVersion::V2
+    };
+    let reader = TreeReader {
+        index,
+        path,
+        version,
+        split,
+    };
+    Ok(reader.read(skipped))
 }
 
 /// Checks the Zarr v2 root group and its `daf` version array.
@@ -119,87 +164,119 @@ fn check_v2_marker(index: &StoreIndex, path: &Path) -> Result<(), FormatError> {
     }
 }
 
-/// Reads every scalar, axis, vector and matrix of a ZarrDaf whose marker was checked. The
-/// property maps are collected from their sorted names, not filled one insert at a time: a
-/// `BTreeMap` built from sorted pairs has full nodes, where inserting in order leaves every node
-/// about half empty (at 100,000 properties that halves the map's memory).
-fn read_tree(
-    index: &StoreIndex,
-    path: &Path,
+/// Reads every scalar, axis, vector and matrix of a ZarrDaf whose marker was checked.
+struct TreeReader<'a> {
+    index: &'a StoreIndex,
+    path: &'a Path,
     version: ZarrVersion,
-) -> Result<Dataset, FormatError> {
-    let mut dataset = Dataset {
-        mtime: index.root_mtime,
-        zarr_format: Some(version.number()),
-        ..Dataset::default()
-    };
-    let warn =
-        |what: &str, e: FormatError| log::warn!("skipping {what} ({e}) in {}", path.display());
-    for name in node_names(index, "scalars", version) {
-        let key = format!("scalars/{name}");
-        match read_scalar_of(version, index, &key) {
-            Ok(prop) => {
-                dataset.scalars.insert(name, prop);
-            }
-            Err(e) => warn(&key, e),
-        }
-    }
-    for name in node_names(index, "axes", version) {
-        let key = format!("axes/{name}");
-        match read_axis_of(version, index, &key) {
-            Ok(axis) => {
-                dataset.axes.insert(name, axis);
-            }
-            Err(e) => warn(&key, e),
-        }
-    }
-    for axis in subgroups(index, "vectors") {
-        let Some(n) = dataset.axes.get(&axis).map(Axis::len) else {
-            log::warn!(
-                "skipping vectors/{axis}: no axis {axis} in {}",
-                path.display()
-            );
-            continue;
+    split: Split,
+}
+
+impl TreeReader<'_> {
+    /// The whole data set. The property maps are collected from their sorted names, not filled
+    /// one insert at a time: a `BTreeMap` built from sorted pairs has full nodes, where inserting
+    /// in order leaves every node about half empty (at 100,000 properties that halves the map's
+    /// memory).
+    fn read(&self, skipped: &mut dyn FnMut(&str, FormatError)) -> Dataset {
+        let (index, path, version) = (self.index, self.path, self.version);
+        let mut dataset = Dataset {
+            mtime: index.root_mtime,
+            zarr_format: Some(version.number()),
+            ..Dataset::default()
         };
-        let props = node_names(index, &format!("vectors/{axis}"), version)
-            .into_iter()
-            .filter_map(|name| {
-                let key = format!("vectors/{axis}/{name}");
-                read_property_of(version, index, &key, &[n])
-                    .map_err(|e| warn(&key, e))
-                    .ok()
-                    .map(|p| (name, p))
-            })
-            .collect();
-        dataset.vectors.insert(axis, props);
-    }
-    for rows in subgroups(index, "matrices") {
-        for cols in subgroups(index, &format!("matrices/{rows}")) {
-            let (Some(nrows), Some(ncols)) = (
-                dataset.axes.get(&rows).map(Axis::len),
-                dataset.axes.get(&cols).map(Axis::len),
-            ) else {
+        for name in self.node_names("scalars") {
+            let key = format!("scalars/{name}");
+            match read_scalar_of(version, index, &key) {
+                Ok(prop) => {
+                    dataset.scalars.insert(name, prop);
+                }
+                Err(e) => skipped(&key, e),
+            }
+        }
+        for name in self.node_names("axes") {
+            let key = format!("axes/{name}");
+            match read_axis_of(version, index, &key) {
+                Ok(axis) => {
+                    dataset.axes.insert(name, axis);
+                }
+                Err(e) => skipped(&key, e),
+            }
+        }
+        for axis in subgroups(index, "vectors") {
+            let Some(n) = dataset.axes.get(&axis).map(Axis::len) else {
                 log::warn!(
-                    "skipping matrices/{rows}/{cols}: unknown axis in {}",
+                    "skipping vectors/{axis}: no axis {axis} in {}",
                     path.display()
                 );
                 continue;
             };
-            let props = node_names(index, &format!("matrices/{rows}/{cols}"), version)
-                .into_iter()
-                .filter_map(|name| {
-                    let key = format!("matrices/{rows}/{cols}/{name}");
-                    // Zarr shapes are reversed: [ncols, nrows].
-                    read_property_of(version, index, &key, &[ncols, nrows])
-                        .map_err(|e| warn(&key, e))
-                        .ok()
-                        .map(|p| (name, p))
-                })
-                .collect();
-            dataset.matrices.insert((rows.clone(), cols), props);
+            let props = self.properties(&format!("vectors/{axis}"), &[n], skipped);
+            dataset.vectors.insert(axis, props);
         }
+        for rows in subgroups(index, "matrices") {
+            for cols in subgroups(index, &format!("matrices/{rows}")) {
+                let (Some(nrows), Some(ncols)) = (
+                    dataset.axes.get(&rows).map(Axis::len),
+                    dataset.axes.get(&cols).map(Axis::len),
+                ) else {
+                    log::warn!(
+                        "skipping matrices/{rows}/{cols}: unknown axis in {}",
+                        path.display()
+                    );
+                    continue;
+                };
+                // Zarr shapes are reversed: [ncols, nrows].
+                let group = format!("matrices/{rows}/{cols}");
+                let props = self.properties(&group, &[ncols, nrows], skipped);
+                dataset.matrices.insert((rows.clone(), cols), props);
+            }
+        }
+        dataset
     }
-    Ok(dataset)
+
+    /// The properties of `group`, each of Zarr shape `shape`: read on the threads the split
+    /// allows, kept (or passed to `skipped`) in their sorted order.
+    fn properties(
+        &self,
+        group: &str,
+        shape: &[u64],
+        skipped: &mut dyn FnMut(&str, FormatError),
+    ) -> BTreeMap<String, Property> {
+        let (index, version) = (self.index, self.version);
+        let names = self.node_names(group);
+        // Each thread keeps the layouts of the documents it parsed: most arrays of a group
+        // have the same document.
+        let read = map_slices_with(&names, self.split, MetaCache::new, |cache, name| {
+            read_property_through(version, index, &format!("{group}/{name}"), shape, cache)
+        });
+        names
+            .into_iter()
+            .zip(read)
+            .filter_map(|(name, property)| match property {
+                Ok(p) => Some((name, p)),
+                Err(e) => {
+                    skipped(&format!("{group}/{name}"), e);
+                    None
+                }
+            })
+            .collect()
+    }
+
+    /// Child nodes (groups or arrays) of a group, skipping metadata documents; whether a child
+    /// is a node is looked up on the threads the split allows.
+    fn node_names(&self, group: &str) -> Vec<String> {
+        let (index, version) = (self.index, self.version);
+        let children = index.children(group);
+        let nodes = map_slices(&children, self.split, |name| {
+            !name.starts_with('.') && version.has_node(index, &format!("{group}/{name}"))
+        });
+        children
+            .into_iter()
+            .zip(nodes)
+            .filter(|(name, node)| *node && accept_name(name, &format!("node {group}/{name:?}")))
+            .map(|(name, _)| name)
+            .collect()
+    }
 }
 
 /// Sub-directories of a group, with or without their `.zgroup` (writers other than Julia may
@@ -210,21 +287,8 @@ fn subgroups(index: &StoreIndex, group: &str) -> Vec<String> {
         .into_iter()
         .filter(|name| {
             !name.starts_with('.')
-                && !index.children(&format!("{group}/{name}")).is_empty()
+                && index.has_children(&format!("{group}/{name}"))
                 && accept_name(name, &format!("group {group}/{name:?}"))
-        })
-        .collect()
-}
-
-/// Child nodes (groups or arrays) of a group, skipping metadata documents.
-fn node_names(index: &StoreIndex, group: &str, version: ZarrVersion) -> Vec<String> {
-    index
-        .children(group)
-        .into_iter()
-        .filter(|name| {
-            !name.starts_with('.')
-                && version.has_node(index, &format!("{group}/{name}"))
-                && accept_name(name, &format!("node {group}/{name:?}"))
         })
         .collect()
 }
@@ -323,15 +387,26 @@ pub(crate) fn read_property_of(
     key: &str,
     shape: &[u64],
 ) -> Result<Property, FormatError> {
+    read_property_through(version, index, key, shape, &mut MetaCache::none())
+}
+
+/// [`read_property_of`], its metadata documents read through `cache`.
+fn read_property_through(
+    version: ZarrVersion,
+    index: &StoreIndex,
+    key: &str,
+    shape: &[u64],
+    cache: &mut MetaCache,
+) -> Result<Property, FormatError> {
     let mut packed = Packed::default();
     // One parse of a v3 node's zarr.json says whether it is an array and opens it.
     let dense = match version {
         ZarrVersion::V3 if index.contains(&format!("{key}/zarr.json")) => {
-            zarr_v3::open_unless_group(index, key)?
+            zarr_v3::open_unless_group_through(index, key, cache)?
         }
         ZarrVersion::V3 => None,
         ZarrVersion::V2 => match index.get(&format!("{key}/.zarray")) {
-            Some(meta) => Some(zarr_v2::open_array_with(index, key, meta)?),
+            Some(meta) => Some(zarr_v2::open_array_cached(index, key, meta, cache)?),
             None => None,
         },
     };
@@ -366,7 +441,7 @@ pub(crate) fn read_property_of(
         .latest_mtime_under(key)
         .unwrap_or(SystemTime::UNIX_EPOCH);
     let (index_kind, nnz, indtype) = if shape.len() == 1 {
-        let nzind = version.open_array(index, &format!("{key}/nzind"))?;
+        let nzind = version.open_array_through(index, &format!("{key}/nzind"), cache)?;
         let t = numeric(&nzind, "nzind")?;
         note_packing(&mut packed, "nzind", &nzind);
         (
@@ -377,8 +452,8 @@ pub(crate) fn read_property_of(
             t,
         )
     } else {
-        let colptr = version.open_array(index, &format!("{key}/colptr"))?;
-        let rowval = version.open_array(index, &format!("{key}/rowval"))?;
+        let colptr = version.open_array_through(index, &format!("{key}/colptr"), cache)?;
+        let rowval = version.open_array_through(index, &format!("{key}/rowval"), cache)?;
         note_packing(&mut packed, "colptr", &colptr);
         note_packing(&mut packed, "rowval", &rowval);
         let t = numeric(&colptr, "colptr")?;
@@ -405,7 +480,7 @@ pub(crate) fn read_property_of(
         return Err(FormatError::bad("sparse index arrays must be integers"));
     }
     let nzval = if version.has_array(index, &format!("{key}/nzval")) {
-        let values = version.open_array(index, &format!("{key}/nzval"))?;
+        let values = version.open_array_through(index, &format!("{key}/nzval"), cache)?;
         note_packing(&mut packed, "nzval", &values);
         Some(values)
     } else {
@@ -435,6 +510,10 @@ pub(crate) fn read_property_of(
         packed,
     })
 }
+
+#[cfg(test)]
+#[path = "zarr_daf_par_tests.rs"]
+mod par_tests;
 
 #[cfg(test)]
 mod tests {

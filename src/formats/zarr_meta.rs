@@ -9,6 +9,12 @@
 //! wrong. So errors always come from one place, and the fast path must only give the general
 //! path's result for what it accepts (tests compare the two on the fixtures and on generated
 //! documents).
+//!
+//! A [`MetaCache`] keeps the layouts of the last documents read, by their bytes: the arrays of a
+//! Daf group mostly have byte-identical documents (same type and shape), so a mount parses each
+//! distinct document once rather than once per array.
+
+use std::collections::HashMap;
 
 use serde::de::IgnoredAny;
 use serde::Deserialize;
@@ -18,6 +24,68 @@ use super::types::{Endian, NumType};
 use super::zarr_decode::{check_grid, ArrayKind, ChunkLayout, Compressor};
 use super::zarr_v2::parse_fill;
 use super::zarr_v3::{data_kind, fill_bytes, V3Layout};
+
+/// Most distinct documents a [`MetaCache`] keeps (then it starts afresh), and the largest one it
+/// keeps (a larger one is parsed every time).
+const CACHED_DOCUMENTS: usize = 64;
+const CACHED_BYTES: usize = 4096;
+
+type ByBytes<T> = HashMap<Box<[u8]>, T, foldhash::fast::FixedState>;
+
+/// The fast readings of the documents seen last, by their bytes (a reading is a pure function
+/// of the bytes, so a cached one is the one a parse would give). [`MetaCache::none`] keeps
+/// nothing (one array read alone).
+#[derive(Default)]
+pub(crate) struct MetaCache {
+    keep: bool,
+    zarrays: ByBytes<ChunkLayout>,
+    nodes: ByBytes<V3Node>,
+}
+
+impl MetaCache {
+    /// A cache for the arrays of one reader (one thread).
+    pub(crate) fn new() -> MetaCache {
+        MetaCache {
+            keep: true,
+            ..MetaCache::default()
+        }
+    }
+
+    /// A cache that keeps nothing.
+    pub(crate) fn none() -> MetaCache {
+        MetaCache::default()
+    }
+
+    /// [`zarray_layout`], from the cache when these bytes were read before.
+    pub(super) fn zarray_layout(&mut self, bytes: &[u8]) -> Option<ChunkLayout> {
+        cached(self.keep, &mut self.zarrays, bytes, zarray_layout)
+    }
+
+    /// [`v3_node`], from the cache when these bytes were read before.
+    pub(super) fn v3_node(&mut self, bytes: &[u8]) -> Option<V3Node> {
+        cached(self.keep, &mut self.nodes, bytes, v3_node)
+    }
+}
+
+fn cached<T: Clone>(
+    keep: bool,
+    map: &mut ByBytes<T>,
+    bytes: &[u8],
+    read: fn(&[u8]) -> Option<T>,
+) -> Option<T> {
+    if !keep || bytes.len() > CACHED_BYTES {
+        return read(bytes);
+    }
+    if let Some(known) = map.get(bytes) {
+        return Some(known.clone());
+    }
+    let value = read(bytes)?;
+    if map.len() >= CACHED_DOCUMENTS {
+        map.clear();
+    }
+    map.insert(bytes.into(), value.clone());
+    Some(value)
+}
 
 /// A `.zarray`, the fields the reader looks at.
 #[derive(Deserialize)]
@@ -134,6 +202,7 @@ struct CodecConfig<'a> {
 }
 
 /// What a valid `zarr.json` is, as far as the ZarrDaf reader cares.
+#[derive(Clone, Debug)]
 pub(super) enum V3Node {
     /// A Zarr v3 group.
     Group,

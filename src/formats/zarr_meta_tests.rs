@@ -187,3 +187,26 @@ proptest! {
         prop_assert!(node_agrees(doc.as_bytes()).is_ok(), "{}: {:?}", doc, node_agrees(doc.as_bytes()));
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// A cache gives what a parse gives, for documents seen before or not, before and after it
+    /// starts afresh (more distinct documents than it keeps), valid or not.
+    #[test]
+    fn the_cache_gives_what_a_parse_gives(
+        zarrays in prop::collection::vec(zarray_doc(), 1..150),
+        nodes in prop::collection::vec(node_doc(), 1..150),
+        order in prop::collection::vec(any::<prop::sample::Index>(), 300),
+    ) {
+        let mut cache = MetaCache::new();
+        for pick in &order {
+            let doc = pick.get(&zarrays).as_bytes();
+            prop_assert_eq!(cache.zarray_layout(doc), zarray_layout(doc));
+            let doc = pick.get(&nodes).as_bytes();
+            let (cached, parsed) = (cache.v3_node(doc), v3_node(doc));
+            prop_assert_eq!(format!("{cached:?}"), format!("{parsed:?}"));
+        }
+        prop_assert!(cache.zarrays.len() <= CACHED_DOCUMENTS && cache.nodes.len() <= CACHED_DOCUMENTS);
+    }
+}

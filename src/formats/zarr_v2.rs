@@ -25,6 +25,7 @@ use super::zarr_chunks::foreign_decoder;
 use super::zarr_decode::{
     assemble_strings, check_grid, checked_product, ArrayKind, ChunkLayout, Compressor, StoredChunks,
 };
+use super::zarr_meta::MetaCache;
 use super::FormatError;
 
 /// `.zgroup` of every group.
@@ -105,10 +106,11 @@ pub(super) fn parse_fill(fill: &Value, kind: ArrayKind) -> Result<Vec<u8>, Strin
     Ok(bytes)
 }
 
-/// Parses `key/.zarray` into a chunk layout: the typed reading when the document fits it,
-/// else [`parse_zarray_value`] (which also says what is wrong).
-fn parse_zarray(bytes: &[u8]) -> Result<ChunkLayout, String> {
-    match super::zarr_meta::zarray_layout(bytes) {
+/// Parses `key/.zarray` into a chunk layout: the typed reading when the document fits it (from
+/// `cache` when the same bytes were read before), else [`parse_zarray_value`] (which also says
+/// what is wrong).
+fn parse_zarray(bytes: &[u8], cache: &mut MetaCache) -> Result<ChunkLayout, String> {
+    match cache.zarray_layout(bytes) {
         Some(layout) => Ok(layout),
         None => parse_zarray_value(bytes),
     }
@@ -188,16 +190,21 @@ pub(super) fn parse_zarray_value(bytes: &[u8]) -> Result<ChunkLayout, String> {
     })
 }
 
-/// The name of the chunk at `coord` (`0` for a 0-d array).
-fn chunk_name(coord: &[u64], separator: &str) -> String {
-    if coord.is_empty() {
-        return "0".to_string();
+/// The key of the first chunk (coordinates all 0) of the `ndim`-dimensional array under `key`:
+/// `key/{prefix}0`, `key/{prefix}0.0`… (`0` for a 0-d array), built in one string.
+fn first_chunk_key(key: &str, prefix: &str, ndim: usize, separator: &str) -> String {
+    let ndim = ndim.max(1);
+    let mut out =
+        String::with_capacity(key.len() + 1 + prefix.len() + ndim * (1 + separator.len()));
+    out.push_str(key);
+    out.push('/');
+    out.push_str(prefix);
+    out.push('0');
+    for _ in 1..ndim {
+        out.push_str(separator);
+        out.push('0');
     }
-    coord
-        .iter()
-        .map(u64::to_string)
-        .collect::<Vec<_>>()
-        .join(separator)
+    out
 }
 
 /// The chunks the store holds for the array under `key`: its keys that name a chunk of the grid
@@ -225,7 +232,8 @@ pub fn all_chunks_stored(index: &StoreIndex, key: &str) -> Result<bool, FormatEr
     let meta = index
         .get(&format!("{key}/.zarray"))
         .ok_or_else(|| FormatError::MissingFile(format!("{key}/.zarray")))?;
-    let layout = parse_zarray(meta.blob.bytes()?.as_slice()).map_err(FormatError::Bad)?;
+    let layout = parse_zarray(meta.blob.bytes()?.as_slice(), &mut MetaCache::none())
+        .map_err(FormatError::Bad)?;
     let stored = stored_chunks(index, key, &layout, "").len() as u64;
     Ok(layout.grid_total() == Some(stored))
 }
@@ -256,10 +264,19 @@ fn vlen_header_fits(data: &[u8], len: u64) -> Result<(), String> {
 
 /// Opens the array stored under `key` (`key/.zarray` and its chunks).
 pub fn open_array(index: &StoreIndex, key: &str) -> Result<ZarrArray, FormatError> {
+    open_array_through(index, key, &mut MetaCache::none())
+}
+
+/// [`open_array`], its `.zarray` read through `cache`.
+pub(crate) fn open_array_through(
+    index: &StoreIndex,
+    key: &str,
+    cache: &mut MetaCache,
+) -> Result<ZarrArray, FormatError> {
     let meta_entry = index
         .get(&format!("{key}/.zarray"))
         .ok_or_else(|| FormatError::MissingFile(format!("{key}/.zarray")))?;
-    open_array_with(index, key, meta_entry)
+    open_array_cached(index, key, meta_entry, cache)
 }
 
 /// [`open_array`] of the array whose `.zarray` entry was already looked up (one look-up of the
@@ -269,26 +286,37 @@ pub fn open_array_with(
     key: &str,
     meta_entry: &crate::stores::Entry,
 ) -> Result<ZarrArray, FormatError> {
-    let layout = parse_zarray(meta_entry.blob.bytes()?.as_slice()).map_err(FormatError::Bad)?;
-    let mtime = index.latest_mtime_under(key).unwrap_or(meta_entry.mtime);
-    open_chunked(index, key, layout, mtime, "")
+    open_array_cached(index, key, meta_entry, &mut MetaCache::none())
+}
+
+/// [`open_array_with`], its `.zarray` read through `cache`.
+pub(crate) fn open_array_cached(
+    index: &StoreIndex,
+    key: &str,
+    meta_entry: &crate::stores::Entry,
+    cache: &mut MetaCache,
+) -> Result<ZarrArray, FormatError> {
+    let bytes = meta_entry.blob.bytes()?;
+    let layout = parse_zarray(bytes.as_slice(), cache).map_err(FormatError::Bad)?;
+    open_chunked(index, key, layout, meta_entry.mtime, "")
 }
 
 /// Opens an array of either Zarr version from its parsed layout: the single stored chunk of a
 /// Daf-flat array is the array's blob (zero-copy); an array none of whose chunks is stored is
 /// its fill value ([`Blob::fill`]); any other is decoded, lazily for numbers. `prefix` is what
-/// chunk names start with (`c/` for the Zarr v3 default key encoding).
+/// chunk names start with (`c/` for the Zarr v3 default key encoding). Its mtime is the latest
+/// of the keys under `key` (`meta_mtime`, its metadata's, when none), found with the first
+/// chunk in one search.
 pub(super) fn open_chunked(
     index: &StoreIndex,
     key: &str,
     layout: ChunkLayout,
-    mtime: SystemTime,
+    meta_mtime: SystemTime,
     prefix: &str,
 ) -> Result<ZarrArray, FormatError> {
-    let chunk_key = |coord: &[u64]| {
-        let name = chunk_name(coord, &layout.separator);
-        format!("{key}/{prefix}{name}")
-    };
+    let first = first_chunk_key(key, prefix, layout.shape.len(), &layout.separator);
+    let (latest, first_chunk) = index.latest_mtime_and_entry(key, &first[key.len() + 1..]);
+    let mtime = latest.unwrap_or(meta_mtime);
     let (kind, shape) = (layout.kind, layout.shape.clone());
     let len = layout.len();
     if len == 0 {
@@ -311,8 +339,7 @@ pub(super) fn open_chunked(
             ArrayKind::Strings | ArrayKind::Numeric(_, Endian::Little)
         );
     if single && plain_bytes {
-        let zeros = vec![0u64; layout.shape.len()];
-        if let Some(chunk) = index.get(&chunk_key(&zeros)) {
+        if let Some(chunk) = first_chunk {
             let fits = match kind {
                 ArrayKind::Numeric(t, _) => Some(chunk.blob.len()?) == len.checked_mul(t.size()),
                 ArrayKind::Strings => {
@@ -430,5 +457,9 @@ mod tests {
         );
         assert!(zarray_json("<i8", false, &[0]).contains("\"chunks\":[1]"));
         assert_eq!(single_chunk_key(2), "0.0");
+        assert_eq!(first_chunk_key("a/b", "", 0, "."), "a/b/0");
+        assert_eq!(first_chunk_key("a/b", "", 1, "."), "a/b/0");
+        assert_eq!(first_chunk_key("a", "", 3, "."), "a/0.0.0");
+        assert_eq!(first_chunk_key("a", "c/", 2, "/"), "a/c/0/0");
     }
 }

@@ -25,7 +25,7 @@ use crate::stores::{Bytes, StoreIndex};
 use super::shard::{flat_blob, Packing};
 use super::types::{ElementType, Endian, NumType};
 use super::zarr_decode::{check_grid, ArrayKind, ChunkLayout, Compressor};
-use super::zarr_meta::{v3_node, V3Node};
+use super::zarr_meta::{v3_node, MetaCache, V3Node};
 use super::zarr_v2::{open_chunked, parse_fill, stored_chunks, ZarrArray};
 use super::FormatError;
 
@@ -80,8 +80,17 @@ fn is_group_meta(meta: &Value) -> bool {
 /// The array under `key`, or `None` when `key` is a group: [`is_group`] and [`open_array`]
 /// with one parse of its `zarr.json` (an unreadable one is an array's error, as there).
 pub fn open_unless_group(index: &StoreIndex, key: &str) -> Result<Option<ZarrArray>, FormatError> {
+    open_unless_group_through(index, key, &mut MetaCache::none())
+}
+
+/// [`open_unless_group`], its `zarr.json` read through `cache`.
+pub(crate) fn open_unless_group_through(
+    index: &StoreIndex,
+    key: &str,
+    cache: &mut MetaCache,
+) -> Result<Option<ZarrArray>, FormatError> {
     let (bytes, mtime) = meta_bytes(index, key)?;
-    match v3_node(bytes.as_slice()) {
+    match cache.v3_node(bytes.as_slice()) {
         Some(V3Node::Group) => Ok(None),
         Some(V3Node::Array(v3)) => open_layout(index, key, v3, None, mtime).map(Some),
         None => {
@@ -149,6 +158,7 @@ pub fn check_marker(index: &StoreIndex, path: &Path) -> Result<(), FormatError> 
 
 /// What a v3 array's `zarr.json` says: how to assemble it, where its chunks are, and whether
 /// it is sharded.
+#[derive(Clone, Debug)]
 pub(super) struct V3Layout {
     pub(super) layout: ChunkLayout,
     /// What chunk names start with after the array's key: `c/` (`c.`) or `""` (v2 encoding).
@@ -361,8 +371,17 @@ fn array_layout(index: &StoreIndex, key: &str) -> Result<V3Layout, FormatError> 
 
 /// Opens the Zarr v3 array stored under `key` (`key/zarr.json` and its chunks).
 pub fn open_array(index: &StoreIndex, key: &str) -> Result<ZarrArray, FormatError> {
+    open_array_through(index, key, &mut MetaCache::none())
+}
+
+/// [`open_array`], its `zarr.json` read through `cache`.
+pub(crate) fn open_array_through(
+    index: &StoreIndex,
+    key: &str,
+    cache: &mut MetaCache,
+) -> Result<ZarrArray, FormatError> {
     let (bytes, mtime) = meta_bytes(index, key)?;
-    if let Some(V3Node::Array(v3)) = v3_node(bytes.as_slice()) {
+    if let Some(V3Node::Array(v3)) = cache.v3_node(bytes.as_slice()) {
         return open_layout(index, key, v3, None, mtime);
     }
     open_parsed(index, key, &parse_meta(key, &bytes)?, mtime)
@@ -389,10 +408,10 @@ fn open_layout(
     meta: Option<&Value>,
     meta_mtime: SystemTime,
 ) -> Result<ZarrArray, FormatError> {
-    let mtime = index.latest_mtime_under(key).unwrap_or(meta_mtime);
     if !v3.sharded {
-        return open_chunked(index, key, v3.layout, mtime, &v3.prefix);
+        return open_chunked(index, key, v3.layout, meta_mtime, &v3.prefix);
     }
+    let mtime = index.latest_mtime_under(key).unwrap_or(meta_mtime);
     let Some(meta) = meta else {
         return Err(FormatError::bad(
             "a sharded array read without its zarr.json",
@@ -412,7 +431,7 @@ fn open_layout(
             codecs: Vec::new(),
             ..layout
         };
-        return open_chunked(index, key, unsharded, mtime, &v3.prefix);
+        return open_chunked(index, key, unsharded, meta_mtime, &v3.prefix);
     };
     let eltype = match layout.kind {
         ArrayKind::Numeric(t, _) => ElementType::Num(t),

@@ -137,10 +137,50 @@ enum Slot {
     Deferred(u32),
 }
 
+/// Keys and their slots, sorted by key, each key once: a sorted vector rather than a tree (sized
+/// exactly, built without a node per few keys, and searched in about half the key comparisons
+/// of a `BTreeMap` of a million keys).
+#[derive(Clone, Debug, Default)]
+struct Sorted(Vec<(Box<str>, Slot)>);
+
+/// Sorts `pairs` by key, keeping of duplicated keys the last one.
+fn sort_last_wins<V>(pairs: &mut Vec<(Box<str>, V)>) {
+    // Stable: duplicates keep their order, and the later one replaces the kept one.
+    pairs.sort_by(|a, b| a.0.cmp(&b.0));
+    pairs.dedup_by(|later, kept| {
+        let same = later.0 == kept.0;
+        if same {
+            std::mem::swap(later, kept);
+        }
+        same
+    });
+}
+
+impl Sorted {
+    fn get_key_value(&self, key: &str) -> Option<(&str, &Slot)> {
+        let at = self.0.binary_search_by(|(k, _)| (**k).cmp(key)).ok()?;
+        self.0.get(at).map(|(k, slot)| (&**k, slot))
+    }
+
+    fn contains_key(&self, key: &str) -> bool {
+        self.get_key_value(key).is_some()
+    }
+
+    /// The pairs from the first key at or after `from` (after it, when `inclusive` is false).
+    fn from(&self, from: &str, inclusive: bool) -> std::slice::Iter<'_, (Box<str>, Slot)> {
+        let at = self.0.partition_point(|(k, _)| match (**k).cmp(from) {
+            std::cmp::Ordering::Less => true,
+            std::cmp::Ordering::Equal => !inclusive,
+            std::cmp::Ordering::Greater => false,
+        });
+        self.0[at..].iter()
+    }
+}
+
 /// The keys of an opened source, sorted, with their entries.
 #[derive(Clone, Debug, Default)]
 pub struct StoreIndex {
-    entries: BTreeMap<Box<str>, Slot>,
+    entries: Sorted,
     /// Makes the deferred entries (shared by every copy and sub-tree of the index).
     maker: Option<Arc<dyn EntryMaker>>,
     /// Modification time of the source itself (root directory or archive file).
@@ -151,10 +191,12 @@ impl StoreIndex {
     /// An index over the given entries.
     pub fn new(entries: BTreeMap<String, Entry>, root_mtime: Option<SystemTime>) -> StoreIndex {
         StoreIndex {
-            entries: entries
-                .into_iter()
-                .map(|(key, entry)| (key.into_boxed_str(), Slot::Made(entry)))
-                .collect(),
+            entries: Sorted(
+                entries
+                    .into_iter()
+                    .map(|(key, entry)| (key.into_boxed_str(), Slot::Made(entry)))
+                    .collect(),
+            ),
             maker: None,
             root_mtime,
         }
@@ -163,16 +205,18 @@ impl StoreIndex {
     /// An index whose entries `maker` makes on first use: `keys` maps each key to its entry's
     /// number (of duplicated keys, the last one wins).
     pub fn deferred(
-        keys: Vec<(Box<str>, u32)>,
+        mut keys: Vec<(Box<str>, u32)>,
         maker: Arc<dyn EntryMaker>,
         root_mtime: Option<SystemTime>,
     ) -> StoreIndex {
+        // Sorted as (key, number) pairs, half the size of the slots they become.
+        sort_last_wins(&mut keys);
         StoreIndex {
-            // Collected (sorted, then built in one pass: full nodes), not inserted one by one.
-            entries: keys
-                .into_iter()
-                .map(|(key, id)| (key, Slot::Deferred(id)))
-                .collect(),
+            entries: Sorted(
+                keys.into_iter()
+                    .map(|(key, id)| (key, Slot::Deferred(id)))
+                    .collect(),
+            ),
             maker: Some(maker),
             root_mtime,
         }
@@ -180,16 +224,25 @@ impl StoreIndex {
 
     /// The entry stored under `key`.
     pub fn get(&self, key: &str) -> Option<&Entry> {
-        match self.entries.get_key_value(key)? {
-            (_, Slot::Made(entry)) => Some(entry),
-            (key, Slot::Deferred(id)) => Some(self.maker.as_ref()?.entry(*id, key)),
+        let (key, slot) = self.entries.get_key_value(key)?;
+        self.entry_of(key, slot)
+    }
+
+    fn entry_of<'a>(&'a self, key: &str, slot: &'a Slot) -> Option<&'a Entry> {
+        match slot {
+            Slot::Made(entry) => Some(entry),
+            Slot::Deferred(id) => Some(self.maker.as_ref()?.entry(*id, key)),
         }
     }
 
     /// How many entries are made (not deferred) so far.
     #[cfg(test)]
     pub(crate) fn made_count(&self) -> usize {
-        let made = self.entries.values().filter(|s| matches!(s, Slot::Made(_)));
+        let made = self
+            .entries
+            .0
+            .iter()
+            .filter(|(_, s)| matches!(s, Slot::Made(_)));
         made.count() + self.maker.as_ref().map_or(0, |m| m.made())
     }
 
@@ -207,55 +260,77 @@ impl StoreIndex {
 
     /// Number of entries.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.entries.0.len()
     }
 
     /// Whether the index is empty.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.entries.0.is_empty()
     }
 
     /// All keys, sorted.
     pub fn keys(&self) -> impl Iterator<Item = &str> {
-        self.entries.keys().map(|key| &**key)
+        self.entries.0.iter().map(|(key, _)| &**key)
     }
 
     /// The names directly under directory `dir` ("" for the root): files and sub-directories,
-    /// sorted, each once. Jumps over whole sub-trees, so it costs one step per child.
+    /// sorted, each once. Walks the keys in order and jumps over a sub-tree once it has walked
+    /// a few keys of it, so it costs a few steps per child, however large the sub-trees.
     pub fn children(&self, dir: &str) -> Vec<String> {
-        use std::ops::Bound::{Included, Unbounded};
-        let prefix = if dir.is_empty() {
-            String::new()
-        } else {
-            format!("{dir}/")
-        };
-        let mut names = Vec::new();
-        let mut cursor = prefix.clone();
-        while let Some((key, _)) = self
-            .entries
-            .range::<str, _>((Included(cursor.as_str()), Unbounded))
-            .next()
-        {
-            let Some(rest) = key.strip_prefix(&prefix) else {
+        /// Keys of one child walked before jumping over the rest of its sub-tree.
+        const WALK: usize = 8;
+        let mut prefix = String::with_capacity(dir.len() + 1);
+        if !dir.is_empty() {
+            prefix.push_str(dir);
+            prefix.push('/');
+        }
+        let mut names: Vec<String> = Vec::new();
+        let mut keys = self.entries.from(&prefix, true);
+        let mut walked = 0;
+        let mut cursor = String::new();
+        while let Some((key, _)) = keys.next() {
+            let Some(rest) = key.strip_prefix(prefix.as_str()) else {
                 break;
             };
-            match rest.split_once('/') {
-                Some((name, _)) => {
-                    // '0' follows '/': this skips every key under "prefix/name/".
-                    cursor = format!("{prefix}{name}0");
-                    if !name.is_empty() {
-                        names.push(name.to_string());
-                    }
+            let Some((name, _)) = rest.split_once('/') else {
+                names.push(rest.to_string());
+                walked = 0;
+                continue;
+            };
+            if names.last().is_some_and(|last| last == name) {
+                walked += 1;
+            } else {
+                walked = 0;
+                if !name.is_empty() {
+                    names.push(name.to_string());
                 }
-                None => {
-                    cursor = format!("{key}\u{0}");
-                    names.push(rest.to_string());
+            }
+            if walked >= WALK {
+                // '0' follows '/': this jumps over every key under "prefix/name/".
+                cursor.clear();
+                cursor.push_str(&prefix);
+                cursor.push_str(name);
+                cursor.push('0');
+                keys = self.entries.from(&cursor, false);
+                // "prefix/name0" itself, if stored, is a sibling: not jumped over.
+                if let Some((sibling, _)) = self.entries.get_key_value(cursor.as_str()) {
+                    names.push(sibling[prefix.len()..].to_string());
                 }
+                walked = 0;
             }
         }
         names.sort();
         names.dedup();
         names
+    }
+
+    /// Whether directory `dir` holds any key (without listing them).
+    pub fn has_children(&self, dir: &str) -> bool {
+        let prefix = format!("{dir}/");
+        self.entries
+            .from(&prefix, true)
+            .next()
+            .is_some_and(|(key, _)| key.starts_with(&prefix))
     }
 
     /// The entries whose key starts with `prefix/`, re-keyed without it (a group of a
@@ -264,15 +339,12 @@ impl StoreIndex {
         let full = format!("{prefix}/");
         let entries = self
             .entries
-            .range::<str, _>((
-                std::ops::Bound::Included(full.as_str()),
-                std::ops::Bound::Unbounded,
-            ))
+            .from(&full, true)
             .take_while(|(key, _)| key.starts_with(&full))
             .map(|(key, slot)| (Box::from(&key[full.len()..]), slot.clone()))
             .collect();
         StoreIndex {
-            entries,
+            entries: Sorted(entries),
             maker: self.maker.clone(),
             root_mtime: self.root_mtime,
         }
@@ -280,17 +352,43 @@ impl StoreIndex {
 
     /// The latest modification time among the entries under `dir` (and the entry `dir` itself).
     pub fn latest_mtime_under(&self, dir: &str) -> Option<SystemTime> {
-        let full = format!("{dir}/");
-        let below = self
+        self.latest_mtime_and_entry(dir, "").0
+    }
+
+    /// [`StoreIndex::latest_mtime_under`] of `dir`, and the entry stored under `dir/{name}`
+    /// (none for an empty `name`), with one search. No key is built: the keys under `dir/`
+    /// follow `dir` and the few keys that continue `dir` with a byte below `/` (`dir-x`,
+    /// `dir.x`); the first key that continues it with a byte above `/` ends them.
+    pub fn latest_mtime_and_entry(
+        &self,
+        dir: &str,
+        name: &str,
+    ) -> (Option<SystemTime>, Option<&Entry>) {
+        let mut found = None;
+        let latest = self
             .entries
-            .range::<str, _>((
-                std::ops::Bound::Included(full.as_str()),
-                std::ops::Bound::Unbounded,
-            ))
-            .take_while(|(key, _)| key.starts_with(&full))
-            .filter_map(|(_, slot)| self.mtime_of(slot));
-        let own = self.entries.get(dir).and_then(|slot| self.mtime_of(slot));
-        below.chain(own).max()
+            .from(dir, true)
+            .map_while(|(key, slot)| {
+                let rest = key.as_bytes().strip_prefix(dir.as_bytes())?;
+                match rest.split_first() {
+                    None => Some(Some(slot)),
+                    Some((b'/', below)) => {
+                        if !name.is_empty() && below == name.as_bytes() {
+                            found = Some((key, slot));
+                        }
+                        Some(Some(slot))
+                    }
+                    Some((&next, _)) if next < b'/' => Some(None),
+                    Some(_) => None,
+                }
+            })
+            .flatten()
+            .filter_map(|slot| self.mtime_of(slot))
+            .max();
+        (
+            latest,
+            found.and_then(|(key, slot)| self.entry_of(key, slot)),
+        )
     }
 }
 
@@ -328,6 +426,112 @@ mod tests {
         assert_eq!(idx.children("a"), vec![".zarray", "0"]);
         assert_eq!(idx.children("c"), vec!["d", "f"]);
         assert!(idx.children("zz").is_empty());
+        assert!(idx.has_children("a") && idx.has_children("c/d") && !idx.has_children("a.b"));
+        assert!(!idx.has_children("zz") && !idx.has_children("c/f"));
+    }
+
+    #[test]
+    fn children_jumps_over_large_sub_trees_and_keeps_every_name() {
+        let mut keys: Vec<String> = Vec::new();
+        for dir in ["a", "a0", "a1", "b"] {
+            for i in 0..20 {
+                keys.push(format!("g/{dir}/{i:02}"));
+            }
+        }
+        keys.extend(
+            [
+                "g/a.x",
+                "g/a-y/z",
+                "g/a0.q",
+                "g/a/0/deep",
+                "g/b0",
+                "h/a",
+                "g0",
+            ]
+            .map(String::from),
+        );
+        let idx = index(&keys.iter().map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(
+            idx.children("g"),
+            vec!["a", "a-y", "a.x", "a0", "a0.q", "a1", "b", "b0"]
+        );
+        assert_eq!(idx.children("g/a").len(), 21); // 00…19 and the directory 0
+        assert_eq!(idx.children(""), vec!["g", "g0", "h"]);
+    }
+
+    #[test]
+    fn latest_mtime_under_sees_the_directory_and_only_its_keys() {
+        let at = |s: u64| SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(s);
+        let keys = [
+            ("a", 1),
+            ("a-x", 50),
+            ("a.b", 60),
+            ("a/.zarray", 2),
+            ("a/0", 3),
+            ("a/b/c", 4),
+            ("a0", 70),
+            ("a0/x", 80),
+            ("b/a", 90),
+        ];
+        let entries = keys
+            .iter()
+            .map(|&(k, s)| {
+                let blob = Blob::ready(Bytes::from_vec(Vec::new()));
+                (k.to_string(), Entry { blob, mtime: at(s) })
+            })
+            .collect();
+        let idx = StoreIndex::new(entries, None);
+        assert_eq!(idx.len(), keys.len());
+        assert_eq!(idx.latest_mtime_under("a"), Some(at(4)));
+        assert_eq!(idx.latest_mtime_under("a/b"), Some(at(4)));
+        assert_eq!(idx.latest_mtime_under("a0"), Some(at(80)));
+        assert_eq!(idx.latest_mtime_under("a-x"), Some(at(50)));
+        assert_eq!(idx.latest_mtime_under("b"), Some(at(90)));
+        assert_eq!(idx.latest_mtime_under("c"), None);
+        assert_eq!(idx.latest_mtime_under("a/"), None);
+        let (latest, entry) = idx.latest_mtime_and_entry("a", "0");
+        assert_eq!((latest, entry.map(|e| e.mtime)), (Some(at(4)), Some(at(3))));
+        let (latest, entry) = idx.latest_mtime_and_entry("a", "b/c");
+        assert_eq!((latest, entry.map(|e| e.mtime)), (Some(at(4)), Some(at(4))));
+        assert!(idx.latest_mtime_and_entry("a", "x").1.is_none());
+        assert!(idx.latest_mtime_and_entry("a", "").1.is_none());
+        assert!(idx.latest_mtime_and_entry("a0", "0").1.is_none());
+    }
+
+    #[test]
+    fn a_deferred_index_is_sorted_and_the_last_of_duplicated_keys_wins() {
+        #[derive(Debug)]
+        struct Maker(Vec<Entry>);
+        impl EntryMaker for Maker {
+            fn entry(&self, id: u32, _key: &str) -> &Entry {
+                &self.0[id as usize]
+            }
+            fn mtime(&self, id: u32) -> SystemTime {
+                self.0[id as usize].mtime
+            }
+            fn made(&self) -> usize {
+                0
+            }
+        }
+        let names = ["b", "a/x", "c", "a", "b", "a/x", "b"];
+        let entries = (0..names.len())
+            .map(|i| Entry {
+                blob: Blob::ready(Bytes::from_vec(vec![i as u8])),
+                mtime: SystemTime::UNIX_EPOCH,
+            })
+            .collect();
+        let keys = names
+            .iter()
+            .zip(0..)
+            .map(|(k, i)| (Box::from(*k), i))
+            .collect();
+        let idx = StoreIndex::deferred(keys, Arc::new(Maker(entries)), None);
+        assert_eq!(idx.keys().collect::<Vec<_>>(), vec!["a", "a/x", "b", "c"]);
+        let first_byte = |k: &str| idx.get(k).unwrap().blob.bytes().unwrap().as_slice()[0];
+        assert_eq!(first_byte("b"), 6);
+        assert_eq!(first_byte("a/x"), 5);
+        assert_eq!(first_byte("a"), 3);
+        assert!(idx.get("d").is_none() && !idx.contains("a/") && idx.contains("c"));
     }
 
     #[test]

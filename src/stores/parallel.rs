@@ -1,6 +1,10 @@
-//! A bounded parallel map, for independent slow requests (a walk of a server's listings, the
-//! presence checks of remote chunks): at most `limit` run at once, results come back in order,
-//! and the first failure stops the items not started yet.
+//! Parallel maps whose results come back in the items' order.
+//!
+//! [`map`] is for independent slow requests (a walk of a server's listings, the presence checks
+//! of remote chunks): at most `limit` run at once, and the first failure stops the items not
+//! started yet. [`map_slices`] is for CPU work on many small items (the per-array documents a
+//! mount parses): the items are cut into one contiguous slice per thread, each thread maps its
+//! slice, and the slices are joined in order, so the result is the sequential one.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -51,6 +55,93 @@ pub fn map<T: Sync, R: Send, E: Send>(
         .collect())
 }
 
+/// How a CPU-bound map is split: at most `threads` threads, each with at least `min_per_thread`
+/// items (fewer items run on the calling thread alone).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Split {
+    /// Most threads used (the calling thread included).
+    pub threads: usize,
+    /// Fewest items worth a thread of their own.
+    pub min_per_thread: usize,
+}
+
+impl Split {
+    /// One thread: the sequential map.
+    pub const SEQUENTIAL: Split = Split {
+        threads: 1,
+        min_per_thread: 1,
+    };
+
+    /// One thread per core (`available_parallelism`), for slices of at least `min_per_thread`.
+    pub fn per_core(min_per_thread: usize) -> Split {
+        Split {
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            min_per_thread,
+        }
+    }
+
+    /// How many threads `len` items get.
+    fn threads_for(self, len: usize) -> usize {
+        (len / self.min_per_thread.max(1)).clamp(1, self.threads.max(1))
+    }
+}
+
+/// `f` of every item, in the items' order, computed on up to `split.threads` threads, each
+/// mapping one contiguous slice (the calling thread maps the first). A thread that cannot be
+/// started leaves its slice to the calling thread; a panic in `f` is resumed here.
+pub fn map_slices<T: Sync, R: Send>(
+    items: &[T],
+    split: Split,
+    f: impl Fn(&T) -> R + Sync,
+) -> Vec<R> {
+    map_slices_with(items, split, || (), |(), item| f(item))
+}
+
+/// [`map_slices`] where each slice is mapped with a state of its own, made by `init` (a cache
+/// of what the slice's items have in common).
+pub fn map_slices_with<T: Sync, R: Send, S>(
+    items: &[T],
+    split: Split,
+    init: impl Fn() -> S + Sync,
+    f: impl Fn(&mut S, &T) -> R + Sync,
+) -> Vec<R> {
+    let threads = split.threads_for(items.len());
+    let (init, f) = (&init, &f);
+    let map = move |slice: &[T]| {
+        let mut state = init();
+        slice
+            .iter()
+            .map(|item| f(&mut state, item))
+            .collect::<Vec<R>>()
+    };
+    if threads <= 1 {
+        return map(items);
+    }
+    let per = items.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let mut slices = items.chunks(per);
+        let first = slices.next().unwrap_or(&[]);
+        let started: Vec<_> = slices
+            .map(|slice| {
+                let spawned = std::thread::Builder::new()
+                    .name("daf-read".into())
+                    .spawn_scoped(scope, move || map(slice));
+                (slice, spawned.ok())
+            })
+            .collect();
+        let mut out = map(first);
+        out.reserve(items.len() - out.len());
+        for (slice, handle) in started {
+            match handle.map(|h| h.join()) {
+                Some(Ok(part)) => out.extend(part),
+                Some(Err(panic)) => std::panic::resume_unwind(panic),
+                None => out.extend(map(slice)),
+            }
+        }
+        out
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -62,5 +153,40 @@ mod tests {
         assert_eq!(values, (0..100).map(|i| i * 2).collect::<Vec<_>>());
         let err = map(&items, 16, |&i| if i == 50 { Err("boom") } else { Ok(i) }).unwrap_err();
         assert_eq!(err, "boom");
+    }
+
+    #[test]
+    fn map_slices_gives_the_sequential_result_in_order() {
+        let items: Vec<usize> = (0..1001).collect();
+        let sequential: Vec<usize> = items.iter().map(|i| i * 3).collect();
+        for threads in [1, 2, 3, 7, 2000] {
+            let split = Split {
+                threads,
+                min_per_thread: 1,
+            };
+            assert_eq!(
+                map_slices(&items, split, |i| i * 3),
+                sequential,
+                "{threads}"
+            );
+        }
+        let none: Vec<usize> = Vec::new();
+        assert!(map_slices(&none, Split::per_core(1), |i| *i).is_empty());
+    }
+
+    #[test]
+    fn small_inputs_stay_on_the_calling_thread() {
+        let split = Split {
+            threads: 8,
+            min_per_thread: 100,
+        };
+        assert_eq!(split.threads_for(99), 1);
+        assert_eq!(split.threads_for(250), 2);
+        assert_eq!(split.threads_for(100_000), 8);
+        let me = std::thread::current().id();
+        let ids = map_slices(&[0; 99], split, |_| std::thread::current().id());
+        assert!(ids.iter().all(|id| *id == me));
+        let ids = map_slices(&[0; 1000], split, |_| std::thread::current().id());
+        assert!(ids.iter().any(|id| *id != me));
     }
 }

@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use super::parallel::{map_slices, Split};
 use super::store::IndexedStore;
 use super::zip_index::IndexBuilder;
 use super::{Bytes, StoreError, StoreIndex};
@@ -118,7 +119,7 @@ pub fn parse_archive(path: &Path, bytes: Bytes) -> Result<ZipArchive, StoreError
 pub fn open_zip(path: &Path) -> Result<StoreIndex, StoreError> {
     let (bytes, file_mtime) = map_archive(path)?;
     let mut builder = IndexBuilder::new(path, bytes.clone());
-    parse_each(path, &bytes, file_mtime, &mut |record| builder.add(record))?;
+    parse_each(path, &bytes, file_mtime, &mut builder)?;
     Ok(builder.finish(Some(file_mtime)))
 }
 
@@ -190,10 +191,7 @@ pub(super) fn find_eocd(data: &[u8]) -> Option<u64> {
 
 fn parse(path: &Path, bytes: Bytes, file_mtime: SystemTime) -> Result<ZipArchive, StoreError> {
     let mut records = Vec::new();
-    let (cd_offset, cd_size) = parse_each(path, &bytes, file_mtime, &mut |record| {
-        records.push(record);
-        Ok(())
-    })?;
+    let (cd_offset, cd_size) = parse_each(path, &bytes, file_mtime, &mut records)?;
     Ok(ZipArchive {
         path: path.to_path_buf(),
         bytes,
@@ -204,13 +202,32 @@ fn parse(path: &Path, bytes: Bytes, file_mtime: SystemTime) -> Result<ZipArchive
     })
 }
 
-/// Parses the archive's end records and hands its central records to `each`, in archive order;
-/// the central directory's offset and size.
+/// What the central records of an archive are handed to, in archive order.
+pub(super) trait RecordSink {
+    /// How many records the end record declares (checked against the directory's size).
+    fn expect(&mut self, count: u64);
+    /// The next record.
+    fn take(&mut self, record: CentralRecord) -> Result<(), StoreError>;
+}
+
+impl RecordSink for Vec<CentralRecord> {
+    fn expect(&mut self, count: u64) {
+        self.reserve_exact(usize::try_from(count).unwrap_or(0));
+    }
+
+    fn take(&mut self, record: CentralRecord) -> Result<(), StoreError> {
+        self.push(record);
+        Ok(())
+    }
+}
+
+/// Parses the archive's end records and hands its central records to `sink`, in archive order
+/// (parsed a batch at a time on every core); the central directory's offset and size.
 fn parse_each(
     path: &Path,
     bytes: &Bytes,
     file_mtime: SystemTime,
-    each: &mut dyn FnMut(CentralRecord) -> Result<(), StoreError>,
+    sink: &mut dyn RecordSink,
 ) -> Result<(u64, u64), StoreError> {
     let data = bytes.as_slice();
     let eocd = find_eocd(data).ok_or_else(|| {
@@ -254,15 +271,48 @@ fn parse_each(
     }
     // The count is bounded by the directory's size above; records are handed on as they are
     // parsed rather than trusting it.
-    let mut at = cd_offset;
-    for n in 0..count {
-        let damaged = || corrupt(path, format!("central directory record {n} is damaged"));
-        let record =
-            parse_record(path, data, at, cd_end, cd_offset, file_mtime).ok_or_else(damaged)??;
-        at = record.raw_range.1;
-        each(record)?;
+    sink.expect(count);
+    let split = Split::per_core(RECORDS_PER_THREAD);
+    let (mut at, mut n) = (cd_offset, 0u64);
+    while n < count {
+        // Where the next records start (their fixed fields say where each ends); a record
+        // whose fields cannot be read ends the batch, and its parse below says what is wrong.
+        let mut starts = Vec::with_capacity(BATCH.min(usize::try_from(count - n).unwrap_or(BATCH)));
+        let mut next = Some(at);
+        while let Some(start) = next {
+            starts.push(start);
+            if starts.len() >= BATCH || n + starts.len() as u64 >= count {
+                break;
+            }
+            next = record_end(data, start);
+        }
+        // Parsed on every core, handed on in archive order: the first damaged one is the error.
+        let parsed = map_slices(&starts, split, |&start| {
+            parse_record(path, data, start, cd_end, cd_offset, file_mtime)
+        });
+        for record in parsed {
+            let damaged = || corrupt(path, format!("central directory record {n} is damaged"));
+            let record = record.ok_or_else(damaged)??;
+            at = record.raw_range.1;
+            n += 1;
+            sink.take(record)?;
+        }
     }
     Ok((cd_offset, cd_size))
+}
+
+/// Most central records parsed at once (a batch is held whole before it is handed on).
+const BATCH: usize = 16_384;
+/// Fewest central records worth a thread of their own.
+const RECORDS_PER_THREAD: usize = 1024;
+
+/// Where the central record at `at` ends, from its fixed fields alone (`None`: cut short): its
+/// name, extra field and comment lengths, read as one 6-byte slice.
+fn record_end(data: &[u8], at: u64) -> Option<u64> {
+    let from = usize::try_from(at.checked_add(28)?).ok()?;
+    let lengths = data.get(from..from.checked_add(6)?)?;
+    let len = |i: usize| u64::from(u16::from_le_bytes([lengths[i], lengths[i + 1]]));
+    Some(at + CENTRAL_MIN + len(0) + len(2) + len(4))
 }
 
 /// Size of a central record without its name, extra field and comment.

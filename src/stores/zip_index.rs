@@ -18,7 +18,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::SystemTime;
 
 use super::check::{ArchiveName, Label};
-use super::zip::{u16_at, CentralRecord};
+use super::zip::{u16_at, CentralRecord, RecordSink};
 use super::zip_entry::{entry_problem, member_blob, MemberSpec};
 use super::{Bytes, Entry, EntryMaker, StoreError, StoreIndex};
 
@@ -78,6 +78,20 @@ impl EntryMaker for ZipEntries {
     #[cfg(test)]
     fn made(&self) -> usize {
         self.made.iter().filter(|m| m.get().is_some()).count()
+    }
+}
+
+impl RecordSink for IndexBuilder {
+    /// Room for the members the central directory declares, so that the index is built without
+    /// regrowing (the count was checked against the directory's size).
+    fn expect(&mut self, count: u64) {
+        let count = usize::try_from(count).unwrap_or(0);
+        self.entries.members.reserve_exact(count);
+        self.keys.reserve_exact(count);
+    }
+
+    fn take(&mut self, record: CentralRecord) -> Result<(), StoreError> {
+        self.add(record)
     }
 }
 

@@ -72,7 +72,7 @@ struct Shown {
 fn snapshot(ns: &Namespace) -> Vec<Shown> {
     fn walk(ns: &Namespace, ino: u64, path: String, out: &mut Vec<Shown>) {
         let node = ns.node(ino).unwrap();
-        let kind = match &node.kind {
+        let kind = match node.kind() {
             NodeKind::Dir { .. } => "dir".to_string(),
             NodeKind::File(blob) => format!("file {:?}", blob.bytes().ok().map(|b| b.len())),
             NodeKind::Staged(disk) => format!("staged {:?}", disk.file_name()),
@@ -84,7 +84,7 @@ fn snapshot(ns: &Namespace) -> Vec<Shown> {
             kind,
             mtime: ns.mtime(node),
             subdirs: ns.subdirs(ino),
-            elidable: node.elidable,
+            elidable: node.elidable(),
         });
         for child in ns.children(ino) {
             let child = u64::from(*child);
@@ -562,7 +562,7 @@ fn commits_into_a_zip_source_give_the_tree_a_build_gives() {
     same_as_built("after the append");
     let ino = fs.resolve("scalars/new.json").unwrap();
     assert!(matches!(
-        fs.namespace().node(ino).unwrap().kind,
+        fs.namespace().node(ino).unwrap().kind(),
         NodeKind::File(_)
     ));
     let opened = open_source(archive.to_str().unwrap()).unwrap();

@@ -85,7 +85,7 @@ impl State {
         let staged = split_mount(&self.roots, &path)
             .filter(|(_, rel)| !rel.is_empty())
             .and_then(|(root, rel)| self.staged.get(&root.canonical_path(rel)));
-        let shown = self.namespace.node(ino).map(|n| &n.kind);
+        let shown = self.namespace.node(ino).map(|n| n.kind());
         matches!(shown, Some(super::NodeKind::Staged(d)) if **d == *disk)
             && staged.is_some_and(|s| s.disk == disk)
     }

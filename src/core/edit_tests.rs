@@ -568,3 +568,19 @@ fn commits_into_a_zip_source_give_the_tree_a_build_gives() {
     let opened = open_source(archive.to_str().unwrap()).unwrap();
     assert!(opened.datasets[0].dataset.scalars.contains_key("new"));
 }
+
+/// A writer unlinking a committed Zarr chunk commits its item (the chunk now holds fill
+/// values) while the other view stages a file of that item: the staged file stays on top, as
+/// in a build (the commit's edit replaced it with the committed file).
+#[test]
+fn a_commit_keeps_another_views_staged_file_of_the_item_on_top() {
+    let ops = [
+        (Op::Mkdir(13, 0), 73),
+        (Op::Create(78, 0), 0),
+        // files_v1_0.daf/vectors/cell/score.json, staged over the committed one.
+        (Op::Create(154, 210), 0),
+        // files_v1_0.daf.zarr/vectors/cell/score/0: a commit of `score`.
+        (Op::Unlink(38), 0),
+    ];
+    edited_is_built(&ops, "files_v1_0.daf/").unwrap();
+}

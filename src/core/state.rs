@@ -143,6 +143,12 @@ impl State {
                 if entry.elidable {
                     return None;
                 }
+                // A file still staged there (another view's, over the committed one) is on top
+                // in a build, and would be replaced by the edit: build.
+                let canonical = root.canonical_path(root.relative(&entry.path));
+                if self.staged.get(&canonical).is_some_and(|s| !s.is_dir) {
+                    return None;
+                }
                 // The mount root's own time is also the mount's (see `Namespace::build`).
                 let mtime = match entry.path.is_empty() {
                     true => entry.mtime.max(self.root_mtime),

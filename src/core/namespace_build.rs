@@ -42,7 +42,8 @@ impl Namespace {
             inodes,
             added: HashTable::new(),
             hasher: foldhash::fast::RandomState::default(),
-            recent: vec![(0, 0); RECENT_NAMES],
+            recent: vec![Recent::default(); RECENT_NAMES],
+            clock: 0,
             last_dir: (String::new(), Some(ROOT), false),
         };
         let mtime = builder.mtime(root_mtime);
@@ -199,9 +200,11 @@ struct Builder<'a> {
     /// each with its hash (32 bits of it: growing the table hashes no name again).
     added: HashTable<(u32, u32)>,
     hasher: foldhash::fast::RandomState,
-    /// Short names recently stored, by their hash: (where, length) in `names` (see
+    /// Short names recently stored, each in one of two slots chosen by its hash (see
     /// [`Builder::name_start`]).
-    recent: Vec<(u32, u16)>,
+    recent: Vec<Recent>,
+    /// The number of short names met so far (the time of [`Recent::used`]).
+    clock: u32,
     /// The directory of the previous entry (`None`: blocked by a file), and whether that entry
     /// was elidable: entries come grouped by directory, so most need no walk from the root.
     last_dir: (String, Option<u64>, bool),
@@ -210,9 +213,26 @@ struct Builder<'a> {
 /// Names up to this long are stored once when they repeat (see [`Builder::name_start`]).
 const SHARED_NAME: usize = 32;
 
+/// A short name recently stored (see [`Builder::name_start`]): where it is in the tree's
+/// names (an empty slot has length 0), and when it was last met ([`Builder::clock`]).
+#[derive(Clone, Copy, Debug, Default)]
+struct Recent {
+    start: u32,
+    len: u16,
+    used: u32,
+}
+
 /// The number of slots of recently stored short names: repeated names stay while the unique
 /// names between their repetitions rarely take their slot.
 const RECENT_NAMES: usize = 256;
+
+/// The two slots of [`Builder::recent`] a short name of hash `hash` may be in.
+fn slots_of(hash: u64) -> [usize; 2] {
+    [
+        hash as usize % RECENT_NAMES,
+        (hash >> 32) as usize % RECENT_NAMES,
+    ]
+}
 
 /// A 32-bit hash spread over the 64 bits the hash table takes (it uses both ends).
 fn spread(hash: u32) -> u64 {
@@ -353,18 +373,61 @@ impl Builder<'_> {
             self.names.push_str(name);
             return end;
         }
-        let slot = (self.hasher.hash_one(name) as usize) % RECENT_NAMES;
-        if let Some(&(start, len)) = self.recent.get(slot) {
-            let (start, len) = (start as usize, usize::from(len));
-            if len == name.len() && self.names.get(start..start + len) == Some(name) {
-                return start;
+        // Two slots a name may be in (see [`Builder::remember`]).
+        self.clock = self.clock.wrapping_add(1);
+        let (hash, now) = (self.hasher.hash_one(name), self.clock);
+        for slot in slots_of(hash) {
+            if let Some(recent) = self.recent.get_mut(slot) {
+                let (start, len) = (recent.start as usize, usize::from(recent.len));
+                if len == name.len() && self.names.get(start..start + len) == Some(name) {
+                    recent.used = now;
+                    return start;
+                }
             }
         }
         self.names.push_str(name);
-        if let (Some(recent), Ok(start)) = (self.recent.get_mut(slot), u32::try_from(end)) {
-            *recent = (start, name.len() as u16);
+        if let Ok(start) = u32::try_from(end) {
+            let len = name.len() as u16;
+            self.remember(
+                Recent {
+                    start,
+                    len,
+                    used: now,
+                },
+                hash,
+            );
         }
         end
+    }
+
+    /// Keeps `recent` (of hash `hash`) in one of its two slots: an empty one or one whose name
+    /// was not met for [`RECENT_NAMES`] names, else the one met longest ago, whose name moves
+    /// to its other slot on the same terms (cuckoo hashing, a few moves at most), so that two
+    /// repeated names sharing a slot by chance of the hasher's seed keep apart.
+    fn remember(&mut self, recent: Recent, hash: u64) {
+        let now = self.clock;
+        let stale = |r: &Recent| r.len == 0 || now.wrapping_sub(r.used) > RECENT_NAMES as u32;
+        let (mut held, mut slots) = (recent, slots_of(hash).to_vec());
+        for _ in 0..8 {
+            if let Some(slot) = slots.iter().copied().find(|s| stale(&self.recent[*s])) {
+                self.recent[slot] = held;
+                return;
+            }
+            let oldest = slots.iter().copied().min_by_key(|s| self.recent[*s].used);
+            let Some(slot) = oldest else {
+                return;
+            };
+            let moved = std::mem::replace(&mut self.recent[slot], held);
+            let (start, len) = (moved.start as usize, usize::from(moved.len));
+            let Some(name) = self.names.get(start..start + len) else {
+                return;
+            };
+            held = moved;
+            slots = slots_of(self.hasher.hash_one(name))
+                .into_iter()
+                .filter(|s| *s != slot)
+                .collect();
+        }
     }
 
     /// The 32-bit hash of (parent, name) in [`Builder::added`].

@@ -62,7 +62,7 @@ impl DafFs {
     pub(super) fn commit_staged(&self, ino: u64, fh: u64) -> Result<(), FsError> {
         let ns = self.namespace();
         let (path, disk) = match ns.node(ino) {
-            Some(node) => match (&node.kind, ns.path(ino)) {
+            Some(node) => match (node.kind(), ns.path(ino)) {
                 (NodeKind::Staged(disk), Some(path)) => (path, disk.clone()),
                 _ => return Ok(()),
             },

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use super::super::{Node, NodeKind, ROOT};
+use super::super::{NewKind, ROOT};
 use super::Editor;
 use crate::stores::Blob;
 
@@ -33,9 +33,7 @@ impl Editor<'_> {
         self.touched.extend(&ancestors);
         let Some(existing) = self.ns.child(parent, name) else {
             match blob {
-                Some(blob) => {
-                    self.insert_kind(parent, name, mtime, NodeKind::File(blob.clone()))?
-                }
+                Some(blob) => self.insert_kind(parent, name, mtime, NewKind::File(blob.clone()))?,
                 None => {
                     let ino = self.insert(parent, name, mtime, None)?;
                     self.ns.overlay.made.insert(ino, Some(mtime));
@@ -60,12 +58,9 @@ impl Editor<'_> {
             self.dirty(&ancestors);
         }
         let ino = self.number(parent, name);
-        let replacement = Node {
-            mtime: self.time(mtime),
-            elidable: false,
-            kind: NodeKind::File(blob.clone()),
-            ..node
-        };
+        let mut replacement = node.with_kind(NewKind::File(blob.clone()));
+        replacement.set_mtime_index(self.time(mtime));
+        replacement.set_elidable(false);
         self.reseat(parent, name, existing, ino, replacement)?;
         self.propagate(&ancestors, Some(was), Some(mtime))
     }
@@ -84,10 +79,7 @@ impl Editor<'_> {
             latest.max().map_or(own, |m| m.max(own))
         };
         if now != was {
-            let node = Node {
-                mtime: self.time(now),
-                ..node
-            };
+            let node = node.with_mtime_index(self.time(now));
             self.ns.overlay.nodes.insert(dir, Some(node));
         }
         self.propagate(ancestors, Some(was), Some(now))

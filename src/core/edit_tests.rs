@@ -72,7 +72,7 @@ struct Shown {
 fn snapshot(ns: &Namespace) -> Vec<Shown> {
     fn walk(ns: &Namespace, ino: u64, path: String, out: &mut Vec<Shown>) {
         let node = ns.node(ino).unwrap();
-        let kind = match &node.kind {
+        let kind = match node.kind() {
             NodeKind::Dir { .. } => "dir".to_string(),
             NodeKind::File(blob) => format!("file {:?}", blob.bytes().ok().map(|b| b.len())),
             NodeKind::Staged(disk) => format!("staged {:?}", disk.file_name()),
@@ -84,7 +84,7 @@ fn snapshot(ns: &Namespace) -> Vec<Shown> {
             kind,
             mtime: ns.mtime(node),
             subdirs: ns.subdirs(ino),
-            elidable: node.elidable,
+            elidable: node.elidable(),
         });
         for child in ns.children(ino) {
             let child = u64::from(*child);
@@ -562,9 +562,25 @@ fn commits_into_a_zip_source_give_the_tree_a_build_gives() {
     same_as_built("after the append");
     let ino = fs.resolve("scalars/new.json").unwrap();
     assert!(matches!(
-        fs.namespace().node(ino).unwrap().kind,
+        fs.namespace().node(ino).unwrap().kind(),
         NodeKind::File(_)
     ));
     let opened = open_source(archive.to_str().unwrap()).unwrap();
     assert!(opened.datasets[0].dataset.scalars.contains_key("new"));
+}
+
+/// A writer unlinking a committed Zarr chunk commits its item (the chunk now holds fill
+/// values) while the other view stages a file of that item: the staged file stays on top, as
+/// in a build (the commit's edit replaced it with the committed file).
+#[test]
+fn a_commit_keeps_another_views_staged_file_of_the_item_on_top() {
+    let ops = [
+        (Op::Mkdir(13, 0), 73),
+        (Op::Create(78, 0), 0),
+        // files_v1_0.daf/vectors/cell/score.json, staged over the committed one.
+        (Op::Create(154, 210), 0),
+        // files_v1_0.daf.zarr/vectors/cell/score/0: a commit of `score`.
+        (Op::Unlink(38), 0),
+    ];
+    edited_is_built(&ops, "files_v1_0.daf/").unwrap();
 }

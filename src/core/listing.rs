@@ -34,7 +34,7 @@ impl DafFs {
         let node = ns.node(ino).ok_or(FsError::NotFound)?;
         // Its own presence, and its sub-directories' (for `st_nlink`) unless their count is kept:
         // a large directory is stat'ed for every `..` of a recursive listing.
-        let children = match &node.kind {
+        let children = match node.kind() {
             NodeKind::Dir { .. } if !ns.subdirs_known(ino) => ns.children(ino),
             _ => &[],
         };
@@ -44,7 +44,7 @@ impl DafFs {
             return Err(FsError::NotFound);
         }
         let dir_perm = if self.writable() { 0o755 } else { 0o555 };
-        Ok(match &node.kind {
+        Ok(match node.kind() {
             NodeKind::Dir { .. } => Attr {
                 ino,
                 kind: Kind::Dir,
@@ -115,7 +115,7 @@ impl DafFs {
     ) -> Result<(), FsError> {
         let ns = self.namespace();
         let node = ns.node(ino).ok_or(FsError::NotFound)?;
-        let NodeKind::Dir { .. } = &node.kind else {
+        let NodeKind::Dir { .. } = node.kind() else {
             return Err(FsError::NotDir);
         };
         let children = ns.children(ino);

@@ -320,7 +320,7 @@ impl DafFs {
     /// The content of committed file `ino` (produced on first access, then shared), or a copy
     /// of a staged file's current bytes.
     pub fn content(&self, ino: u64) -> Result<Bytes, FsError> {
-        match &self.namespace().node(ino).ok_or(FsError::NotFound)?.kind {
+        match self.namespace().node(ino).ok_or(FsError::NotFound)?.kind() {
             NodeKind::File(blob) => Ok(blob.bytes()?),
             NodeKind::Staged(disk) => Ok(Bytes::from_vec(std::fs::read(disk)?)),
             NodeKind::Dir { .. } => Err(FsError::IsDir),
@@ -331,7 +331,7 @@ impl DafFs {
     /// chunk): its whole content must not be asked for (no page fill).
     pub fn is_ranged(&self, ino: u64) -> bool {
         matches!(
-            self.namespace().node(ino).map(|n| &n.kind),
+            self.namespace().node(ino).map(|n| n.kind()),
             Some(NodeKind::File(blob)) if blob.is_ranged()
         )
     }
@@ -340,7 +340,7 @@ impl DafFs {
     /// is wrong): what the kernel cached of it must be dropped, not kept.
     pub fn failed_check(&self, ino: u64) -> bool {
         matches!(
-            self.namespace().node(ino).map(|n| &n.kind),
+            self.namespace().node(ino).map(|n| n.kind()),
             Some(NodeKind::File(blob)) if blob.check_state() == Some(CheckState::Bad)
         )
     }
@@ -348,7 +348,7 @@ impl DafFs {
     /// Waits until the integrity check of committed file `ino` is decided (if it has one):
     /// `false` when its bytes were found corrupt.
     pub fn settle_check(&self, ino: u64) -> bool {
-        let blob = match self.namespace().node(ino).map(|n| &n.kind) {
+        let blob = match self.namespace().node(ino).map(|n| n.kind()) {
             Some(NodeKind::File(blob)) => blob.clone(),
             _ => return true,
         };
@@ -371,7 +371,7 @@ impl DafFs {
             buf.truncate(filled);
             return Ok(Bytes::from_vec(buf));
         }
-        let node_blob = match &self.namespace().node(ino).ok_or(FsError::NotFound)?.kind {
+        let node_blob = match self.namespace().node(ino).ok_or(FsError::NotFound)?.kind() {
             NodeKind::File(blob) => Some(blob.clone()),
             _ => None,
         };
@@ -391,7 +391,7 @@ impl DafFs {
     /// staged file, write: then `true`) directly (passthrough): the source file of a committed
     /// file, or a staged file.
     pub fn backing_file(&self, ino: u64) -> Option<(PathBuf, bool)> {
-        match &self.namespace().node(ino)?.kind {
+        match self.namespace().node(ino)?.kind() {
             NodeKind::File(blob) => blob.backing_file().map(|p| (PathBuf::from(p), false)),
             NodeKind::Staged(disk) => Some((disk.to_path_buf(), self.writable())),
             NodeKind::Dir { .. } => None,
@@ -403,7 +403,7 @@ impl DafFs {
         let ns = self.namespace();
         let bytes = ns
             .nodes()
-            .filter_map(|(_, n)| match &n.kind {
+            .filter_map(|(_, n)| match n.kind() {
                 NodeKind::File(blob) => blob.known_len(),
                 _ => None,
             })

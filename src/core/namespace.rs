@@ -10,7 +10,7 @@
 //! and its descendants'. A node stores no path: its name (in one string of the tree's names, a
 //! repeated short name stored once), its
 //! parent, an index into the tree's few distinct times, and for a directory a range of the tree's
-//! one array of children (inode numbers as `u32`), 32 bytes in all; paths are rebuilt from parents
+//! one array of children (inode numbers as `u32`), 24 bytes in all; paths are rebuilt from parents
 //! when asked ([`Namespace::path`]). Every table is sized exactly once the tree is built.
 //!
 //! An *elidable* file (a view entry shown only if its blob exists, see `Blob::presence`) makes
@@ -63,23 +63,41 @@ pub struct Entry {
     pub elidable: bool,
 }
 
-/// What an inode is.
-#[derive(Clone, Debug)]
-pub enum NodeKind {
+/// What an inode is, as read from its node ([`Node::kind`]).
+#[derive(Clone, Copy, Debug)]
+pub enum NodeKind<'a> {
     /// A directory; its children's inodes, sorted by name, are [`Namespace::children`].
     Dir {
         /// Where its children are in the tree's array of children.
         children: Children,
     },
     /// A committed file.
+    File(&'a Arc<Blob>),
+    /// A staged file on disk.
+    Staged(&'a StagedPath),
+}
+
+/// What a node being made is (see [`Node::new`]).
+#[derive(Clone, Debug)]
+pub(super) enum NewKind {
+    /// A directory, its children placed later.
+    Dir,
+    /// A committed file.
     File(Arc<Blob>),
     /// A staged file on disk.
     Staged(StagedPath),
 }
 
-/// The disk path of a staged file, behind a thin pointer (a node stays at 32 bytes).
+/// The disk path of a staged file, behind a thin pointer (a node stays at 24 bytes).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StagedPath(Box<PathBuf>);
+
+impl StagedPath {
+    /// The staged file at `disk`.
+    pub(super) fn new(disk: PathBuf) -> StagedPath {
+        StagedPath(Box::new(disk))
+    }
+}
 
 impl std::ops::Deref for StagedPath {
     type Target = Path;
@@ -115,7 +133,30 @@ impl Children {
     }
 }
 
-/// One inode (32 bytes). Its name is [`Namespace::name`], its path [`Namespace::path`] (rebuilt
+/// What every node has besides its parent and name start: kept inside each variant of
+/// [`Repr`], in the 7 bytes after its tag (packed: an alignment of 4 would push it past them),
+/// so that a node is 24 bytes (as fields of [`Node`] beside an enum of 16 bytes, they made it
+/// 32). Its fields are only copied, never borrowed.
+#[derive(Clone, Copy, Debug)]
+#[repr(C, packed)]
+struct Meta {
+    /// Its modification time, an index into the tree's times.
+    mtime: u32,
+    /// Its name's length (a name is at most `NAME_MAX` bytes).
+    name_len: u16,
+    /// Present only if its blob (a file) or one of its children (a directory) is.
+    elidable: bool,
+}
+
+/// A node's kind with its [`Meta`].
+#[derive(Clone, Debug)]
+enum Repr {
+    Dir { meta: Meta, children: Children },
+    File { meta: Meta, blob: Arc<Blob> },
+    Staged { meta: Meta, disk: StagedPath },
+}
+
+/// One inode (24 bytes). Its name is [`Namespace::name`], its path [`Namespace::path`] (rebuilt
 /// from its parents: a path is stored once per tree, as its last component), its modification
 /// time [`Namespace::mtime`] (one of the tree's few distinct times).
 #[derive(Clone, Debug)]
@@ -125,17 +166,32 @@ pub struct Node {
     parent: u32,
     /// Where its name starts in the tree's names (a tree's names are far below 4 GiB).
     name_start: u32,
-    /// Its name's length (a name is at most `NAME_MAX` bytes).
-    name_len: u16,
-    /// Its modification time, an index into the tree's times.
-    mtime: u32,
-    /// Present only if its blob (a file) or one of its children (a directory) is.
-    pub elidable: bool,
-    /// Directory or file.
-    pub kind: NodeKind,
+    /// Its kind, time, name length and `elidable` flag.
+    repr: Repr,
 }
 
 impl Node {
+    /// A node of `kind` (a directory with no children yet).
+    fn new(
+        parent: u32,
+        name_start: u32,
+        name_len: u16,
+        mtime: u32,
+        elidable: bool,
+        kind: NewKind,
+    ) -> Node {
+        let meta = Meta {
+            mtime,
+            name_len,
+            elidable,
+        };
+        Node {
+            parent,
+            name_start,
+            repr: Repr::of(meta, kind),
+        }
+    }
+
     /// Its parent's inode number (the root is its own parent).
     pub fn parent(&self) -> u64 {
         u64::from(self.parent)
@@ -143,7 +199,96 @@ impl Node {
 
     /// Whether this is a directory.
     pub fn is_dir(&self) -> bool {
-        matches!(self.kind, NodeKind::Dir { .. })
+        matches!(self.repr, Repr::Dir { .. })
+    }
+
+    /// What it is.
+    pub fn kind(&self) -> NodeKind<'_> {
+        match &self.repr {
+            Repr::Dir { children, .. } => NodeKind::Dir {
+                children: *children,
+            },
+            Repr::File { blob, .. } => NodeKind::File(blob),
+            Repr::Staged { disk, .. } => NodeKind::Staged(disk),
+        }
+    }
+
+    /// Shown only if its blob (a file) or one of its children (a directory) is.
+    pub fn elidable(&self) -> bool {
+        self.meta().elidable
+    }
+
+    fn meta(&self) -> &Meta {
+        match &self.repr {
+            Repr::Dir { meta, .. } | Repr::File { meta, .. } | Repr::Staged { meta, .. } => meta,
+        }
+    }
+
+    fn meta_mut(&mut self) -> &mut Meta {
+        match &mut self.repr {
+            Repr::Dir { meta, .. } | Repr::File { meta, .. } | Repr::Staged { meta, .. } => meta,
+        }
+    }
+
+    /// Its time, an index into the tree's times.
+    fn mtime_index(&self) -> u32 {
+        self.meta().mtime
+    }
+
+    fn set_mtime_index(&mut self, mtime: u32) {
+        self.meta_mut().mtime = mtime;
+    }
+
+    fn set_elidable(&mut self, elidable: bool) {
+        self.meta_mut().elidable = elidable;
+    }
+
+    fn name_len(&self) -> u16 {
+        self.meta().name_len
+    }
+
+    /// Its children's range, for a directory.
+    fn children_range(&self) -> Option<Children> {
+        match self.repr {
+            Repr::Dir { children, .. } => Some(children),
+            _ => None,
+        }
+    }
+
+    /// Gives a directory its children's range (nothing for a file).
+    fn set_children_range(&mut self, range: Children) {
+        if let Repr::Dir { children, .. } = &mut self.repr {
+            *children = range;
+        }
+    }
+
+    /// This node (same parent, name, time and flag) as `kind`.
+    fn with_kind(&self, kind: NewKind) -> Node {
+        Node {
+            parent: self.parent,
+            name_start: self.name_start,
+            repr: Repr::of(*self.meta(), kind),
+        }
+    }
+
+    /// This node with time `mtime` (an index into the tree's times).
+    fn with_mtime_index(&self, mtime: u32) -> Node {
+        let mut node = self.clone();
+        node.set_mtime_index(mtime);
+        node
+    }
+}
+
+impl Repr {
+    fn of(meta: Meta, kind: NewKind) -> Repr {
+        match kind {
+            NewKind::Dir => Repr::Dir {
+                meta,
+                children: Children::default(),
+            },
+            NewKind::File(blob) => Repr::File { meta, blob },
+            NewKind::Staged(disk) => Repr::Staged { meta, disk },
+        }
     }
 }
 
@@ -203,7 +348,7 @@ impl Namespace {
 
     /// The modification time of `node`.
     pub fn mtime(&self, node: &Node) -> SystemTime {
-        let at = node.mtime as usize;
+        let at = node.mtime_index() as usize;
         let base = &self.base.mtimes;
         match at.checked_sub(base.len()) {
             None => base.get(at),
@@ -230,8 +375,8 @@ impl Namespace {
         if let Some(children) = self.overlay.children.get(&ino) {
             return children;
         }
-        match self.node(ino).map(|n| &n.kind) {
-            Some(NodeKind::Dir { children }) => slice_of(&self.base.children, *children),
+        match self.node(ino).map(Node::kind) {
+            Some(NodeKind::Dir { children }) => slice_of(&self.base.children, children),
             _ => &[],
         }
     }
@@ -249,7 +394,7 @@ impl Namespace {
 
     /// The name of `node`, in the base's names or the overlay's.
     fn name_of(&self, node: &Node) -> &str {
-        let (start, len) = (node.name_start as usize, usize::from(node.name_len));
+        let (start, len) = (node.name_start as usize, usize::from(node.name_len()));
         let base = &self.base.names;
         match start.checked_sub(base.len()) {
             None => base.get(start..start + len),
@@ -273,7 +418,7 @@ impl Namespace {
 
     /// The child `name` of directory `parent`: `None` if absent, `Err(())` if `parent` is a file.
     pub fn child(&self, parent: u64, name: &str) -> Option<Result<u64, ()>> {
-        match &self.node(parent)?.kind {
+        match self.node(parent)?.kind() {
             NodeKind::Dir { .. } => {
                 let children = self.children(parent);
                 children
@@ -289,10 +434,10 @@ impl Namespace {
     /// depends on was not asked yet ([`Namespace::unresolved`]).
     pub fn present(&self, ino: u64) -> Option<bool> {
         let node = self.node(ino)?;
-        if !node.elidable {
+        if !node.elidable() {
             return Some(true);
         }
-        match &node.kind {
+        match node.kind() {
             NodeKind::File(blob) => blob.presence(),
             NodeKind::Staged(_) => Some(true),
             NodeKind::Dir { .. } => {
@@ -311,10 +456,10 @@ impl Namespace {
 
     /// Adds to `out` the blobs whose presence decides whether `ino` is shown and is not known yet.
     pub fn unresolved(&self, ino: u64, out: &mut Vec<Arc<Blob>>) {
-        let Some(node) = self.node(ino).filter(|n| n.elidable) else {
+        let Some(node) = self.node(ino).filter(|n| n.elidable()) else {
             return;
         };
-        match &node.kind {
+        match node.kind() {
             NodeKind::File(blob) if blob.presence().is_none() => out.push(blob.clone()),
             NodeKind::Dir { .. } => {
                 for child in self.children(ino) {
@@ -400,7 +545,7 @@ fn slice_of(all: &[u32], range: Children) -> &[u32] {
 
 /// The name of `node` in `names`.
 fn name_in<'a>(names: &'a str, node: &Node) -> &'a str {
-    let (start, len) = (node.name_start as usize, usize::from(node.name_len));
+    let (start, len) = (node.name_start as usize, usize::from(node.name_len()));
     names.get(start..start + len).unwrap_or("")
 }
 

@@ -16,8 +16,8 @@ use std::time::SystemTime;
 use hashbrown::HashTable;
 
 use super::{
-    name_in, slice_of, Children, Entry, EntryKind, InodeTable, Namespace, Node, NodeKind,
-    NodeTable, StagedPath, LARGE_DIR, ROOT, ROOT_U32,
+    name_in, slice_of, Children, Entry, EntryKind, InodeTable, Namespace, NewKind, Node, NodeTable,
+    StagedPath, LARGE_DIR, ROOT, ROOT_U32,
 };
 
 #[cfg(test)]
@@ -42,20 +42,12 @@ impl Namespace {
             inodes,
             added: HashTable::new(),
             hasher: foldhash::fast::RandomState::default(),
-            recent: vec![(0, 0); RECENT_NAMES],
+            recent: vec![Recent::default(); RECENT_NAMES],
+            clock: 0,
             last_dir: (String::new(), Some(ROOT), false),
         };
         let mtime = builder.mtime(root_mtime);
-        let root = Node {
-            parent: ROOT_U32,
-            name_start: 0,
-            name_len: 0,
-            mtime,
-            elidable: false,
-            kind: NodeKind::Dir {
-                children: Children::default(),
-            },
-        };
+        let root = Node::new(ROOT_U32, 0, 0, mtime, false, NewKind::Dir);
         builder.nodes.insert(ROOT, root);
         for entry in entries {
             builder.add(entry);
@@ -76,17 +68,17 @@ impl Namespace {
         // are final already: a first `stat` (a lookup right after the mount) counts nothing.
         let mut kept = HashMap::default();
         for (ino, node) in (0u64..).zip(&nodes.slots) {
-            let Some(NodeKind::Dir { children: range }) = node.as_ref().map(|n| &n.kind) else {
+            let Some(range) = node.as_ref().and_then(Node::children_range) else {
                 continue;
             };
             if range.len() < LARGE_DIR {
                 continue;
             }
-            let children: Option<Vec<&Node>> = slice_of(&children, *range)
+            let children: Option<Vec<&Node>> = slice_of(&children, range)
                 .iter()
                 .map(|c| nodes.get(u64::from(*c)))
                 .collect();
-            if let Some(children) = children.filter(|c| c.iter().all(|n| !n.elidable)) {
+            if let Some(children) = children.filter(|c| c.iter().all(|n| !n.elidable())) {
                 kept.insert(ino, children.iter().filter(|n| n.is_dir()).count() as u32);
             }
         }
@@ -135,17 +127,17 @@ fn place_children(nodes: &mut NodeTable, names: &str) -> Box<[u32]> {
     }
     let mut start = 0u32;
     for (slot, end) in nodes.slots.iter_mut().zip(ends) {
-        if let Some(NodeKind::Dir { children: range }) = slot.as_mut().map(|n| &mut n.kind) {
-            *range = Children {
+        if let Some(node) = slot.as_mut() {
+            node.set_children_range(Children {
                 start,
                 len: end.saturating_sub(start),
-            };
+            });
         }
         start = end;
     }
     let name = |ino: &u32| nodes.get(u64::from(*ino)).map_or("", |n| name_in(names, n));
     for node in nodes.slots.iter().flatten() {
-        let NodeKind::Dir { children: range } = node.kind else {
+        let Some(range) = node.children_range() else {
             continue;
         };
         let (from, to) = (range.start as usize, range.start as usize + range.len());
@@ -167,11 +159,10 @@ fn propagate_mtimes(nodes: &mut NodeTable, children: &[u32], mtimes: &[SystemTim
     let mut next = 0;
     while let Some(&dir) = order.get(next) {
         next += 1;
-        let Some(NodeKind::Dir { children: range }) = nodes.get(u64::from(dir)).map(|n| &n.kind)
-        else {
+        let Some(range) = nodes.get(u64::from(dir)).and_then(Node::children_range) else {
             continue;
         };
-        let subdirs = slice_of(children, *range)
+        let subdirs = slice_of(children, range)
             .iter()
             .filter(|c| nodes.get(u64::from(**c)).is_some_and(Node::is_dir));
         order.extend(subdirs);
@@ -180,17 +171,17 @@ fn propagate_mtimes(nodes: &mut NodeTable, children: &[u32], mtimes: &[SystemTim
         let Some(node) = nodes.get(u64::from(dir)) else {
             continue;
         };
-        let NodeKind::Dir { children: range } = node.kind else {
+        let Some(range) = node.children_range() else {
             continue;
         };
         let latest = slice_of(children, range)
             .iter()
             .filter_map(|c| nodes.get(u64::from(*c)))
-            .map(|n| n.mtime)
+            .map(Node::mtime_index)
             .max_by_key(|m| time(*m));
-        if let Some(latest) = latest.filter(|m| time(*m) > time(node.mtime)) {
+        if let Some(latest) = latest.filter(|m| time(*m) > time(node.mtime_index())) {
             if let Some(node) = nodes.get_mut(u64::from(dir)) {
-                node.mtime = latest;
+                node.set_mtime_index(latest);
             }
         }
     }
@@ -209,9 +200,11 @@ struct Builder<'a> {
     /// each with its hash (32 bits of it: growing the table hashes no name again).
     added: HashTable<(u32, u32)>,
     hasher: foldhash::fast::RandomState,
-    /// Short names recently stored, by their hash: (where, length) in `names` (see
+    /// Short names recently stored, each in one of two slots chosen by its hash (see
     /// [`Builder::name_start`]).
-    recent: Vec<(u32, u16)>,
+    recent: Vec<Recent>,
+    /// The number of short names met so far (the time of [`Recent::used`]).
+    clock: u32,
     /// The directory of the previous entry (`None`: blocked by a file), and whether that entry
     /// was elidable: entries come grouped by directory, so most need no walk from the root.
     last_dir: (String, Option<u64>, bool),
@@ -220,9 +213,26 @@ struct Builder<'a> {
 /// Names up to this long are stored once when they repeat (see [`Builder::name_start`]).
 const SHARED_NAME: usize = 32;
 
+/// A short name recently stored (see [`Builder::name_start`]): where it is in the tree's
+/// names (an empty slot has length 0), and when it was last met ([`Builder::clock`]).
+#[derive(Clone, Copy, Debug, Default)]
+struct Recent {
+    start: u32,
+    len: u16,
+    used: u32,
+}
+
 /// The number of slots of recently stored short names: repeated names stay while the unique
 /// names between their repetitions rarely take their slot.
 const RECENT_NAMES: usize = 256;
+
+/// The two slots of [`Builder::recent`] a short name of hash `hash` may be in.
+fn slots_of(hash: u64) -> [usize; 2] {
+    [
+        hash as usize % RECENT_NAMES,
+        (hash >> 32) as usize % RECENT_NAMES,
+    ]
+}
 
 /// A 32-bit hash spread over the 64 bits the hash table takes (it uses both ends).
 fn spread(hash: u32) -> u64 {
@@ -242,11 +252,14 @@ impl Builder<'_> {
             entry.path
         };
         if path.is_empty() {
-            let root = self.nodes.get(ROOT).map(|r| self.mtimes[r.mtime as usize]);
+            let root = self
+                .nodes
+                .get(ROOT)
+                .map(|r| self.mtimes[r.mtime_index() as usize]);
             if root.is_some_and(|root| entry.mtime > root) {
                 let mtime = self.mtime(entry.mtime);
                 if let Some(root) = self.nodes.get_mut(ROOT) {
-                    root.mtime = mtime;
+                    root.set_mtime_index(mtime);
                 }
             }
             return;
@@ -264,31 +277,28 @@ impl Builder<'_> {
             return;
         };
         let kind = match entry.kind {
-            EntryKind::Dir => NodeKind::Dir {
-                children: Children::default(),
-            },
-            EntryKind::Blob(blob) => NodeKind::File(blob),
-            EntryKind::Staged(path) => NodeKind::Staged(StagedPath(Box::new(path))),
+            EntryKind::Dir => NewKind::Dir,
+            EntryKind::Blob(blob) => NewKind::File(blob),
+            EntryKind::Staged(path) => NewKind::Staged(StagedPath::new(path)),
         };
         let ino = self.child(parent, name);
         let existing = self.nodes.get(ino).map(Node::is_dir);
         match (existing, &kind) {
-            (Some(true), NodeKind::File(_) | NodeKind::Staged(_))
-            | (Some(false), NodeKind::Dir { .. }) => {
+            (Some(true), NewKind::File(_) | NewKind::Staged(_)) | (Some(false), NewKind::Dir) => {
                 log::warn!("{path}: shown both as a file and a directory, keeping the first");
             }
-            (Some(true), NodeKind::Dir { .. }) => {
+            (Some(true), NewKind::Dir) => {
                 if let Some(node) = self.nodes.get_mut(ino) {
-                    node.elidable &= entry.elidable;
+                    node.set_elidable(node.elidable() && entry.elidable);
                 }
             }
             (Some(false), _) => {
                 // A file replacing a file: keep its place among the parent's children.
                 let mtime = self.mtime(entry.mtime);
                 if let Some(node) = self.nodes.get_mut(ino) {
-                    node.kind = kind;
-                    node.mtime = mtime;
-                    node.elidable = entry.elidable;
+                    *node = node.with_kind(kind);
+                    node.set_mtime_index(mtime);
+                    node.set_elidable(entry.elidable);
                 }
             }
             (None, _) => {
@@ -305,13 +315,10 @@ impl Builder<'_> {
         for component in dir.split('/').filter(|c| !c.is_empty()) {
             let ino = self.child(parent, component);
             match self.nodes.get_mut(ino) {
-                Some(node) if node.is_dir() => node.elidable &= elidable,
+                Some(node) if node.is_dir() => node.set_elidable(node.elidable() && elidable),
                 Some(_) => return None,
                 None => {
-                    let kind = NodeKind::Dir {
-                        children: Children::default(),
-                    };
-                    self.insert(ino, parent, component, mtime, kind, elidable);
+                    self.insert(ino, parent, component, mtime, NewKind::Dir, elidable);
                 }
             }
             parent = ino;
@@ -325,7 +332,7 @@ impl Builder<'_> {
         parent: u64,
         name: &str,
         mtime: SystemTime,
-        kind: NodeKind,
+        kind: NewKind,
         elidable: bool,
     ) {
         let (Ok(ino32), Ok(parent)) = (u32::try_from(ino), u32::try_from(parent)) else {
@@ -343,14 +350,14 @@ impl Builder<'_> {
         let mtime = self.mtime(mtime);
         self.nodes.insert(
             ino,
-            Node {
+            Node::new(
                 parent,
-                name_start: u32::try_from(start).unwrap_or(u32::MAX),
-                name_len: u16::try_from(len).unwrap_or(0),
+                u32::try_from(start).unwrap_or(u32::MAX),
+                u16::try_from(len).unwrap_or(0),
                 mtime,
                 elidable,
                 kind,
-            },
+            ),
         );
         // Found again by (parent, name) for the rest of this build.
         let hash = self.hash(parent, &name[..len]);
@@ -366,18 +373,61 @@ impl Builder<'_> {
             self.names.push_str(name);
             return end;
         }
-        let slot = (self.hasher.hash_one(name) as usize) % RECENT_NAMES;
-        if let Some(&(start, len)) = self.recent.get(slot) {
-            let (start, len) = (start as usize, usize::from(len));
-            if len == name.len() && self.names.get(start..start + len) == Some(name) {
-                return start;
+        // Two slots a name may be in (see [`Builder::remember`]).
+        self.clock = self.clock.wrapping_add(1);
+        let (hash, now) = (self.hasher.hash_one(name), self.clock);
+        for slot in slots_of(hash) {
+            if let Some(recent) = self.recent.get_mut(slot) {
+                let (start, len) = (recent.start as usize, usize::from(recent.len));
+                if len == name.len() && self.names.get(start..start + len) == Some(name) {
+                    recent.used = now;
+                    return start;
+                }
             }
         }
         self.names.push_str(name);
-        if let (Some(recent), Ok(start)) = (self.recent.get_mut(slot), u32::try_from(end)) {
-            *recent = (start, name.len() as u16);
+        if let Ok(start) = u32::try_from(end) {
+            let len = name.len() as u16;
+            self.remember(
+                Recent {
+                    start,
+                    len,
+                    used: now,
+                },
+                hash,
+            );
         }
         end
+    }
+
+    /// Keeps `recent` (of hash `hash`) in one of its two slots: an empty one or one whose name
+    /// was not met for [`RECENT_NAMES`] names, else the one met longest ago, whose name moves
+    /// to its other slot on the same terms (cuckoo hashing, a few moves at most), so that two
+    /// repeated names sharing a slot by chance of the hasher's seed keep apart.
+    fn remember(&mut self, recent: Recent, hash: u64) {
+        let now = self.clock;
+        let stale = |r: &Recent| r.len == 0 || now.wrapping_sub(r.used) > RECENT_NAMES as u32;
+        let (mut held, mut slots) = (recent, slots_of(hash).to_vec());
+        for _ in 0..8 {
+            if let Some(slot) = slots.iter().copied().find(|s| stale(&self.recent[*s])) {
+                self.recent[slot] = held;
+                return;
+            }
+            let oldest = slots.iter().copied().min_by_key(|s| self.recent[*s].used);
+            let Some(slot) = oldest else {
+                return;
+            };
+            let moved = std::mem::replace(&mut self.recent[slot], held);
+            let (start, len) = (moved.start as usize, usize::from(moved.len));
+            let Some(name) = self.names.get(start..start + len) else {
+                return;
+            };
+            held = moved;
+            slots = slots_of(self.hasher.hash_one(name))
+                .into_iter()
+                .filter(|s| *s != slot)
+                .collect();
+        }
     }
 
     /// The 32-bit hash of (parent, name) in [`Builder::added`].

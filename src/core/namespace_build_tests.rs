@@ -8,7 +8,8 @@ use std::time::{Duration, SystemTime};
 
 use proptest::prelude::*;
 
-use super::{Entry, EntryKind, InodeTable, Namespace, NodeKind, ROOT};
+use super::{Entry, EntryKind, InodeTable, Namespace, ROOT};
+use crate::core::namespace::NodeKind;
 use crate::stores::{Blob, Bytes};
 
 /// A node of the model.
@@ -97,7 +98,7 @@ fn check(ns: &Namespace, ino: u64, model: &Model, path: &str) {
     assert_eq!(node.is_dir(), model.dir, "{path}: kind");
     assert_eq!(ns.mtime(node), time(model.mtime), "{path}: mtime");
     if ino != ROOT {
-        assert_eq!(node.elidable, model.elidable, "{path}: elidable");
+        assert_eq!(node.elidable(), model.elidable, "{path}: elidable");
     }
     let names: Vec<&str> = ns
         .children(ino)
@@ -211,6 +212,6 @@ fn a_large_directory_in_order_and_reversed_gives_one_tree() {
         &mut InodeTable::default(),
     );
     let x = ns.child(ROOT, "x").unwrap().unwrap();
-    assert!(matches!(ns.node(x).unwrap().kind, NodeKind::File(_)));
+    assert!(matches!(ns.node(x).unwrap().kind(), NodeKind::File(_)));
     assert_eq!(ns.mtime(ns.node(ROOT).unwrap()), time(2));
 }

@@ -25,7 +25,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use super::{Children, InodeTable, Namespace, Node, NodeKind, StagedPath, ROOT};
+use super::{Children, InodeTable, Namespace, NewKind, Node, NodeKind, StagedPath, ROOT};
 use crate::stores::{lock, Blob};
 
 #[path = "commit_edit.rs"]
@@ -208,12 +208,9 @@ impl Editor<'_> {
             self.dirty(&ancestors);
         }
         let ino = self.number(parent, name);
-        let replacement = Node {
-            mtime: self.time(mtime),
-            elidable: false,
-            kind: NodeKind::Staged(StagedPath(Box::new(disk.clone()))),
-            ..node
-        };
+        let mut replacement = node.with_kind(NewKind::Staged(StagedPath::new(disk.clone())));
+        replacement.set_mtime_index(self.time(mtime));
+        replacement.set_elidable(false);
         self.reseat(parent, name, existing, ino, replacement)?;
         self.propagate(&ancestors, Some(was), Some(mtime))
     }
@@ -228,11 +225,11 @@ impl Editor<'_> {
             return None;
         }
         // Directories this node made shown may be elidable again without it.
-        let base_elidable = |dir: &u64| self.ns.base.nodes.get(*dir).is_some_and(|n| n.elidable);
-        if !node.elidable && ancestors.iter().any(base_elidable) {
+        let base_elidable = |dir: &u64| self.ns.base.nodes.get(*dir).is_some_and(Node::elidable);
+        if !node.elidable() && ancestors.iter().any(base_elidable) {
             return None;
         }
-        let under = match node.kind {
+        let under = match node.kind() {
             NodeKind::Staged(_) if uncover => self.base_file(parent, name)?,
             _ => None,
         };
@@ -305,10 +302,10 @@ impl Editor<'_> {
     /// the base has something else there (a staged file: what it hides is not known).
     fn base_file(&self, parent: u64, name: &str) -> Option<Option<(u64, Node)>> {
         let base = &self.ns.base;
-        let Some(NodeKind::Dir { children }) = base.nodes.get(parent).map(|n| &n.kind) else {
+        let Some(children) = base.nodes.get(parent).and_then(Node::children_range) else {
             return Some(None);
         };
-        let children = super::slice_of(&base.children, *children);
+        let children = super::slice_of(&base.children, children);
         let found = children.binary_search_by(|c| {
             let node = base.nodes.get(u64::from(*c));
             node.map_or("", |n| super::name_in(&base.names, n))
@@ -319,7 +316,7 @@ impl Editor<'_> {
         };
         let ino = u64::from(children[at]);
         let node = base.nodes.get(ino)?;
-        match node.kind {
+        match node.kind() {
             NodeKind::File(_) => Some(Some((ino, node.clone()))),
             _ => None,
         }
@@ -333,7 +330,7 @@ impl Editor<'_> {
         match self.ns.overlay.made.get(&dir) {
             Some(own) => own.is_some(),
             None => matches!(
-                self.ns.base.nodes.get(dir).map(|n| &n.kind),
+                self.ns.base.nodes.get(dir).map(Node::kind),
                 Some(NodeKind::Dir { children }) if children.is_empty()
             ),
         }
@@ -348,10 +345,8 @@ impl Editor<'_> {
         staged: Option<&PathBuf>,
     ) -> Option<u64> {
         let kind = match staged {
-            Some(disk) => NodeKind::Staged(StagedPath(Box::new(disk.clone()))),
-            None => NodeKind::Dir {
-                children: Children::default(),
-            },
+            Some(disk) => NewKind::Staged(StagedPath::new(disk.clone())),
+            None => NewKind::Dir,
         };
         self.insert_kind(parent, name, mtime, kind)
     }
@@ -362,7 +357,7 @@ impl Editor<'_> {
         parent: u64,
         name: &str,
         mtime: SystemTime,
-        kind: NodeKind,
+        kind: NewKind,
     ) -> Option<u64> {
         let ino = self.number(parent, name);
         if self.ns.node(ino).is_some() {
@@ -370,14 +365,14 @@ impl Editor<'_> {
         }
         let start = self.ns.base.names.len() + self.ns.overlay.names.len();
         self.ns.overlay.names.push_str(name);
-        let node = Node {
-            parent: u32::try_from(parent).ok()?,
-            name_start: u32::try_from(start).ok()?,
-            name_len: u16::try_from(name.len()).ok()?,
-            mtime: self.time(mtime),
-            elidable: false,
+        let node = Node::new(
+            u32::try_from(parent).ok()?,
+            u32::try_from(start).ok()?,
+            u16::try_from(name.len()).ok()?,
+            self.time(mtime),
+            false,
             kind,
-        };
+        );
         let mut children = self.ns.children(parent).to_vec();
         let at = children
             .binary_search_by(|c| self.ns.name(u64::from(*c)).cmp(name))
@@ -458,13 +453,13 @@ impl Editor<'_> {
     /// Replaces the children of directory `dir`.
     fn set_children(&mut self, dir: u64, children: Vec<u32>) -> Option<()> {
         let mut node = self.ns.node(dir)?.clone();
-        let NodeKind::Dir { children: range } = &mut node.kind else {
+        if !node.is_dir() {
             return None;
-        };
-        *range = Children {
+        }
+        node.set_children_range(Children {
             start: u32::MAX,
             len: u32::try_from(children.len()).ok()?,
-        };
+        });
         let overlay = &mut self.ns.overlay;
         overlay.held += children.len();
         if let Some(before) = overlay.children.insert(dir, Arc::from(children)) {
@@ -477,11 +472,9 @@ impl Editor<'_> {
     /// Makes directory `ino` shown for sure (a non-elidable entry goes through it).
     fn show(&mut self, ino: u64) -> Option<()> {
         let node = self.ns.node(ino)?;
-        if node.elidable {
-            let node = Node {
-                elidable: false,
-                ..node.clone()
-            };
+        if node.elidable() {
+            let mut node = node.clone();
+            node.set_elidable(false);
             self.ns.overlay.nodes.insert(ino, Some(node));
         }
         Some(())
@@ -509,10 +502,8 @@ impl Editor<'_> {
             if new == old {
                 return Some(());
             }
-            let node = Node {
-                mtime: self.time(new),
-                ..self.ns.node(dir)?.clone()
-            };
+            let mtime = self.time(new);
+            let node = self.ns.node(dir)?.with_mtime_index(mtime);
             self.ns.overlay.nodes.insert(dir, Some(node));
             (was, now) = (Some(old), Some(new));
         }
@@ -535,9 +526,8 @@ impl Editor<'_> {
             Some(own) => *own,
             None if !ns.overlay.dirty.contains(&dir) => {
                 let base = ns.base.nodes.get(dir)?;
-                (base.mtime as usize)
-                    .lt(&ns.base.mtimes.len())
-                    .then(|| ns.base.mtimes[base.mtime as usize])
+                let at = base.mtime_index() as usize;
+                ns.base.mtimes.get(at).copied()
             }
             None => return None,
         };

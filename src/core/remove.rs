@@ -25,7 +25,7 @@ impl DafFs {
         let ino = Self::existing_child(&state, parent, name)?;
         let node = state.namespace.node(ino).ok_or(FsError::NotFound)?;
         let path = state.namespace.path(ino).ok_or(FsError::NotFound)?;
-        let (path, disk) = match &node.kind {
+        let (path, disk) = match node.kind() {
             NodeKind::Staged(disk) => (path, disk.clone()),
             NodeKind::Dir { .. } => return Err(FsError::IsDir),
             NodeKind::File(_) => {
@@ -98,7 +98,7 @@ impl DafFs {
                 return None;
             }
             let ino = resolve_in(&state.namespace, &root.mount_path(rel))?;
-            match &state.namespace.node(ino)?.kind {
+            match state.namespace.node(ino)?.kind() {
                 NodeKind::File(blob) => blob.bytes().ok(),
                 _ => None,
             }

@@ -85,7 +85,7 @@ impl State {
         let staged = split_mount(&self.roots, &path)
             .filter(|(_, rel)| !rel.is_empty())
             .and_then(|(root, rel)| self.staged.get(&root.canonical_path(rel)));
-        let shown = self.namespace.node(ino).map(|n| &n.kind);
+        let shown = self.namespace.node(ino).map(|n| n.kind());
         matches!(shown, Some(super::NodeKind::Staged(d)) if **d == *disk)
             && staged.is_some_and(|s| s.disk == disk)
     }
@@ -141,6 +141,12 @@ impl State {
         for root in self.roots.iter().filter(|r| r.dataset == dataset) {
             for entry in local_entries(ds, root, id)? {
                 if entry.elidable {
+                    return None;
+                }
+                // A file still staged there (another view's, over the committed one) is on top
+                // in a build, and would be replaced by the edit: build.
+                let canonical = root.canonical_path(root.relative(&entry.path));
+                if self.staged.get(&canonical).is_some_and(|s| !s.is_dir) {
                     return None;
                 }
                 // The mount root's own time is also the mount's (see `Namespace::build`).

@@ -188,7 +188,7 @@ impl DafFs {
             .child(parent, name.to_str().unwrap_or_default())
             .and_then(Result::ok)
         {
-            match state.namespace.node(existing).map(|n| &n.kind) {
+            match state.namespace.node(existing).map(|n| n.kind()) {
                 _ if exclusive => return Err(FsError::Exists),
                 Some(NodeKind::Dir { .. }) => return Err(FsError::IsDir),
                 Some(NodeKind::File(_)) => Self::replaceable(&state, &mount)?,
@@ -222,7 +222,7 @@ impl DafFs {
     pub fn open(&self, ino: u64, write: bool, truncate: bool) -> Result<u64, FsError> {
         let ns = self.namespace();
         let node = ns.node(ino).ok_or(FsError::NotFound)?;
-        let file = match &node.kind {
+        let file = match node.kind() {
             NodeKind::Dir { .. } if write => return Err(FsError::IsDir),
             NodeKind::Dir { .. } => None,
             NodeKind::File(_) if write && !self.writable() => return Err(FsError::ReadOnly),
@@ -271,7 +271,7 @@ impl DafFs {
         // Under the state lock: a commit that linked the file into the source swaps it in only
         // between writes, and a write it did not see leaves the handle dirty (the commit waits).
         let state = self.read_state();
-        let staged = match state.namespace.node(ino).map(|n| &n.kind) {
+        let staged = match state.namespace.node(ino).map(|n| n.kind()) {
             Some(NodeKind::Staged(disk)) => state.still_staged(ino, disk),
             _ => false,
         };
@@ -316,7 +316,7 @@ impl DafFs {
     ) -> Result<Attr, FsError> {
         let ns = self.namespace();
         let node = ns.node(ino).ok_or(FsError::NotFound)?;
-        match &node.kind {
+        match node.kind() {
             NodeKind::Staged(disk) => {
                 self.staging_area()?;
                 // Under the state lock, as `open`: never a change to a file a commit linked.
@@ -397,7 +397,7 @@ impl DafFs {
         let mut state = self.lock_state();
         let ino = Self::existing_child(&state, parent, name)?;
         let node = state.namespace.node(ino).ok_or(FsError::NotFound)?;
-        let NodeKind::Staged(disk) = &node.kind else {
+        let NodeKind::Staged(disk) = node.kind() else {
             return Err(FsError::NotPermitted(format!(
                 "{}: only files being written can be renamed",
                 state.namespace.path(ino).unwrap_or_default()
@@ -410,7 +410,7 @@ impl DafFs {
             .namespace
             .child(new_parent, new_name.to_str().unwrap_or_default())
             .and_then(Result::ok);
-        let committed = existing.and_then(|t| match state.namespace.node(t).map(|n| &n.kind) {
+        let committed = existing.and_then(|t| match state.namespace.node(t).map(|n| n.kind()) {
             Some(NodeKind::File(blob)) => Some(blob.clone()),
             _ => None,
         });
@@ -439,7 +439,7 @@ impl DafFs {
             None => {}
         }
         if let Some(target) = existing {
-            match state.namespace.node(target).map(|n| &n.kind) {
+            match state.namespace.node(target).map(|n| n.kind()) {
                 Some(NodeKind::Dir { .. }) => return Err(FsError::IsDir),
                 Some(NodeKind::File(blob)) => {
                     // Rewriting a document with the same content (zarr re-saving a group's
@@ -548,7 +548,7 @@ impl DafFs {
         let staging = self.staging_area()?;
         let mut state = self.lock_state();
         let node = state.namespace.node(ino).ok_or(FsError::NotFound)?;
-        let NodeKind::Staged(disk) = &node.kind else {
+        let NodeKind::Staged(disk) = node.kind() else {
             return Err(FsError::NotPermitted(format!(
                 "{}: only files being written can be linked",
                 state.namespace.path(ino).unwrap_or_default()

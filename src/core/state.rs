@@ -24,13 +24,27 @@ thread_local! {
     pub(super) static CLOCK: std::cell::Cell<Option<SystemTime>> = const { std::cell::Cell::new(None) };
 }
 
-/// The time a path staged now gets.
+/// The time a path staged now gets: the kernel's coarse clock, the one it stamps files with (or
+/// a finer time after it), so a staged file's time is never later than the time its disk file
+/// gets when written. A later one (`SystemTime::now()` within the clock's tick) made the commit
+/// of the file an edit that moves its directories' times back, which recounts every child of
+/// each (`recount` in namespace_edit.rs).
 pub(super) fn now() -> SystemTime {
     #[cfg(test)]
     if let Some(now) = CLOCK.with(std::cell::Cell::get) {
         return now;
     }
-    SystemTime::now()
+    use nix::time::{clock_gettime, ClockId};
+    clock_gettime(ClockId::CLOCK_REALTIME_COARSE)
+        .ok()
+        .and_then(|t| {
+            let since = std::time::Duration::new(
+                u64::try_from(t.tv_sec()).ok()?,
+                u32::try_from(t.tv_nsec()).ok()?,
+            );
+            SystemTime::UNIX_EPOCH.checked_add(since)
+        })
+        .unwrap_or_else(SystemTime::now)
 }
 
 /// A staged path: its disk location in the staging area.

@@ -9,6 +9,7 @@ same session config and worker threads, FOPEN_KEEP_CACHE, 1 MiB readahead), side
 import os
 import statistics
 import subprocess
+import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # DAF_CEILING_BIN: an already built ceiling (then nothing is built), as DAF_MOUNT_BIN is for daf-mount.
@@ -16,18 +17,19 @@ CEILING = os.environ.get("DAF_CEILING_BIN", os.path.join(ROOT, "target", "releas
 MEMBER = "matrices/cell/gene/fraction/0.0"
 
 
-class Ceiling:
-    """The ceiling filesystem mounted on a fresh temp dir, serving one byte range as `data`."""
+class ExampleMount:
+    """A FUSE example mounted on a fresh temp dir (`command(mountpoint)`: its command line; it prints READY once
+    mounted), until `close()`. The ceilings and the commit rows' floor are such examples."""
 
-    def __init__(self, archive, start, length):
-        import tempfile
-        self.path = tempfile.mkdtemp(prefix="daf-ceiling-")
-        self.proc = subprocess.Popen([CEILING, archive, str(start), str(length), self.path],
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    def __init__(self, command, prefix):
+        self.path = tempfile.mkdtemp(prefix=prefix)
+        argv = command(self.path)
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         if self.proc.stdout.readline().strip() != "READY":
             self.proc.kill()
-            raise RuntimeError("fuse_ceiling did not start")
-        self.data = os.path.join(self.path, "data")
+            self.proc.wait()
+            os.rmdir(self.path)
+            raise RuntimeError(f"{os.path.basename(argv[0])} did not start")
 
     def close(self):
         subprocess.run(["fusermount3", "-u", self.path], capture_output=True)
@@ -39,10 +41,30 @@ class Ceiling:
         os.rmdir(self.path)
 
 
+def build_example(name, binary, variable):
+    """Builds examples/NAME.rs in release unless the environment variable `variable` names a built one (`binary`);
+    the reason it cannot be used, or None."""
+    if variable not in os.environ:
+        done = subprocess.run(["cargo", "build", "--release", "--quiet", "--example", name], cwd=ROOT,
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            return f"cargo build --example {name} failed: {done.stderr.strip()[-300:]}"
+    return None if os.access(binary, os.X_OK) else f"{binary} not found"
+
+
+class Ceiling(ExampleMount):
+    """The ceiling filesystem mounted on a fresh temp dir, serving one byte range as `data`."""
+
+    def __init__(self, archive, start, length):
+        super().__init__(lambda path: [CEILING, archive, str(start), str(length), path], "daf-ceiling-")
+        self.data = os.path.join(self.path, "data")
+
+
 def ceiling_rows(bench, rounds, zip_path, row):
     """Measures the rows with scripts/bench.py's helpers (`bench`: Mount, dd, random_reads, entry_range)."""
-    if "DAF_CEILING_BIN" not in os.environ:
-        subprocess.run(["cargo", "build", "--release", "--quiet", "--example", "fuse_ceiling"], cwd=ROOT, check=True)
+    missing = build_example("fuse_ceiling", CEILING, "DAF_CEILING_BIN")
+    if missing:
+        raise RuntimeError(missing)
     start, length = bench.entry_range(zip_path, MEMBER)
     bench.recache(zip_path)
     firsts = {"daf": [], "ceiling": []}

@@ -29,6 +29,8 @@ import tempfile
 import time
 import zipfile
 
+from bench_ceiling import ExampleMount, build_example
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Which sources to measure (comma-separated words of "native control", "FUSE floor", "daemon I/O", "directory", "ZIP";
 # all when unset).
@@ -174,36 +176,14 @@ def measure_source(bench, source, rounds, payload):
         m.close()
 
 
-class Floor:
+def floor_mount(backing, io):
     """The FUSE floor (`examples/fuse_passthrough.rs`) mounted on a fresh temp dir over the directory `backing`."""
-
-    def __init__(self, backing, io):
-        self.path = tempfile.mkdtemp(prefix="daf-floor-")
-        self.proc = subprocess.Popen([FLOOR, backing, self.path, "--io", io], stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True)
-        if self.proc.stdout.readline().strip() != "READY":
-            self.proc.kill()
-            os.rmdir(self.path)
-            raise RuntimeError("fuse_passthrough did not start")
-
-    def close(self):
-        subprocess.run(["fusermount3", "-u", self.path], capture_output=True)
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        os.rmdir(self.path)
+    return ExampleMount(lambda path: [FLOOR, backing, path, "--io", io], "daf-floor-")
 
 
 def build_floor():
     """Builds the FUSE floor unless DAF_FLOOR_BIN names one; the reason it cannot be used, or None."""
-    if "DAF_FLOOR_BIN" not in os.environ:
-        done = subprocess.run(["cargo", "build", "--release", "--quiet", "--example", "fuse_passthrough"], cwd=ROOT,
-                              capture_output=True, text=True)
-        if done.returncode != 0:
-            return f"cargo build --example fuse_passthrough failed: {done.stderr.strip()[-300:]}"
-    return None if os.access(FLOOR, os.X_OK) else f"{FLOOR} not found"
+    return build_example("fuse_passthrough", FLOOR, "DAF_FLOOR_BIN")
 
 
 def measure_floor(bench, directory, rounds, payload, io):
@@ -215,7 +195,7 @@ def measure_floor(bench, directory, rounds, payload, io):
         return os.link(src, dst) if os.path.getsize(src) > 1 << 20 else shutil.copy2(src, dst)
     shutil.copytree(directory, backing, copy_function=copy)
     try:
-        floor = Floor(backing, io)
+        floor = floor_mount(backing, io)
         try:
             return measure_at(bench, floor.path, floor.path, rounds, payload)
         finally:

@@ -40,6 +40,8 @@ import time
 from collections import defaultdict
 from contextlib import nullcontext
 
+from bench_ceiling import ExampleMount, build_example
+
 SIZES = (100_000, 1_000_000)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # DAF_TREE_CEILING_BIN: an already built listing ceiling, as DAF_CEILING_BIN is for the read ceiling.
@@ -89,28 +91,6 @@ LIST_FACTOR = 1.52  # a mounted listing is stopped once it has taken this many t
 LIST_FLOOR = 5  # ... and at least this many seconds
 ROUND_BUDGET = 40  # seconds of rounds per archive after which a smaller archive gets no further round
 LOOKUPS = 8  # distinct small files looked up and read on each fresh mount B
-
-
-class TreeCeiling:
-    """examples/fuse_tree_ceiling.rs serving the tree `directory` from memory, mounted on a fresh temp dir."""
-
-    def __init__(self, directory):
-        import tempfile
-        self.path = tempfile.mkdtemp(prefix="daf-tree-ceiling-")
-        self.proc = subprocess.Popen([TREE_CEILING, directory, self.path], stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True)
-        if self.proc.stdout.readline().strip() != "READY":
-            self.proc.kill()
-            raise RuntimeError("fuse_tree_ceiling did not start")
-
-    def close(self):
-        subprocess.run(["fusermount3", "-u", self.path], capture_output=True)
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        os.rmdir(self.path)
 
 
 def listing(bench, command, limit=None):
@@ -217,7 +197,7 @@ def one_round(bench, source, native_root, lookups, s, with_ceiling):
     finally:
         m.close()
     if with_ceiling:
-        c = TreeCeiling(os.path.join(native_root, "Zarr"))
+        c = ExampleMount(lambda path: [TREE_CEILING, os.path.join(native_root, "Zarr"), path], "daf-tree-ceiling-")
         try:
             seconds, stopped = listing(bench, ["ls", "-lR", c.path], limits[("ls -lR", "Zarr")])
             s["ceiling"].append(seconds)
@@ -327,13 +307,10 @@ def scale_archive(bench, rounds, entries, layout, source, what, row, rows):
 
 def tree_ceiling_built(bench):
     """Builds examples/fuse_tree_ceiling.rs (unless DAF_TREE_CEILING_BIN names one); False (logged) if it fails."""
-    if "DAF_TREE_CEILING_BIN" not in os.environ:
-        done = subprocess.run(["cargo", "build", "--release", "--quiet", "--example", "fuse_tree_ceiling"],
-                              cwd=ROOT, capture_output=True, text=True)
-        if done.returncode != 0:
-            bench.log(f"fuse_tree_ceiling not built, no listing-ceiling rows: {done.stderr.strip()[-500:]}")
-            return False
-    return os.access(TREE_CEILING, os.X_OK)
+    missing = build_example("fuse_tree_ceiling", TREE_CEILING, "DAF_TREE_CEILING_BIN")
+    if missing:
+        bench.log(f"no listing-ceiling rows: {missing}")
+    return not missing
 
 
 def ceiling_rows(bench, what, s, rows):

@@ -17,12 +17,14 @@ use std::fs::File;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use daf_mount::fuse::{mount_config, MountSettings};
+use daf_mount::fuse::mount_config;
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, LockOwner,
     OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEntry, ReplyOpen, Request,
 };
 use memmap2::Mmap;
+
+mod common;
 
 const TTL: Duration = Duration::from_secs(60);
 const ROOT: u64 = 1;
@@ -131,18 +133,6 @@ impl Filesystem for Ceiling {
     }
 }
 
-/// The mount's device (`MAJOR:MINOR`), from /proc/self/mountinfo.
-fn device_of(mountpoint: &Path) -> Option<String> {
-    let wanted = mountpoint.canonicalize().ok()?;
-    let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    table.lines().find_map(|line| {
-        let fields: Vec<&str> = line.split(' ').collect();
-        (fields.get(4).map(Path::new) == Some(wanted.as_path()))
-            .then(|| fields.get(2).map(|d| d.to_string()))
-            .flatten()
-    })
-}
-
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     let [_, archive, offset, len, mountpoint, rest @ ..] = args.as_slice() else {
@@ -153,18 +143,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if start.checked_add(len).is_none_or(|end| end > map.len()) {
         return Err(format!("{start}+{len} is past the end of {archive}").into());
     }
-    let threads = match rest.first() {
-        Some(n) => n.parse()?,
-        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
-    };
-    let settings = MountSettings {
-        fsname: "fuse-ceiling".into(),
-        allow_other: false,
-        allow_root: false,
-        auto_unmount: false,
-        threads,
-        read_only: true,
-    };
+    let settings = common::settings("fuse-ceiling", rest.first(), true)?;
     let fs = Ceiling {
         map,
         start,
@@ -173,13 +152,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         gid: nix::unistd::getgid().as_raw(),
     };
     let session = fuser::spawn_mount(fs, mountpoint, &mount_config(&settings))?;
-    // As the daemon does: 1 MiB of readahead (FUSE starts at 128 KiB).
-    if let Some(device) = device_of(Path::new(mountpoint)) {
-        let knob = format!("/sys/class/bdi/{device}/read_ahead_kb");
-        if let Err(e) = std::fs::write(&knob, "1024") {
-            eprintln!("fuse_ceiling: {knob}: {e}");
-        }
-    }
+    common::set_readahead("fuse_ceiling", Path::new(mountpoint));
     println!("READY");
     session.join()?;
     Ok(())

@@ -28,13 +28,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use daf_mount::fuse::{mount_config, MountSettings};
+use daf_mount::fuse::mount_config;
 use fuser::{
     BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
     InitFlags, KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyCreate, ReplyData,
     ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, Request,
     TimeOrNow, WriteFlags,
 };
+
+mod common;
 
 const TTL: Duration = Duration::from_secs(3600);
 const ROOT: u64 = 1;
@@ -533,18 +535,6 @@ impl Passthrough {
     }
 }
 
-/// The mount's device (`MAJOR:MINOR`), from /proc/self/mountinfo.
-fn device_of(mountpoint: &Path) -> Option<String> {
-    let wanted = mountpoint.canonicalize().ok()?;
-    let table = fs::read_to_string("/proc/self/mountinfo").ok()?;
-    table.lines().find_map(|line| {
-        let fields: Vec<&str> = line.split(' ').collect();
-        (fields.get(4).map(Path::new) == Some(wanted.as_path()))
-            .then(|| fields.get(2).map(|d| d.to_string()))
-            .flatten()
-    })
-}
-
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     let mut kernel_io = true;
@@ -561,18 +551,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "usage: fuse_passthrough BACKING MOUNTPOINT [THREADS] [--io kernel|daemon]".into(),
         );
     };
-    let threads = match rest.first() {
-        Some(n) => n.parse()?,
-        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
-    };
-    let settings = MountSettings {
-        fsname: "fuse-passthrough".into(),
-        allow_other: false,
-        allow_root: false,
-        auto_unmount: false,
-        threads,
-        read_only: false,
-    };
+    let settings = common::settings("fuse-passthrough", rest.first(), false)?;
     let root = fs::canonicalize(backing)?;
     let fs = Passthrough {
         paths: RwLock::new(HashMap::from([(ROOT, root.clone())])),
@@ -583,13 +562,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         backing: Mutex::new(HashMap::new()),
     };
     let session = fuser::spawn_mount(fs, mountpoint, &mount_config(&settings))?;
-    // As the daemon does: 1 MiB of readahead (FUSE starts at 128 KiB).
-    if let Some(device) = device_of(Path::new(mountpoint)) {
-        let knob = format!("/sys/class/bdi/{device}/read_ahead_kb");
-        if let Err(e) = fs::write(&knob, "1024") {
-            eprintln!("fuse_passthrough: {knob}: {e}");
-        }
-    }
+    common::set_readahead("fuse_passthrough", Path::new(mountpoint));
     println!("READY");
     session.join()?;
     Ok(())

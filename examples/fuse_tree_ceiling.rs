@@ -20,12 +20,14 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use daf_mount::fuse::{mount_config, MountSettings};
+use daf_mount::fuse::mount_config;
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     KernelConfig, OpenFlags, ReplyAttr, ReplyDirectory, ReplyDirectoryPlus, ReplyEntry, ReplyOpen,
     Request,
 };
+
+mod common;
 
 const TTL: Duration = Duration::from_secs(3600);
 const ROOT: u64 = 1;
@@ -228,23 +230,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let [_, directory, mountpoint, rest @ ..] = args.as_slice() else {
         return Err("usage: fuse_tree_ceiling DIRECTORY MOUNTPOINT [THREADS]".into());
     };
-    let threads = match rest.first() {
-        Some(n) => n.parse()?,
-        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
-    };
-    let settings = MountSettings {
-        fsname: "fuse-tree-ceiling".into(),
-        allow_other: false,
-        allow_root: false,
-        auto_unmount: false,
-        threads,
-        read_only: true,
-    };
+    let settings = common::settings("fuse-tree-ceiling", rest.first(), true)?;
     let uid = nix::unistd::getuid().as_raw();
     let gid = nix::unistd::getgid().as_raw();
     let fs = TreeCeiling::load(Path::new(directory), uid, gid)?;
     eprintln!("fuse_tree_ceiling: {} entries", fs.nodes.len());
     let session = fuser::spawn_mount(fs, mountpoint, &mount_config(&settings))?;
+    common::set_readahead("fuse_tree_ceiling", Path::new(mountpoint));
     println!("READY");
     session.join()?;
     Ok(())

@@ -267,7 +267,7 @@ impl DafFs {
                 to.saturating_duration_since(from).as_secs_f64() * 1e3
             };
             let (now, path) = (std::time::Instant::now(), id.path());
-            log::debug!(target: "daf_mount::lock_wait", "the swap of {path}: {:.2} ms from the lock to the new tree \
+            log::debug!(target: super::state::LOCK_WAIT, "the swap of {path}: {:.2} ms from the lock to the new tree \
                 (check {:.2}, renames and read-back {:.2}, staged files dropped with the lock shared {:.2}, \
                 tree edit {:.2})",
                 ms(began, now), ms(began, checked), ms(checked, swapped), ms(swapped, edit), ms(edit, now));
@@ -562,21 +562,8 @@ pub(super) fn item_paths(state: &State, dataset: usize, id: &PropertyId) -> Vec<
 
 /// The mount paths of every file of item `id` of data set `dataset`, in every view shown, and
 /// of the files derived from every item ([`derived_mount_paths`]), which change with it.
-pub(super) fn item_mount_paths(
-    state: &State,
-    dataset: usize,
-    id: &crate::formats::model::PropertyId,
-) -> Vec<String> {
-    let ds = &state.datasets[dataset].dataset;
-    let items = state
-        .roots
-        .iter()
-        .filter(|root| root.dataset == dataset)
-        .flat_map(|root| {
-            root.layout()
-                .item_entries(ds, id)
-                .into_iter()
-                .map(|e| root.mount_path(&e.path))
-        });
-    items.chain(derived_mount_paths(state, dataset)).collect()
+pub(super) fn item_mount_paths(state: &State, dataset: usize, id: &PropertyId) -> Vec<String> {
+    let mut paths = item_paths(state, dataset, id);
+    paths.extend(derived_mount_paths(state, dataset));
+    paths
 }

@@ -291,13 +291,22 @@ impl State {
     }
 }
 
+/// The target of the state lock's long waits and of the directory swaps' phases.
+pub(super) const LOCK_WAIT: &str = "daf_mount::lock_wait";
+
+/// Whether waits for the state lock are logged (`RUST_LOG=daf_mount::lock_wait=debug`): else
+/// no read of the state times its wait.
+pub(super) fn waits_logged() -> bool {
+    log::log_enabled!(target: LOCK_WAIT, log::Level::Debug)
+}
+
 /// Logs a wait for the state lock (asked at `asked`) over 0.5 ms, at debug level with target
-/// `daf_mount::lock_wait` (`RUST_LOG=daf_mount::lock_wait=debug`): what a writer makes readers wait.
+/// [`LOCK_WAIT`]: what a writer makes readers wait.
 pub(super) fn log_wait(asked: std::time::Instant) {
     let waited = asked.elapsed();
     if waited > std::time::Duration::from_micros(500) {
         let ms = waited.as_secs_f64() * 1e3;
-        log::debug!(target: "daf_mount::lock_wait", "waited {ms:.2} ms for the state lock");
+        log::debug!(target: LOCK_WAIT, "waited {ms:.2} ms for the state lock");
     }
 }
 
@@ -342,32 +351,19 @@ impl<'a> Writer<'a> {
     /// Builds the tree of the state anew under the state lock taken shared (readers go on, other
     /// writers still wait), then takes the lock exclusively to swap it in.
     pub(super) fn rebuilt(self) -> Writer<'a> {
-        let Writer {
-            guard,
-            lock,
-            _writers,
-            mut retired,
-        } = self;
-        drop(guard);
-        let (tree, inodes) = {
-            let state = lock.read().unwrap_or_else(|p| p.into_inner());
+        let (mut writer, (tree, inodes)) = self.with_shared(|state| {
             let mut inodes = state.inodes.clone();
             let tree = state.build(&mut inodes);
             #[cfg(test)]
             super::appender::pause_once(&state.build_pause);
             (tree, inodes)
-        };
-        let mut guard = lock.write().unwrap_or_else(|p| p.into_inner());
-        retired
-            .0
-            .push(std::mem::replace(&mut guard.namespace, tree));
-        retired.1.push(std::mem::replace(&mut guard.inodes, inodes));
-        Writer {
-            guard,
-            lock,
-            _writers,
-            retired,
-        }
+        });
+        let state = &mut *writer.guard;
+        let replaced = std::mem::replace(&mut state.namespace, tree);
+        writer.retired.0.push(replaced);
+        let replaced = std::mem::replace(&mut state.inodes, inodes);
+        writer.retired.1.push(replaced);
+        writer
     }
 
     /// Runs `f` with the state lock taken shared (readers go on, other writers still wait), then
@@ -406,36 +402,14 @@ impl<'a> Writer<'a> {
         if EDITS_OFF.with(std::cell::Cell::get) {
             return self.rebuilt();
         }
-        let Writer {
-            guard,
-            lock,
-            _writers,
-            retired,
-        } = self;
-        drop(guard);
-        let edits = {
-            let state = lock.read().unwrap_or_else(|p| p.into_inner());
+        let (writer, edits) = self.with_shared(|state| {
             let edits = state.commit_edits(dataset, id, before, gone);
             #[cfg(test)]
             super::appender::pause_once(&state.build_pause);
             edits
-        };
-        let mut writer = Writer {
-            guard: lock.write().unwrap_or_else(|p| p.into_inner()),
-            lock,
-            _writers,
-            retired,
-        };
-        let Some(edits) = edits else {
-            return writer.rebuilt();
-        };
-        let state = &mut *writer.guard;
-        match state.namespace.edited(&edits, &mut state.inodes) {
-            Some(tree) => {
-                let before = std::mem::replace(&mut state.namespace, tree);
-                writer.retired.0.push(before);
-                writer
-            }
+        });
+        match edits {
+            Some(edits) => writer.apply(edits.into_iter().map(Some)),
             None => writer.rebuilt(),
         }
     }

@@ -32,9 +32,11 @@ impl DafFs {
 
     /// The state, shared with other readers (a long wait is logged: [`super::state::log_wait`]).
     pub(super) fn read_state(&self) -> RwLockReadGuard<'_, State> {
-        let asked = std::time::Instant::now();
+        let asked = super::state::waits_logged().then(std::time::Instant::now);
         let guard = self.state.read().unwrap_or_else(|p| p.into_inner());
-        super::state::log_wait(asked);
+        if let Some(asked) = asked {
+            super::state::log_wait(asked);
+        }
         guard
     }
 

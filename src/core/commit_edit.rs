@@ -53,16 +53,8 @@ impl Editor<'_> {
         if node.is_dir() {
             return None;
         }
-        let was = self.ns.mtime(&node);
-        if self.ns.base.nodes.get(existing).is_some() {
-            self.dirty(&ancestors);
-        }
-        let ino = self.number(parent, name);
-        let mut replacement = node.with_kind(NewKind::File(blob.clone()));
-        replacement.set_mtime_index(self.time(mtime));
-        replacement.set_elidable(false);
-        self.reseat(parent, name, existing, ino, replacement)?;
-        self.propagate(&ancestors, Some(was), Some(mtime))
+        let kind = NewKind::File(blob.clone());
+        self.replace_file(&ancestors, name, (existing, node), kind, mtime)
     }
 
     /// Directory `dir` (under `ancestors`) owns time `own` now.
@@ -70,13 +62,9 @@ impl Editor<'_> {
         let node = self.ns.node(dir)?.clone();
         let was = self.ns.mtime(&node);
         self.ns.overlay.made.insert(dir, Some(own));
-        let now = if own >= was {
-            own
-        } else {
-            let ns = &self.ns;
-            let children = ns.children(dir).iter();
-            let latest = children.filter_map(|c| ns.node(u64::from(*c)).map(|n| ns.mtime(n)));
-            latest.max().map_or(own, |m| m.max(own))
+        let now = match own >= was {
+            true => own,
+            false => self.latest_child(dir).map_or(own, |m| m.max(own)),
         };
         if now != was {
             let node = node.with_mtime_index(self.time(now));

@@ -202,17 +202,31 @@ impl Editor<'_> {
         if node.is_dir() {
             return None;
         }
-        // A file replacing a file: its place among its parent's children stays.
+        let kind = NewKind::Staged(StagedPath::new(disk.clone()));
+        self.replace_file(&ancestors, name, (existing, node), kind, mtime)
+    }
+
+    /// Replaces file `existing` (its number and node), named `name` in the last of `ancestors`,
+    /// by a shown file of `kind` and time `mtime`: its place among its parent's children stays.
+    fn replace_file(
+        &mut self,
+        ancestors: &[u64],
+        name: &str,
+        (existing, node): (u64, Node),
+        kind: NewKind,
+        mtime: SystemTime,
+    ) -> Option<()> {
+        let parent = *ancestors.last()?;
         let was = self.ns.mtime(&node);
         if self.ns.base.nodes.get(existing).is_some() {
-            self.dirty(&ancestors);
+            self.dirty(ancestors);
         }
         let ino = self.number(parent, name);
-        let mut replacement = node.with_kind(NewKind::Staged(StagedPath::new(disk.clone())));
+        let mut replacement = node.with_kind(kind);
         replacement.set_mtime_index(self.time(mtime));
         replacement.set_elidable(false);
         self.reseat(parent, name, existing, ino, replacement)?;
-        self.propagate(&ancestors, Some(was), Some(mtime))
+        self.propagate(ancestors, Some(was), Some(mtime))
     }
 
     /// Takes `path` out of the tree, showing the committed file under it if `uncover`.
@@ -514,11 +528,7 @@ impl Editor<'_> {
     /// latest of its children's and its own (`None` if its own is not known).
     fn recount(&self, dir: u64, old: SystemTime) -> Option<SystemTime> {
         let ns = &self.ns;
-        let latest = ns
-            .children(dir)
-            .iter()
-            .filter_map(|c| ns.node(u64::from(*c)).map(|n| ns.mtime(n)))
-            .max();
+        let latest = self.latest_child(dir);
         if latest.is_some_and(|m| m >= old) {
             return Some(old);
         }
@@ -532,5 +542,14 @@ impl Editor<'_> {
             None => return None,
         };
         latest.max(own)
+    }
+
+    /// The latest time of the children of directory `dir` (`None` without children).
+    fn latest_child(&self, dir: u64) -> Option<SystemTime> {
+        let ns = &self.ns;
+        let children = ns.children(dir).iter();
+        children
+            .filter_map(|c| ns.node(u64::from(*c)).map(|n| ns.mtime(n)))
+            .max()
     }
 }

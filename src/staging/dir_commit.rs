@@ -33,7 +33,7 @@ use crate::views::layout::layout;
 use crate::views::{ViewEntry, ViewNode};
 
 use super::commit::{read_back_error, refresh_index_documents, CommitError};
-use super::moves::{inode, Move, MovesRecord, Step};
+use super::moves::{inode, remove_recorded, Move, MovesRecord, Step};
 use super::StagingArea;
 
 /// A validated item of a directory source whose files are still to be written.
@@ -117,14 +117,7 @@ impl Finish {
         // ones not in place.
         let mut dirs: Vec<&Path> = Vec::new();
         for (path, ino) in &self.removed {
-            if inode(path) == Some(*ino) {
-                match fs::remove_file(path) {
-                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                        return Err(StoreError::io(path, e).into())
-                    }
-                    _ => {}
-                }
-            }
+            remove_recorded(path, Some(*ino)).map_err(|e| StoreError::io(path, e))?;
             if let Some(parent) = path.parent().filter(|p| !dirs.contains(p)) {
                 dirs.push(parent);
             }

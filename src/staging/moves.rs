@@ -193,26 +193,39 @@ fn began(steps: &[Step]) -> bool {
     })
 }
 
+/// Whether `path` is the recorded file: of inode `ino`, or any file for an older record's step.
+fn is_recorded(path: &Path, ino: Option<u64>) -> bool {
+    match ino {
+        Some(ino) => inode(path) == Some(ino),
+        None => fs::symlink_metadata(path).is_ok(),
+    }
+}
+
+/// Removes `path` if it is still the recorded file ([`is_recorded`]; one gone already is fine),
+/// not made durable; whether it was there.
+pub fn remove_recorded(path: &Path, ino: Option<u64>) -> std::io::Result<bool> {
+    if !is_recorded(path, ino) {
+        return Ok(false);
+    }
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(true),
+    }
+}
+
 /// Does the steps of a swap that began that are not done yet.
 fn finish(steps: &[Step]) -> std::io::Result<()> {
-    let is = |path: &Path, ino: &Option<u64>| match ino {
-        Some(ino) => inode(path) == Some(*ino),
-        None => fs::symlink_metadata(path).is_ok(),
-    };
     for (step, ino) in steps {
         match step {
             Move::Rename { from, to } => {
-                if is(from, ino) {
+                if is_recorded(from, *ino) {
                     fs::rename(from, to)?;
                     sync_parent(to)?;
                 }
             }
             Move::Remove(path) => {
-                if is(path, ino) {
-                    match fs::remove_file(path) {
-                        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-                        _ => sync_parent(path)?,
-                    }
+                if remove_recorded(path, *ino)? {
+                    sync_parent(path)?;
                 }
             }
         }

@@ -23,7 +23,7 @@ use crate::formats::json::{
 };
 use crate::formats::model::{Dataset, Payload, Property, PropertyId, SparseIndex};
 use crate::formats::types::ElementType;
-use crate::stores::rendered::rendered;
+use crate::stores::rendered::rendered_measured;
 use crate::stores::{Blob, Bytes, StoreError};
 
 use super::keyed::KeyedBuilder;
@@ -119,12 +119,10 @@ fn metadata_json(dataset: &Dataset, prefix: &str, entries: &[ViewEntry]) -> View
     }
     drop(files);
     let index = Arc::new(index.finish());
-    let text = move || {
+    let blob = rendered_measured(move || {
         let entries = index.iter().map(|(key, value)| (key, value.clone()));
         index_text(entries.collect())
-    };
-    let counted = text.clone();
-    let blob = rendered(move || Ok(counted()?.len() as u64), text);
+    });
     ViewEntry {
         path: view.full("metadata.json"),
         node: ViewNode::File(blob),

@@ -407,19 +407,24 @@ fn visits(f: impl FnOnce()) -> u64 {
     VISITS.with(Cell::get) - before
 }
 
-#[test]
-fn a_change_of_a_staged_path_looks_at_few_nodes_of_a_large_tree() {
-    let tmp = tempfile::tempdir().unwrap();
-    let copy = copied_fixture(tmp.path());
+/// A writable mount of a copy of the fixture (in `tmp`) with 20,000 more vectors, showing `views`.
+fn large_writable(tmp: &Path, views: ViewSelection) -> DafFs {
+    let copy = copied_fixture(tmp);
     let mut opened = open_source(copy.to_str().unwrap()).unwrap();
     add_vectors(&mut opened.datasets[0].dataset, 20_000);
     let staging = StagingArea::for_source(&opened.path);
-    let fs = DafFs::with_staging(
+    DafFs::with_staging(
         opened.datasets,
-        ViewSelection::Both,
+        views,
         SystemTime::UNIX_EPOCH,
         Some(staging),
-    );
+    )
+}
+
+#[test]
+fn a_change_of_a_staged_path_looks_at_few_nodes_of_a_large_tree() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fs = large_writable(tmp.path(), ViewSelection::Both);
     assert!(fs.namespace().len() >= 100_000, "{}", fs.namespace().len());
     let scalars = fs.resolve("files_v1_0.daf/scalars").unwrap();
     let vectors = fs.resolve("files_v1_0.daf/vectors").unwrap();
@@ -446,16 +451,7 @@ fn a_change_of_a_staged_path_looks_at_few_nodes_of_a_large_tree() {
 #[test]
 fn a_commit_looks_at_few_nodes_of_a_large_tree() {
     let tmp = tempfile::tempdir().unwrap();
-    let copy = copied_fixture(tmp.path());
-    let mut opened = open_source(copy.to_str().unwrap()).unwrap();
-    add_vectors(&mut opened.datasets[0].dataset, 20_000);
-    let staging = StagingArea::for_source(&opened.path);
-    let fs = DafFs::with_staging(
-        opened.datasets,
-        ViewSelection::Files,
-        SystemTime::UNIX_EPOCH,
-        Some(staging),
-    );
+    let fs = large_writable(tmp.path(), ViewSelection::Files);
     assert!(fs.namespace().len() >= 40_000, "{}", fs.namespace().len());
     // The path, binary searches among a directory's 20,000 children, the groups: not the tree.
     const BOUND: u64 = 1_000;

@@ -14,9 +14,10 @@ use super::namespace::{Namespace, NodeKind, VISITS};
 use super::state::{CLOCK, EDITS_OFF};
 use super::tests::writable_both;
 use super::{DafFs, ROOT};
-use crate::formats::model::{Dataset, Item, Payload, Property, PropertyId};
+
 use crate::formats::source::open_source;
 use crate::staging::StagingArea;
+use crate::views::stream_tests::add_vectors;
 use crate::views::ViewSelection;
 
 const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/vectors");
@@ -373,30 +374,6 @@ proptest! {
         both_views in any::<bool>(),
     ) {
         edited_is_built(&ops, if both_views { "files_v1_0.daf/" } else { "" })?;
-    }
-}
-
-/// Adds `n` vectors of axis `cell` (copies of `score`) to `dataset`, in memory.
-fn add_vectors(dataset: &mut Dataset, n: usize) {
-    let (eltype, data) = match &dataset.vectors["cell"]["score"].payload {
-        Payload::Dense { eltype, data } => (*eltype, data.clone()),
-        other => panic!("score is {other:?}"),
-    };
-    for i in 0..n {
-        let id = PropertyId::Vector {
-            axis: "cell".into(),
-            name: format!("p{i:05}"),
-        };
-        let payload = Payload::Dense {
-            eltype,
-            data: data.clone(),
-        };
-        let property = Property {
-            payload,
-            mtime: SystemTime::UNIX_EPOCH,
-            packed: Default::default(),
-        };
-        dataset.insert(&id, Item::Property(property)).unwrap();
     }
 }
 

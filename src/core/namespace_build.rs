@@ -44,7 +44,7 @@ impl Namespace {
             hasher: foldhash::fast::RandomState::default(),
             recent: vec![Recent::default(); RECENT_NAMES],
             clock: 0,
-            last_dir: (String::new(), Some(ROOT), false),
+            dirs: DirStack::default(),
         };
         let mtime = builder.mtime(root_mtime);
         let root = Node::new(ROOT_U32, 0, 0, mtime, false, NewKind::Dir);
@@ -205,9 +205,51 @@ struct Builder<'a> {
     recent: Vec<Recent>,
     /// The number of short names met so far (the time of [`Recent::used`]).
     clock: u32,
-    /// The directory of the previous entry (`None`: blocked by a file), and whether that entry
-    /// was elidable: entries come grouped by directory, so most need no walk from the root.
-    last_dir: (String, Option<u64>, bool),
+    /// The directories of the previous entry's path: entries come grouped by directory, so most
+    /// share all or most of them and look up only the components after those.
+    dirs: DirStack,
+}
+
+/// The directories of a path from the root down (see [`Builder::dirs`]).
+#[derive(Debug, Default)]
+struct DirStack {
+    /// The path ("" for the root), without empty components.
+    path: String,
+    /// Its first components, each a directory of the tree: where the component ends in `path`,
+    /// its inode, and whether the node is known not elidable. Shorter than the path's components
+    /// when a file is in the way.
+    levels: Vec<Level>,
+}
+
+/// One directory of a [`DirStack`].
+#[derive(Clone, Copy, Debug)]
+struct Level {
+    end: usize,
+    ino: u64,
+    plain: bool,
+}
+
+impl DirStack {
+    /// Keeps the levels `dir` shares with the path (whole components), and makes `dir` the path.
+    fn keep_shared(&mut self, dir: &str) {
+        if dir == self.path {
+            return;
+        }
+        let shared = dir
+            .bytes()
+            .zip(self.path.bytes())
+            .take_while(|(a, b)| a == b)
+            .count();
+        let at_boundary = |end: usize| end == dir.len() || dir.as_bytes().get(end) == Some(&b'/');
+        let kept = self
+            .levels
+            .iter()
+            .take_while(|l| l.end <= shared && at_boundary(l.end))
+            .count();
+        self.levels.truncate(kept);
+        self.path.clear();
+        self.path.push_str(dir);
+    }
 }
 
 /// Names up to this long are stored once when they repeat (see [`Builder::name_start`]).
@@ -265,14 +307,7 @@ impl Builder<'_> {
             return;
         }
         let (dir, name) = path.rsplit_once('/').unwrap_or(("", &path));
-        let parent = if self.last_dir.0 == dir && (entry.elidable || !self.last_dir.2) {
-            self.last_dir.1
-        } else {
-            let parent = self.directory(dir, entry.mtime, entry.elidable);
-            self.last_dir = (dir.to_string(), parent, entry.elidable);
-            parent
-        };
-        let Some(parent) = parent else {
+        let Some(parent) = self.directory(dir, entry.mtime, entry.elidable) else {
             log::warn!("{path}: shown both as a file and a directory, keeping the first");
             return;
         };
@@ -291,6 +326,7 @@ impl Builder<'_> {
                 if let Some(node) = self.nodes.get_mut(ino) {
                     node.set_elidable(node.elidable() && entry.elidable);
                 }
+                self.entered(&path, ino);
             }
             (Some(false), _) => {
                 // A file replacing a file: keep its place among the parent's children.
@@ -302,25 +338,65 @@ impl Builder<'_> {
                 }
             }
             (None, _) => {
+                let dir = matches!(kind, NewKind::Dir);
                 self.insert(ino, parent, name, entry.mtime, kind, entry.elidable);
+                if dir {
+                    self.entered(&path, ino);
+                }
             }
         }
+    }
+
+    /// Makes directory `path` (inode `ino`, its parent the stack's path) the stack's path: the
+    /// entries of a directory's own entry usually follow it.
+    fn entered(&mut self, path: &str, ino: u64) {
+        let plain = self.nodes.get(ino).is_some_and(|n| !n.elidable());
+        self.dirs.path.clear();
+        self.dirs.path.push_str(path);
+        self.dirs.levels.push(Level {
+            end: path.len(),
+            ino,
+            plain,
+        });
     }
 
     /// The inode of directory `dir`, created (with its parents) if needed; `None` if a file is
     /// in the way. Directories implied by an elidable entry are elidable until another entry
     /// needs them.
+    /// `dir` has no empty component; the directories it shares with the previous entry's are
+    /// not looked up again (see [`Builder::dirs`]).
     fn directory(&mut self, dir: &str, mtime: SystemTime, elidable: bool) -> Option<u64> {
-        let mut parent = ROOT;
-        for component in dir.split('/').filter(|c| !c.is_empty()) {
+        self.dirs.keep_shared(dir);
+        if !elidable {
+            for level in self.dirs.levels.iter_mut().filter(|l| !l.plain) {
+                if let Some(node) = self.nodes.get_mut(level.ino) {
+                    node.set_elidable(false);
+                }
+                level.plain = true;
+            }
+        }
+        let (mut parent, mut end) = match self.dirs.levels.last() {
+            Some(level) => (level.ino, level.end),
+            None => (ROOT, 0),
+        };
+        while end < dir.len() {
+            let start = if end == 0 { 0 } else { end + 1 };
+            let rest = dir.get(start..).unwrap_or("");
+            let component = rest.split('/').next().unwrap_or(rest);
+            end = start + component.len();
             let ino = self.child(parent, component);
-            match self.nodes.get_mut(ino) {
-                Some(node) if node.is_dir() => node.set_elidable(node.elidable() && elidable),
+            let plain = match self.nodes.get_mut(ino) {
+                Some(node) if node.is_dir() => {
+                    node.set_elidable(node.elidable() && elidable);
+                    !node.elidable()
+                }
                 Some(_) => return None,
                 None => {
                     self.insert(ino, parent, component, mtime, NewKind::Dir, elidable);
+                    !elidable
                 }
-            }
+            };
+            self.dirs.levels.push(Level { end, ino, plain });
             parent = ino;
         }
         Some(parent)

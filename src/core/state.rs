@@ -11,7 +11,8 @@ use crate::formats::model::PropertyId;
 use crate::formats::source::NamedDataset;
 use crate::views::zip_publish::{published_path, Publisher};
 use crate::views::{
-    local_entries, view_entries, ViewEntry, ViewKind, ViewNode, ViewOptions, ViewRoot,
+    local_entries, view_entries, view_entries_into, EntrySink, ViewEntry, ViewKind, ViewNode,
+    ViewOptions, ViewRoot,
 };
 
 use super::namespace::{Edit, Entry, EntryKind, InodeTable, Namespace, ROOT};
@@ -220,7 +221,8 @@ impl State {
     }
 
     /// A new tree of the state as it is, numbered by `inodes` (which takes it as its tree). The
-    /// views are rendered one at a time as the tree takes their entries (all first only when a
+    /// views are rendered on a second thread, one at a time, and handed over in batches of
+    /// entries while this thread builds the tree of the batches before (all first only when a
     /// published ZIP needs its data set's Zarr view), so no list of every entry of the mount is
     /// ever made. Needs the state only shared: the caller keeps other writers out.
     pub(super) fn build(&self, inodes: &mut InodeTable) -> Arc<Namespace> {
@@ -260,14 +262,30 @@ impl State {
             published = publisher.entries(&self.datasets, *options, zarr_files);
         }
         let (datasets, roots, deleted) = (&self.datasets, &self.roots, &self.deleted);
-        let views = roots.iter().zip(rendered).flat_map(move |(root, views)| {
-            let views =
-                views.unwrap_or_else(|| view_entries(&datasets[root.dataset].dataset, root));
-            views
-                .into_iter()
-                .filter(move |e| deleted.is_empty() || !hidden(root, deleted, &e.path))
-                .map(tree_entry)
-        });
+        // The views are rendered on a second thread and their entries handed over in batches as
+        // they are made, while this one builds the tree of them (a few batches wait at most).
+        // Without that thread, this one renders them itself.
+        let rendered = Mutex::new(rendered);
+        let view = |at: usize, sink: Option<&EntrySink>| {
+            let given = crate::stores::lock(&rendered)
+                .get_mut(at)
+                .and_then(Option::take);
+            given.unwrap_or_else(|| {
+                view_entries_into(&datasets[roots[at].dataset].dataset, &roots[at], sink)
+            })
+        };
+        let (sender, received) = std::sync::mpsc::sync_channel(BATCHES_AHEAD);
+        let render = move || {
+            for at in 0..roots.len() {
+                let sink = EntrySink {
+                    tag: at,
+                    sender: sender.clone(),
+                };
+                if sender.send((at, view(at, Some(&sink)))).is_err() {
+                    return;
+                }
+            }
+        };
         let staged = self.staged.iter().filter_map(|(path, staged)| {
             let (root, rel) = split_canonical(roots, path)?;
             let kind = if staged.is_dir {
@@ -282,14 +300,36 @@ impl State {
                 elidable: false,
             })
         });
-        let entries = published
-            .into_iter()
-            .map(tree_entry)
-            .chain(views)
-            .chain(staged);
-        Namespace::build(entries, self.root_mtime, inodes)
+        std::thread::scope(|scope| {
+            let renderer = std::thread::Builder::new()
+                .name("daf-render".into())
+                .spawn_scoped(scope, render);
+            let inline = renderer.err().map(|e| {
+                log::warn!("rendering the views on the tree's thread: {e}");
+                (0..roots.len()).map(|at| (at, view(at, None)))
+            });
+            let views = received
+                .into_iter()
+                .chain(inline.into_iter().flatten())
+                .flat_map(|(at, entries)| {
+                    let root = &roots[at];
+                    entries
+                        .into_iter()
+                        .filter(move |e| deleted.is_empty() || !hidden(root, deleted, &e.path))
+                        .map(tree_entry)
+                });
+            let entries = published
+                .into_iter()
+                .map(tree_entry)
+                .chain(views)
+                .chain(staged);
+            Namespace::build(entries, self.root_mtime, inodes)
+        })
     }
 }
+
+/// The number of batches of view entries rendered ahead of the tree being built.
+const BATCHES_AHEAD: usize = 4;
 
 /// The target of the state lock's long waits and of the directory swaps' phases.
 pub(super) const LOCK_WAIT: &str = "daf_mount::lock_wait";

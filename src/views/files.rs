@@ -27,11 +27,21 @@ use crate::stores::rendered::rendered_measured;
 use crate::stores::{Blob, Bytes, StoreError};
 
 use super::keyed::KeyedBuilder;
-use super::{dataset_mtime, ViewBuilder, ViewEntry, ViewNode};
+use super::{dataset_mtime, json_files, EntrySink, ViewBuilder, ViewEntry, ViewNode};
 
 /// The FilesDaf tree of `dataset` in FilesDaf `version`, rooted at `prefix`.
 pub fn files_view(dataset: &Dataset, prefix: &str, version: FilesVersion) -> Vec<ViewEntry> {
-    let mut view = ViewBuilder::new(prefix);
+    files_view_into(dataset, prefix, version, None)
+}
+
+/// [`files_view`], handing its entries to `sink` in batches if given: returns the rest.
+pub fn files_view_into(
+    dataset: &Dataset,
+    prefix: &str,
+    version: FilesVersion,
+    sink: Option<&EntrySink>,
+) -> Vec<ViewEntry> {
+    let mut view = ViewBuilder::into_sink(prefix, sink, version == FilesVersion::V1_1);
     root_files(&mut view, dataset, version);
     for name in dataset.scalars.keys() {
         item_files(
@@ -50,9 +60,11 @@ pub fn files_view(dataset: &Dataset, prefix: &str, version: FilesVersion) -> Vec
             .document(&format!("{}.json", p.path), version);
         property_files(&mut view, &p.path, p.property, version, document);
     }
-    let mut entries = view.finish();
+    let (mut entries, sent) = view.finish_with_json();
     if version == FilesVersion::V1_1 {
-        entries.push(metadata_json(dataset, prefix, &entries));
+        let sent = sent.iter().map(|(path, blob)| (path.as_str(), blob));
+        let metadata = metadata_json(dataset, prefix, sent.chain(json_files(&entries)));
+        entries.push(metadata);
     }
     entries
 }
@@ -94,15 +106,15 @@ pub fn local_entries(
 /// The view's `metadata.json` (§3.5), made from the documents the view shows when read (kept in
 /// the bounded decode cache, made again once evicted; its keys kept compact, see
 /// [`super::keyed`]).
-fn metadata_json(dataset: &Dataset, prefix: &str, entries: &[ViewEntry]) -> ViewEntry {
+fn metadata_json<'a>(
+    dataset: &Dataset,
+    prefix: &str,
+    json_files: impl Iterator<Item = (&'a str, &'a Arc<Blob>)>,
+) -> ViewEntry {
     let view = ViewBuilder::new(prefix);
-    let files: HashMap<&str, &Arc<Blob>> = entries
-        .iter()
-        .filter_map(|e| match &e.node {
-            ViewNode::File(blob) => Some((e.path.as_str(), blob)),
-            ViewNode::Dir => None,
-        })
-        .collect();
+    // Only the `.json` files can be documents; their paths are looked up through one buffer.
+    let files: HashMap<&str, &Arc<Blob>, foldhash::fast::RandomState> = json_files.collect();
+    let mut full = String::new();
     let mut index = KeyedBuilder::default();
     for (name, axis) in &dataset.axes {
         index.push(&format!("axes/{name}"), IndexValue::Axis(axis.len()));
@@ -113,7 +125,11 @@ fn metadata_json(dataset: &Dataset, prefix: &str, entries: &[ViewEntry]) -> View
         .map(|name| format!("scalars/{name}"))
         .chain(dataset.properties().map(|p| p.path));
     for key in documents {
-        if let Some(blob) = files.get(view.full(&format!("{key}.json")).as_str()) {
+        full.clear();
+        full.push_str(&view.prefix);
+        full.push_str(&key);
+        full.push_str(".json");
+        if let Some(blob) = files.get(full.as_str()) {
             index.push(&key, IndexValue::Document(Arc::clone(blob)));
         }
     }

@@ -10,7 +10,7 @@ use crate::formats::{files_daf, files_index};
 use crate::stores::{StoreError, StoreIndex};
 
 use super::layout::{Layout, Removal, Staged};
-use super::{files, ViewEntry};
+use super::{files, EntrySink, ViewEntry};
 
 const VECTOR_FILES: [&str; 6] = ["json", "data", "txt", "nzind", "nzval", "nztxt"];
 const MATRIX_FILES: [&str; 7] = ["json", "data", "txt", "colptr", "rowval", "nzval", "nztxt"];
@@ -72,8 +72,14 @@ impl Layout for FilesLayout {
         })
     }
 
-    fn view(&self, dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {
-        files::files_view(dataset, prefix, self.version)
+    fn view_into(
+        &self,
+        dataset: &Dataset,
+        prefix: &str,
+        _dimensions: bool,
+        sink: Option<&EntrySink>,
+    ) -> Vec<ViewEntry> {
+        files::files_view_into(dataset, prefix, self.version, sink)
     }
 
     fn item_entries(&self, dataset: &Dataset, id: &PropertyId) -> Vec<ViewEntry> {

@@ -14,7 +14,7 @@ use crate::formats::source::Format;
 use crate::formats::FormatError;
 use crate::stores::{Bytes, StoreError, StoreIndex};
 
-use super::{files_layout, zarr_v2_layout, zarr_v3_layout, ViewEntry, ViewKind};
+use super::{files_layout, zarr_v2_layout, zarr_v3_layout, EntrySink, ViewEntry, ViewKind};
 
 /// Whether the staged files of an item can be committed.
 #[derive(Debug, PartialEq, Eq)]
@@ -56,13 +56,25 @@ pub trait Layout: Sync + Send {
     ) -> Result<Item, FormatError>;
 
     /// Every file and directory of the view of `dataset`, under `prefix`.
-    fn view(&self, dataset: &Dataset, prefix: &str) -> Vec<ViewEntry>;
+    fn view(&self, dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {
+        self.view_into(dataset, prefix, false, None)
+    }
 
     /// The view with xarray's dimension names on every array (`--dimension-names`,
     /// [`super::dimensions`]); a layout without named arrays shows its plain view.
     fn view_with_dimensions(&self, dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {
-        self.view(dataset, prefix)
+        self.view_into(dataset, prefix, true, None)
     }
+
+    /// The view (with dimension names if `dimensions`), its entries handed to `sink` in batches
+    /// as they are made if given: returns the ones not handed on.
+    fn view_into(
+        &self,
+        dataset: &Dataset,
+        prefix: &str,
+        dimensions: bool,
+        sink: Option<&EntrySink>,
+    ) -> Vec<ViewEntry>;
 
     /// The files and directories of item `id`, relative to the data set root: what the view
     /// shows of it, and what a commit writes into a source of this layout.

@@ -16,6 +16,9 @@ pub mod zarr_v3_layout;
 pub mod zarr_v3_rules;
 pub mod zip_publish;
 
+#[cfg(test)]
+pub(crate) mod stream_tests;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -59,7 +62,23 @@ pub enum ViewSelection {
     Zarr,
 }
 
-/// Collects the entries of one view under a path prefix.
+/// Where a view being rendered hands its entries on as it makes them, in batches (the tree is
+/// built from them on another thread meanwhile), each tagged with the view's number.
+#[derive(Clone, Debug)]
+pub struct EntrySink {
+    /// The view's number, sent with each batch.
+    pub tag: usize,
+    /// Where the batches go.
+    pub sender: std::sync::mpsc::SyncSender<(usize, Vec<ViewEntry>)>,
+}
+
+/// A synthesised document's bytes and its blob (see [`ViewBuilder::document`]).
+pub(crate) type Document = (Bytes, Arc<Blob>);
+
+/// The number of entries of a batch handed to an [`EntrySink`].
+const BATCH: usize = 4096;
+
+/// Collects the entries of one view under a path prefix (or hands them on in batches).
 pub(crate) struct ViewBuilder {
     prefix: String,
     entries: Vec<ViewEntry>,
@@ -67,6 +86,10 @@ pub(crate) struct ViewBuilder {
     /// on one axis, every `{}`) share one blob, so a million properties do not keep a million
     /// copies of a few documents.
     documents: HashMap<Vec<u8>, (Bytes, Arc<Blob>), foldhash::fast::RandomState>,
+    /// Where full batches go, if anywhere.
+    sink: Option<EntrySink>,
+    /// The `.json` files handed on, when asked for (`metadata.json` is made of them).
+    json_files: Option<Vec<(String, Arc<Blob>)>>,
 }
 
 impl ViewBuilder {
@@ -80,7 +103,40 @@ impl ViewBuilder {
             prefix,
             entries: Vec::new(),
             documents: HashMap::default(),
+            sink: None,
+            json_files: None,
         }
+    }
+
+    /// A builder that hands its entries to `sink` in batches (keeping the `.json` files it
+    /// hands on if `keep_json`); [`ViewBuilder::finish`] then returns the last ones.
+    pub(crate) fn into_sink(
+        prefix: &str,
+        sink: Option<&EntrySink>,
+        keep_json: bool,
+    ) -> ViewBuilder {
+        let mut view = ViewBuilder::new(prefix);
+        view.sink = sink.cloned();
+        view.json_files = (keep_json && view.sink.is_some()).then(Vec::new);
+        view
+    }
+
+    /// Adds `entry`, first handing on a full batch (the last entry stays: see
+    /// [`ViewBuilder::elidable_file`]).
+    fn push(&mut self, entry: ViewEntry) {
+        if self.entries.len() >= BATCH {
+            if let Some(sink) = &self.sink {
+                let mut batch = std::mem::replace(&mut self.entries, Vec::with_capacity(BATCH));
+                // As when the whole view is kept: `metadata.json` lists names too long to show.
+                if let Some(json) = &mut self.json_files {
+                    json.extend(json_files(&batch).map(|(p, b)| (p.to_string(), b.clone())));
+                }
+                keep_showable(&mut batch);
+                // A closed sink is a build given up: the rest is not needed.
+                let _ = sink.sender.send((sink.tag, batch));
+            }
+        }
+        self.entries.push(entry);
     }
 
     fn full(&self, path: &str) -> String {
@@ -98,7 +154,7 @@ impl ViewBuilder {
 
     pub(crate) fn dir(&mut self, path: &str, mtime: SystemTime) {
         let path = self.full(path);
-        self.entries.push(ViewEntry {
+        self.push(ViewEntry {
             path,
             node: ViewNode::Dir,
             mtime,
@@ -108,7 +164,7 @@ impl ViewBuilder {
 
     pub(crate) fn file(&mut self, path: &str, blob: Arc<Blob>, mtime: SystemTime) {
         let path = self.full(path);
-        self.entries.push(ViewEntry {
+        self.push(ViewEntry {
             path,
             node: ViewNode::File(blob),
             mtime,
@@ -142,7 +198,7 @@ impl ViewBuilder {
 
     /// The ready blob of a synthesised document (and its bytes), shared with every equal
     /// document of this view.
-    pub(crate) fn document(&mut self, content: Vec<u8>) -> (Bytes, Arc<Blob>) {
+    pub(crate) fn document(&mut self, content: Vec<u8>) -> Document {
         self.documents
             .entry(content)
             .or_insert_with_key(|content| {
@@ -152,9 +208,23 @@ impl ViewBuilder {
             .clone()
     }
 
+    /// The entries not handed on.
     pub(crate) fn finish(self) -> Vec<ViewEntry> {
         self.entries
     }
+
+    /// The entries not handed on, and the `.json` files handed on (if kept).
+    pub(crate) fn finish_with_json(self) -> (Vec<ViewEntry>, Vec<(String, Arc<Blob>)>) {
+        (self.entries, self.json_files.unwrap_or_default())
+    }
+}
+
+/// The `.json` files among `entries`, with their paths.
+fn json_files(entries: &[ViewEntry]) -> impl Iterator<Item = (&str, &Arc<Blob>)> {
+    entries.iter().filter_map(|e| match &e.node {
+        ViewNode::File(blob) if e.path.ends_with(".json") => Some((e.path.as_str(), blob)),
+        _ => None,
+    })
 }
 
 /// The two kinds of view (`NAME.daf/`, `NAME.daf.zarr/`): the two families of formats.
@@ -310,11 +380,25 @@ pub fn view_roots(datasets: &[NamedDataset], options: ViewOptions) -> Vec<ViewRo
 /// has FilesDaf files like `NAME.colptr` of 256 or more) is left out with a warning: the kernel
 /// could list it but never look it up.
 pub fn view_entries(dataset: &Dataset, root: &ViewRoot) -> Vec<ViewEntry> {
-    let mut entries = if root.dimension_names {
-        root.layout().view_with_dimensions(dataset, &root.mount)
-    } else {
-        root.layout().view(dataset, &root.mount)
-    };
+    view_entries_into(dataset, root, None)
+}
+
+/// [`view_entries`], handing them to `sink` in batches as they are made (if given): returns the
+/// last ones.
+pub fn view_entries_into(
+    dataset: &Dataset,
+    root: &ViewRoot,
+    sink: Option<&EntrySink>,
+) -> Vec<ViewEntry> {
+    let mut entries = root
+        .layout()
+        .view_into(dataset, &root.mount, root.dimension_names, sink);
+    keep_showable(&mut entries);
+    entries
+}
+
+/// Leaves out the entries whose name the kernel could not look up (see [`view_entries`]).
+fn keep_showable(entries: &mut Vec<ViewEntry>) {
     entries.retain(|e| {
         let name = e.path.rsplit('/').next().unwrap_or(&e.path);
         let fits = name.len() <= NAME_MAX;
@@ -326,7 +410,6 @@ pub fn view_entries(dataset: &Dataset, root: &ViewRoot) -> Vec<ViewEntry> {
         }
         fits
     });
-    entries
 }
 
 /// The entries of view `root` of `dataset` that a change of item `id` alone changes, as

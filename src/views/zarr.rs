@@ -18,7 +18,7 @@ use crate::stores::{Blob, Bytes};
 
 use super::dimensions::DimensionNames;
 use super::keyed::KeyedBuilder;
-use super::{dataset_mtime, ViewBuilder, ViewEntry};
+use super::{dataset_mtime, EntrySink, ViewBuilder, ViewEntry};
 
 /// Builds the Zarr tree and remembers every metadata document for `.zmetadata`.
 struct ZarrBuilder {
@@ -26,13 +26,54 @@ struct ZarrBuilder {
     metadata: KeyedBuilder<Arc<Blob>>,
     /// The arrays' dimension names, if shown.
     dimensions: Option<DimensionNames>,
+    /// The last `.zarray` made and what it was made of: neighbouring arrays (the vectors of one
+    /// axis) mostly share it and take its blob without rendering and hashing it again.
+    last_zarray: Option<(String, bool, Vec<u64>, Arc<Blob>)>,
+    /// The blob of the plain `.zattrs` (`{}`), once made.
+    plain_zattrs: Option<Arc<Blob>>,
 }
 
 impl ZarrBuilder {
+    fn new(
+        prefix: &str,
+        dimensions: Option<DimensionNames>,
+        sink: Option<&EntrySink>,
+    ) -> ZarrBuilder {
+        ZarrBuilder {
+            view: ViewBuilder::into_sink(prefix, sink, false),
+            metadata: KeyedBuilder::default(),
+            dimensions,
+            last_zarray: None,
+            plain_zattrs: None,
+        }
+    }
+
     fn document(&mut self, path: String, text: String, mtime: SystemTime) {
         let (_, blob) = self.view.document(text.into_bytes());
+        self.shared_document(path, blob, mtime);
+    }
+
+    /// A document whose blob is made already.
+    fn shared_document(&mut self, path: String, blob: Arc<Blob>, mtime: SystemTime) {
         self.metadata.push(&path, blob.clone());
         self.view.file(&path, blob, mtime);
+    }
+
+    /// The blob of the `.zarray` of an array of `dtype` and `shape` (see [`Self::last_zarray`];
+    /// the same blob [`ViewBuilder::document`] gives for the same text).
+    fn zarray(&mut self, dtype: &str, strings: bool, shape: &[u64]) -> Arc<Blob> {
+        if let Some((_, _, _, blob)) = self
+            .last_zarray
+            .as_ref()
+            .filter(|(d, s, sh, _)| d == dtype && *s == strings && sh == shape)
+        {
+            return blob.clone();
+        }
+        let (_, blob) = self
+            .view
+            .document(zarray_json(dtype, strings, shape).into_bytes());
+        self.last_zarray = Some((dtype.to_string(), strings, shape.to_vec(), blob.clone()));
+        blob
     }
 
     fn group(&mut self, path: &str, mtime: SystemTime) {
@@ -59,16 +100,23 @@ impl ZarrBuilder {
         mtime: SystemTime,
     ) {
         self.view.dir(path, mtime);
-        self.document(
-            format!("{path}/.zarray"),
-            zarray_json(dtype, strings, shape),
-            mtime,
-        );
-        let attributes = match self.dimensions.as_ref().and_then(|d| d.of(path)) {
-            Some(names) => serde_json::json!({ "_ARRAY_DIMENSIONS": names }).to_string(),
-            None => ZATTRS.to_string(),
-        };
-        self.document(format!("{path}/.zattrs"), attributes, mtime);
+        let zarray = self.zarray(dtype, strings, shape);
+        self.shared_document(format!("{path}/.zarray"), zarray, mtime);
+        let zattrs = format!("{path}/.zattrs");
+        match self.dimensions.as_ref().and_then(|d| d.of(path)) {
+            Some(names) => {
+                let attributes = serde_json::json!({ "_ARRAY_DIMENSIONS": names }).to_string();
+                self.document(zattrs, attributes, mtime);
+            }
+            None => {
+                let view = &mut self.view;
+                let plain = self
+                    .plain_zattrs
+                    .get_or_insert_with(|| view.document(ZATTRS.into()).1)
+                    .clone();
+                self.shared_document(zattrs, plain, mtime);
+            }
+        }
         if !shape.contains(&0) {
             self.view.file(
                 &format!("{path}/{}", single_chunk_key(shape.len())),
@@ -98,12 +146,22 @@ pub fn zarr_view(dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {
 /// The Zarr tree of `dataset`, rooted at `prefix`, its arrays with their dimension names if
 /// `dimension_names`.
 pub fn zarr_view_with(dataset: &Dataset, prefix: &str, dimension_names: bool) -> Vec<ViewEntry> {
+    zarr_view_into(dataset, prefix, dimension_names, None)
+}
+
+/// [`zarr_view_with`], handing its entries to `sink` in batches if given: returns the rest.
+pub fn zarr_view_into(
+    dataset: &Dataset,
+    prefix: &str,
+    dimension_names: bool,
+    sink: Option<&EntrySink>,
+) -> Vec<ViewEntry> {
     let mtime = dataset_mtime(dataset);
-    let mut z = ZarrBuilder {
-        view: ViewBuilder::new(prefix),
-        metadata: KeyedBuilder::default(),
-        dimensions: dimension_names.then(|| DimensionNames::new(dataset)),
-    };
+    let mut z = ZarrBuilder::new(
+        prefix,
+        dimension_names.then(|| DimensionNames::new(dataset)),
+        sink,
+    );
     z.group("", mtime);
     z.array(
         "daf",
@@ -150,11 +208,7 @@ pub fn zarr_view_with(dataset: &Dataset, prefix: &str, dimension_names: bool) ->
 /// The nodes of one item, relative to the data set root; a new axis also brings the groups of its
 /// vectors and of its matrices with every axis.
 pub fn item_entries(dataset: &Dataset, id: &PropertyId) -> Vec<ViewEntry> {
-    let mut z = ZarrBuilder {
-        view: ViewBuilder::new(""),
-        metadata: KeyedBuilder::default(),
-        dimensions: None,
-    };
+    let mut z = ZarrBuilder::new("", None, None);
     item_nodes(&mut z, dataset, id);
     if let PropertyId::Axis(name) = id {
         let mtime = dataset

@@ -12,7 +12,7 @@ use crate::formats::{zarr_v2, FormatError};
 use crate::stores::{Bytes, StoreError, StoreIndex};
 
 use super::layout::{Layout, Removal, Staged};
-use super::{zarr, ViewEntry};
+use super::{zarr, EntrySink, ViewEntry};
 
 /// ZarrDaf on Zarr v2 (DataAxesFormats 0.2).
 #[derive(Debug)]
@@ -173,12 +173,14 @@ impl Layout for ZarrV2 {
         zarr_daf::read_item(ZarrVersion::V2, dataset, id, index)
     }
 
-    fn view(&self, dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {
-        zarr::zarr_view(dataset, prefix)
-    }
-
-    fn view_with_dimensions(&self, dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {
-        zarr::zarr_view_with(dataset, prefix, true)
+    fn view_into(
+        &self,
+        dataset: &Dataset,
+        prefix: &str,
+        dimensions: bool,
+        sink: Option<&EntrySink>,
+    ) -> Vec<ViewEntry> {
+        zarr::zarr_view_into(dataset, prefix, dimensions, sink)
     }
 
     fn item_entries(&self, dataset: &Dataset, id: &PropertyId) -> Vec<ViewEntry> {

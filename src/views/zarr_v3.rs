@@ -31,7 +31,7 @@ use crate::stores::{Blob, Bytes, StoreError};
 
 use super::dimensions::DimensionNames;
 use super::keyed::{Keyed, KeyedBuilder};
-use super::{dataset_mtime, ViewBuilder, ViewEntry};
+use super::{dataset_mtime, Document, EntrySink, ViewBuilder, ViewEntry};
 
 /// The `zarr.json` of every group but the root (37 bytes).
 pub const GROUP: &str = "{\"node_type\":\"group\",\"zarr_format\":3}";
@@ -209,15 +209,20 @@ struct V3Builder {
     group_entry: Bytes,
     /// The arrays' dimension names, if shown.
     dimensions: Option<DimensionNames>,
+    /// The last flat array document without dimension names made, with its element type and
+    /// shape: neighbouring arrays (the vectors of one axis) mostly share it and take it without
+    /// rendering and hashing it again.
+    last_flat: Option<(ElementType, Vec<u64>, Document)>,
 }
 
 impl V3Builder {
-    fn new(prefix: &str) -> V3Builder {
+    fn new(prefix: &str, sink: Option<&EntrySink>) -> V3Builder {
         V3Builder {
-            view: ViewBuilder::new(prefix),
+            view: ViewBuilder::into_sink(prefix, sink, false),
             metadata: KeyedBuilder::default(),
             group_entry: Bytes::from_vec(GROUP_ENTRY.into()),
             dimensions: None,
+            last_flat: None,
         }
     }
 
@@ -252,8 +257,21 @@ impl V3Builder {
         chunk: Option<Arc<Blob>>,
         mtime: SystemTime,
     ) {
+        let made = self.view.document(doc.into_bytes());
+        self.made_array(path, made, ndim, chunk, mtime);
+    }
+
+    /// [`Self::array`] with its document made already ([`ViewBuilder::document`]).
+    fn made_array(
+        &mut self,
+        path: &str,
+        (doc, blob): Document,
+        ndim: usize,
+        chunk: Option<Arc<Blob>>,
+        mtime: SystemTime,
+    ) {
         self.view.dir(path, mtime);
-        let doc = self.document(path, doc.into_bytes(), mtime);
+        self.view.file(&super::join(path, "zarr.json"), blob, mtime);
         // A fill blob (an array the source stored without chunks) is not listed, as Julia
         // does not store such chunks; a chunk that may be absent (a remote one a 404 would
         // make the fill) is listed only once it is known present.
@@ -285,10 +303,32 @@ impl V3Builder {
             }
             None => {
                 let chunk = (!empty).then_some(blob);
-                let doc = flat_array_document(eltype, shape, dimensions.as_deref());
-                self.array(path, doc, shape.len(), chunk, mtime);
+                let made = match dimensions {
+                    Some(names) => self
+                        .view
+                        .document(flat_array_document(eltype, shape, Some(&names)).into_bytes()),
+                    None => self.flat_document(eltype, shape),
+                };
+                self.made_array(path, made, shape.len(), chunk, mtime);
             }
         }
+    }
+
+    /// The document of a flat array of `eltype` and `shape` without dimension names (see
+    /// [`Self::last_flat`]; the same as [`ViewBuilder::document`] gives for its text).
+    fn flat_document(&mut self, eltype: ElementType, shape: &[u64]) -> Document {
+        if let Some((_, _, made)) = self
+            .last_flat
+            .as_ref()
+            .filter(|(t, s, _)| *t == eltype && s == shape)
+        {
+            return made.clone();
+        }
+        let made = self
+            .view
+            .document(flat_array_document(eltype, shape, None).into_bytes());
+        self.last_flat = Some((eltype, shape.to_vec(), made.clone()));
+        made
     }
 }
 
@@ -304,8 +344,18 @@ pub fn zarr_v3_view(dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {
 /// The Zarr v3 tree of `dataset`, rooted at `prefix`, its arrays with their dimension names if
 /// `dimension_names`.
 pub fn zarr_v3_view_with(dataset: &Dataset, prefix: &str, dimension_names: bool) -> Vec<ViewEntry> {
+    zarr_v3_view_into(dataset, prefix, dimension_names, None)
+}
+
+/// [`zarr_v3_view_with`], handing its entries to `sink` in batches if given: returns the rest.
+pub fn zarr_v3_view_into(
+    dataset: &Dataset,
+    prefix: &str,
+    dimension_names: bool,
+    sink: Option<&EntrySink>,
+) -> Vec<ViewEntry> {
     let mtime = dataset_mtime(dataset);
-    let mut z = V3Builder::new(prefix);
+    let mut z = V3Builder::new(prefix, sink);
     z.dimensions = dimension_names.then(|| DimensionNames::new(dataset));
     z.view.dir("", mtime);
     for group in dataset.groups() {
@@ -339,7 +389,7 @@ pub fn zarr_v3_view_with(dataset: &Dataset, prefix: &str, dimension_names: bool)
 /// item's node documents and chunks (a new axis also brings the groups of its vectors and of its
 /// matrices with every axis). Not the root `zarr.json`.
 pub fn item_entries(dataset: &Dataset, id: &PropertyId) -> Vec<ViewEntry> {
-    let mut z = V3Builder::new("");
+    let mut z = V3Builder::new("", None);
     item_nodes(&mut z, dataset, id);
     if let PropertyId::Axis(name) = id {
         let mtime = dataset

@@ -10,7 +10,7 @@ use crate::stores::{StoreError, StoreIndex};
 
 use super::layout::{Layout, Removal, Staged};
 use super::zarr_v2_layout::parent_groups;
-use super::{zarr_v3 as view, zarr_v3_rules as rules, ViewEntry};
+use super::{zarr_v3 as view, zarr_v3_rules as rules, EntrySink, ViewEntry};
 
 /// ZarrDaf on Zarr v3 (DataAxesFormats 0.3).
 #[derive(Debug)]
@@ -30,12 +30,14 @@ impl Layout for ZarrV3 {
         zarr_daf::read_item(ZarrVersion::V3, dataset, id, index)
     }
 
-    fn view(&self, dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {
-        view::zarr_v3_view(dataset, prefix)
-    }
-
-    fn view_with_dimensions(&self, dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {
-        view::zarr_v3_view_with(dataset, prefix, true)
+    fn view_into(
+        &self,
+        dataset: &Dataset,
+        prefix: &str,
+        dimensions: bool,
+        sink: Option<&EntrySink>,
+    ) -> Vec<ViewEntry> {
+        view::zarr_v3_view_into(dataset, prefix, dimensions, sink)
     }
 
     fn item_entries(&self, dataset: &Dataset, id: &PropertyId) -> Vec<ViewEntry> {

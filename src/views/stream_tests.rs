@@ -1,0 +1,95 @@
+//! Tests of views handed on in batches while they are rendered (`EntrySink`): the same view as
+//! one kept whole, for every layout; and the test data of large views other tests share.
+
+use std::sync::mpsc::sync_channel;
+use std::time::SystemTime;
+
+use super::*;
+use crate::formats::model::{Item, Payload, Property};
+use crate::formats::source::open_source;
+
+const FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../shared/fixtures/vectors/files_v1_0.daf"
+);
+
+/// Adds `n` vectors of axis `cell` (copies of `score`) to `dataset`, in memory.
+pub(crate) fn add_vectors(dataset: &mut Dataset, n: usize) {
+    let (eltype, data) = match &dataset.vectors["cell"]["score"].payload {
+        Payload::Dense { eltype, data } => (*eltype, data.clone()),
+        other => panic!("score is {other:?}"),
+    };
+    for i in 0..n {
+        let id = PropertyId::Vector {
+            axis: "cell".into(),
+            name: format!("p{i:05}"),
+        };
+        let payload = Payload::Dense {
+            eltype,
+            data: data.clone(),
+        };
+        let property = Property {
+            payload,
+            mtime: SystemTime::UNIX_EPOCH,
+            packed: Default::default(),
+        };
+        dataset.insert(&id, Item::Property(property)).unwrap();
+    }
+}
+
+/// What a reader sees of `entries`, in order: paths, kinds and contents, times, flags.
+fn seen(entries: &[ViewEntry]) -> Vec<(String, Option<Vec<u8>>, SystemTime, bool)> {
+    entries
+        .iter()
+        .map(|e| {
+            let content = match &e.node {
+                ViewNode::File(blob) => Some(blob.bytes().unwrap().as_slice().to_vec()),
+                ViewNode::Dir => None,
+            };
+            (e.path.clone(), content, e.mtime, e.elidable)
+        })
+        .collect()
+}
+
+#[test]
+fn a_view_handed_on_in_batches_is_the_view_kept_whole() {
+    let mut opened = open_source(FIXTURE).unwrap();
+    add_vectors(&mut opened.datasets[0].dataset, 3 * BATCH);
+    let dataset = &opened.datasets[0].dataset;
+    let formats = [
+        Format::Files(FilesVersion::V1_0),
+        Format::Files(FilesVersion::V1_1),
+        Format::ZarrV2,
+        Format::ZarrV3,
+    ];
+    for format in formats {
+        for dimension_names in [false, true] {
+            let root = ViewRoot {
+                dataset: 0,
+                kind: format.family(),
+                format,
+                mount: "v".into(),
+                canonical: "v".into(),
+                dimension_names,
+            };
+            let whole = view_entries(dataset, &root);
+            let (sender, received) = sync_channel(64);
+            let sink = EntrySink { tag: 7, sender };
+            let rest = view_entries_into(dataset, &root, Some(&sink));
+            drop(sink);
+            let batches: Vec<(usize, Vec<ViewEntry>)> = received.try_iter().collect();
+            assert!(batches.len() >= 2, "{format:?}: {} batches", batches.len());
+            assert!(batches.iter().all(|(tag, _)| *tag == 7));
+            let streamed: Vec<ViewEntry> = batches
+                .into_iter()
+                .flat_map(|(_, batch)| batch)
+                .chain(rest)
+                .collect();
+            assert_eq!(
+                seen(&streamed),
+                seen(&whole),
+                "{format:?}, dimension names {dimension_names}"
+            );
+        }
+    }
+}

@@ -33,6 +33,17 @@ impl Namespace {
         root_mtime: SystemTime,
         inodes: &mut InodeTable,
     ) -> Arc<Namespace> {
+        Namespace::build_giving_back(entries, root_mtime, inodes, drop)
+    }
+
+    /// [`Namespace::build`], giving each entry's path to `spent` once taken (the caller may
+    /// have its memory freed on the thread that allocated it).
+    pub fn build_giving_back(
+        entries: impl IntoIterator<Item = Entry>,
+        root_mtime: SystemTime,
+        inodes: &mut InodeTable,
+        mut spent: impl FnMut(String),
+    ) -> Arc<Namespace> {
         let mut builder = Builder {
             nodes: NodeTable::default(),
             names: String::new(),
@@ -50,7 +61,7 @@ impl Namespace {
         let root = Node::new(ROOT_U32, 0, 0, mtime, false, NewKind::Dir);
         builder.nodes.insert(ROOT, root);
         for entry in entries {
-            builder.add(entry);
+            spent(builder.add(entry));
         }
         let Builder {
             mut nodes,
@@ -187,6 +198,18 @@ fn propagate_mtimes(nodes: &mut NodeTable, children: &[u32], mtimes: &[SystemTim
     }
 }
 
+/// Whether `path` has an empty component (it is empty, starts or ends with `/`, or has `//`).
+fn has_empty_component(path: &str) -> bool {
+    let mut previous = b'/';
+    for &byte in path.as_bytes() {
+        if byte == b'/' && previous == b'/' {
+            return true;
+        }
+        previous = byte;
+    }
+    previous == b'/'
+}
+
 /// The state of one [`Namespace::build`].
 struct Builder<'a> {
     nodes: NodeTable,
@@ -282,36 +305,47 @@ fn spread(hash: u32) -> u64 {
 }
 
 impl Builder<'_> {
-    fn add(&mut self, entry: Entry) {
-        let path = if entry.path.split('/').any(str::is_empty) {
-            entry
-                .path
-                .split('/')
+    /// Adds `entry` and gives its path back (see [`Namespace::build_giving_back`]).
+    fn add(&mut self, entry: Entry) -> String {
+        let Entry {
+            path,
+            mtime,
+            kind,
+            elidable,
+        } = entry;
+        let path = if has_empty_component(&path) {
+            path.split('/')
                 .filter(|c| !c.is_empty())
                 .collect::<Vec<_>>()
                 .join("/")
         } else {
-            entry.path
+            path
         };
+        self.place(&path, mtime, kind, elidable);
+        path
+    }
+
+    /// Adds the entry at `path` (no empty component).
+    fn place(&mut self, path: &str, mtime: SystemTime, kind: EntryKind, elidable: bool) {
         if path.is_empty() {
             let root = self
                 .nodes
                 .get(ROOT)
                 .map(|r| self.mtimes[r.mtime_index() as usize]);
-            if root.is_some_and(|root| entry.mtime > root) {
-                let mtime = self.mtime(entry.mtime);
+            if root.is_some_and(|root| mtime > root) {
+                let mtime = self.mtime(mtime);
                 if let Some(root) = self.nodes.get_mut(ROOT) {
                     root.set_mtime_index(mtime);
                 }
             }
             return;
         }
-        let (dir, name) = path.rsplit_once('/').unwrap_or(("", &path));
-        let Some(parent) = self.directory(dir, entry.mtime, entry.elidable) else {
+        let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
+        let Some(parent) = self.directory(dir, mtime, elidable) else {
             log::warn!("{path}: shown both as a file and a directory, keeping the first");
             return;
         };
-        let kind = match entry.kind {
+        let kind = match kind {
             EntryKind::Dir => NewKind::Dir,
             EntryKind::Blob(blob) => NewKind::File(blob),
             EntryKind::Staged(path) => NewKind::Staged(StagedPath::new(path)),
@@ -324,24 +358,24 @@ impl Builder<'_> {
             }
             (Some(true), NewKind::Dir) => {
                 if let Some(node) = self.nodes.get_mut(ino) {
-                    node.set_elidable(node.elidable() && entry.elidable);
+                    node.set_elidable(node.elidable() && elidable);
                 }
-                self.entered(&path, ino);
+                self.entered(path, ino);
             }
             (Some(false), _) => {
                 // A file replacing a file: keep its place among the parent's children.
-                let mtime = self.mtime(entry.mtime);
+                let mtime = self.mtime(mtime);
                 if let Some(node) = self.nodes.get_mut(ino) {
                     *node = node.with_kind(kind);
                     node.set_mtime_index(mtime);
-                    node.set_elidable(entry.elidable);
+                    node.set_elidable(elidable);
                 }
             }
             (None, _) => {
                 let dir = matches!(kind, NewKind::Dir);
-                self.insert(ino, parent, name, entry.mtime, kind, entry.elidable);
+                self.insert(ino, parent, name, mtime, kind, elidable);
                 if dir {
-                    self.entered(&path, ino);
+                    self.entered(path, ino);
                 }
             }
         }

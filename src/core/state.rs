@@ -275,11 +275,14 @@ impl State {
             })
         };
         let (sender, received) = std::sync::mpsc::sync_channel(BATCHES_AHEAD);
+        let spent = Arc::new(Mutex::new(Vec::new()));
+        let sink_spent = spent.clone();
         let render = move || {
             for at in 0..roots.len() {
                 let sink = EntrySink {
                     tag: at,
                     sender: sender.clone(),
+                    spent: sink_spent.clone(),
                 };
                 if sender.send((at, view(at, Some(&sink)))).is_err() {
                     return;
@@ -323,13 +326,25 @@ impl State {
                 .map(tree_entry)
                 .chain(views)
                 .chain(staged);
-            Namespace::build(entries, self.root_mtime, inodes)
+            // The paths taken go back to the renderer's thread, which allocated them.
+            let mut taken = Vec::with_capacity(PATHS_GIVEN_BACK);
+            let give_back = |path| {
+                taken.push(path);
+                if taken.len() >= PATHS_GIVEN_BACK {
+                    let full = std::mem::replace(&mut taken, Vec::with_capacity(PATHS_GIVEN_BACK));
+                    crate::stores::lock(&spent).push(full);
+                }
+            };
+            Namespace::build_giving_back(entries, self.root_mtime, inodes, give_back)
         })
     }
 }
 
 /// The number of batches of view entries rendered ahead of the tree being built.
 const BATCHES_AHEAD: usize = 4;
+
+/// The number of paths the tree gives back to the renderer at once.
+const PATHS_GIVEN_BACK: usize = 4096;
 
 /// The target of the state lock's long waits and of the directory swaps' phases.
 pub(super) const LOCK_WAIT: &str = "daf_mount::lock_wait";

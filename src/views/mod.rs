@@ -20,13 +20,13 @@ pub mod zip_publish;
 pub(crate) mod stream_tests;
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use crate::formats::json::FilesVersion;
 use crate::formats::model::{Dataset, PropertyId};
 use crate::formats::source::{Format, NamedDataset};
-use crate::stores::{Blob, Bytes};
+use crate::stores::{lock, Blob, Bytes};
 
 /// A node of a view.
 #[derive(Clone, Debug)]
@@ -70,6 +70,9 @@ pub struct EntrySink {
     pub tag: usize,
     /// Where the batches go.
     pub sender: std::sync::mpsc::SyncSender<(usize, Vec<ViewEntry>)>,
+    /// The paths the other side is done with, freed here at each batch: memory is freed
+    /// fastest by the thread that allocated it (another thread's frees contend for its heap).
+    pub spent: Arc<Mutex<Vec<Vec<String>>>>,
 }
 
 /// A synthesised document's bytes and its blob (see [`ViewBuilder::document`]).
@@ -134,6 +137,7 @@ impl ViewBuilder {
                 keep_showable(&mut batch);
                 // A closed sink is a build given up: the rest is not needed.
                 let _ = sink.sender.send((sink.tag, batch));
+                drop(std::mem::take(&mut *lock(&sink.spent)));
             }
         }
         self.entries.push(entry);

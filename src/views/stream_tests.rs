@@ -74,7 +74,11 @@ fn a_view_handed_on_in_batches_is_the_view_kept_whole() {
             };
             let whole = view_entries(dataset, &root);
             let (sender, received) = sync_channel(64);
-            let sink = EntrySink { tag: 7, sender };
+            let sink = EntrySink {
+                tag: 7,
+                sender,
+                spent: Arc::default(),
+            };
             let rest = view_entries_into(dataset, &root, Some(&sink));
             drop(sink);
             let batches: Vec<(usize, Vec<ViewEntry>)> = received.try_iter().collect();

@@ -60,6 +60,10 @@ class Ceiling(ExampleMount):
         self.data = os.path.join(self.path, "data")
 
 
+# Pairs of fresh mounts the four-readers row is measured on (see `ceiling_rows`).
+PAIRS = 4
+
+
 def ceiling_rows(bench, rounds, zip_path, row):
     """Measures the rows with scripts/bench.py's helpers (`bench`: Mount, dd, random_reads, entry_range)."""
     missing = build_example("fuse_ceiling", CEILING, "DAF_CEILING_BIN")
@@ -90,16 +94,33 @@ def ceiling_rows(bench, rounds, zip_path, row):
         med(firsts["daf"]), med(firsts["ceiling"]), "s", ">= 0.9")
     row("ZIP source vs FUSE ceiling: re-read (throughput ratio)",
         med(seconds["daf"]), med(seconds["ceiling"]), "s", ">= 0.95")
+    # Four readers of a warm file are served by the kernel's page cache alone (daf-mount gets the
+    # four opens and releases, and spends no CPU tick meanwhile), and the speed of that cache
+    # differs from one filling of it to another by up to 1.5x either way (where its pages landed
+    # in this VM's memory): so the row is measured on PAIRS pairs of fresh mounts, each pair
+    # filled in the other order than the one before, and the medians of all are compared.
+    fours = {"daf": [], "ceiling": []}
+    for pair in range(PAIRS):
+        m = bench.Mount(zip_path, "-o", "ro", "--view", "files")
+        c = Ceiling(zip_path, start, length)
+        try:
+            view = os.path.join(m.path, "matrices/cell/gene/fraction.data")
+            for path in ([view, c.data] if pair % 2 == 0 else [c.data, view]):
+                bench.dd(path)
+            for _ in range(min(rounds, 3)):
+                fours["daf"].append(bench.four(lambda: bench.dd(view)))
+                fours["ceiling"].append(bench.four(lambda: bench.dd(c.data)))
+        finally:
+            m.close()
+            c.close()
+    row("ZIP source vs FUSE ceiling: four concurrent readers, warm (aggregate throughput ratio)",
+        med(fours["daf"]), med(fours["ceiling"]), "s", ">= 0.9")
     m = bench.Mount(zip_path, "-o", "ro", "--view", "files")
     c = Ceiling(zip_path, start, length)
     try:
         view = os.path.join(m.path, "matrices/cell/gene/fraction.data")
         bench.dd(view)
         bench.dd(c.data)
-        t_m, t_c = bench.interleave(rounds, lambda: bench.four(lambda: bench.dd(view)),
-                                    lambda: bench.four(lambda: bench.dd(c.data)))
-        row("ZIP source vs FUSE ceiling: four concurrent readers, warm (aggregate throughput ratio)",
-            t_m, t_c, "s", ">= 0.9")
         bench.random_reads(view, 0, length)
         bench.random_reads(c.data, 0, length)
         t_m, t_c = bench.interleave(rounds, lambda: bench.random_reads(view, 0, length),

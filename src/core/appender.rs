@@ -23,6 +23,7 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock};
 use crate::formats::model::PropertyId;
 use crate::staging::commit::{CommitError, PendingAppend};
 use crate::staging::StagingArea;
+use crate::stores::zip_append::ArchiveTail;
 use crate::stores::{StoreError, StoreIndex};
 
 use super::state::Writer;
@@ -93,12 +94,14 @@ impl Appender {
             let spawned = std::thread::Builder::new()
                 .name("zip-append".into())
                 .spawn(move || {
+                    // What the last append learnt of the archive (it is not parsed again).
+                    let mut learnt = None;
                     for job in jobs {
                         #[cfg(test)]
                         let before_swap = || pause_once(&pause);
                         #[cfg(not(test))]
                         let before_swap = || {};
-                        let result = run(&job, (&state, &writers), &staging, &before_swap);
+                        let result = run(&job, (&state, &writers), &staging, &before_swap, &mut learnt);
                         let (progress, done) = &*progress;
                         let mut progress = lock(progress);
                         if let Err(e) = result {
@@ -201,8 +204,9 @@ fn run(
     (state, writers): (&RwLock<State>, &Mutex<()>),
     staging: &StagingArea,
     before_swap: &dyn Fn(),
+    learnt: &mut Option<ArchiveTail>,
 ) -> Result<(), CommitError> {
-    let written = write_yielding(&job.append)?;
+    let written = write_yielding(&job.append, learnt)?;
     before_swap();
     let (served_before, held) = {
         let mut writer = Writer::new(state, writers);
@@ -236,11 +240,15 @@ fn run(
 /// Runs `append`'s write (the copy, checksums and `fsync`s) on a thread of its own whose CPU and
 /// I/O priority is lowered first ([`crate::sys::lower_thread_priority`]), and waits for it. If
 /// no thread can be started, writes on this one, at its priority.
-fn write_yielding(append: &PendingAppend) -> Result<StoreIndex, CommitError> {
+fn write_yielding(
+    append: &PendingAppend,
+    learnt: &mut Option<ArchiveTail>,
+) -> Result<StoreIndex, CommitError> {
+    let mut taken = learnt.take();
     std::thread::scope(|scope| {
         let spawned = std::thread::Builder::new()
             .name("zip-append-io".into())
-            .spawn_scoped(scope, || {
+            .spawn_scoped(scope, move || {
                 let lowered = crate::sys::lower_thread_priority();
                 if lowered
                     != (crate::sys::Lowered {
@@ -250,15 +258,20 @@ fn write_yielding(append: &PendingAppend) -> Result<StoreIndex, CommitError> {
                 {
                     log::debug!("the ZIP append's priority could only be lowered as {lowered:?}");
                 }
-                append.write()
+                let written = append.write(&mut taken);
+                (written, taken)
             });
         match spawned {
-            Ok(thread) => thread
-                .join()
-                .unwrap_or_else(|_| Err(CommitError::Invalid("the ZIP append panicked".into()))),
+            Ok(thread) => match thread.join() {
+                Ok((written, taken)) => {
+                    *learnt = taken;
+                    written
+                }
+                Err(_) => Err(CommitError::Invalid("the ZIP append panicked".into())),
+            },
             Err(e) => {
                 log::warn!("cannot start a low-priority thread for a ZIP append ({e}): appending at normal priority");
-                append.write()
+                append.write(learnt)
             }
         }
     })

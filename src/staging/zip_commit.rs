@@ -15,8 +15,9 @@ use std::sync::Arc;
 
 use crate::formats::model::{Item, PropertyId};
 use crate::formats::source::{Format, NamedDataset, Place};
+use crate::stores::zip_append::{self, ArchiveTail};
 use crate::stores::zip_copy::Payload;
-use crate::stores::{zip_append, Blob, Bytes, Entry, StoreIndex};
+use crate::stores::{Blob, Bytes, Entry, StoreIndex};
 use crate::views::layout::layout;
 use crate::views::ViewNode;
 
@@ -67,8 +68,9 @@ impl PendingAppend {
 
     /// Appends the entries (and, for Zarr, Julia's groups of the item's parents where the archive
     /// lacks them); returns what was written, keyed relative to the data set root. Appends to one
-    /// archive must not run concurrently.
-    pub fn write(&self) -> Result<StoreIndex, CommitError> {
+    /// archive must not run concurrently. `learnt` is what the previous append of the caller
+    /// learnt of its archive ([`zip_append::ArchiveTail`]), and is left with what this one learnt.
+    pub fn write(&self, learnt: &mut Option<ArchiveTail>) -> Result<StoreIndex, CommitError> {
         let source = layout(self.format);
         let mut made = Vec::with_capacity(self.files.len());
         for (path, blob) in &self.files {
@@ -81,12 +83,16 @@ impl PendingAppend {
         }
         #[cfg(test)]
         pause_made(&self.archive);
-        let appended = zip_append::append_with(&self.archive, |archive| {
+        let implied: Vec<String> = self
+            .implied
+            .iter()
+            .map(|(key, _)| format!("{}{key}", self.prefix))
+            .collect();
+        let appended = zip_append::append_with(&self.archive, learnt, &implied, |has| {
             let mut files = Vec::new();
-            for (key, bytes) in &self.implied {
-                let key = format!("{}{key}", self.prefix);
-                if !archive.records.iter().any(|r| r.name == key) {
-                    files.push((key, Payload::bytes(Bytes::from_vec(bytes.clone()))));
+            for (key, (_, bytes)) in implied.iter().zip(&self.implied) {
+                if !has(key) {
+                    files.push((key.clone(), Payload::bytes(Bytes::from_vec(bytes.clone()))));
                 }
             }
             files.extend(made);

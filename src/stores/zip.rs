@@ -94,7 +94,7 @@ pub fn open_archive(path: &Path) -> Result<ZipArchive, StoreError> {
 }
 
 /// The archive at `path`, mapped, and its file's modification time.
-fn map_archive(path: &Path) -> Result<(Bytes, SystemTime), StoreError> {
+pub(super) fn map_archive(path: &Path) -> Result<(Bytes, SystemTime), StoreError> {
     let file = File::open(path).map_err(|e| StoreError::io(path, e))?;
     let meta = file.metadata().map_err(|e| StoreError::io(path, e))?;
     let file_mtime = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);

@@ -405,8 +405,8 @@ fn read_property_through(
             zarr_v3::open_unless_group_through(index, key, cache)?
         }
         ZarrVersion::V3 => None,
-        ZarrVersion::V2 => match index.get(&format!("{key}/.zarray")) {
-            Some(meta) => Some(zarr_v2::open_array_cached(index, key, meta, cache)?),
+        ZarrVersion::V2 => match index.get_once(&format!("{key}/.zarray")) {
+            Some(meta) => Some(zarr_v2::open_array_cached(index, key, &meta, cache)?),
             None => None,
         },
     };

@@ -31,7 +31,7 @@ fn same(props: &Properties, map: &BTreeMap<String, u64>) -> Result<(), TestCaseE
     prop_assert_eq!(seen, expected);
     prop_assert_eq!(props.len(), map.len());
     prop_assert_eq!(
-        props.keys().rev().next(),
+        props.keys().next_back(),
         map.keys().next_back().map(String::as_str)
     );
     for (k, n) in map {

@@ -7,9 +7,9 @@
 //! after the other in one buffer and each property is kept with where its name lies: 72 bytes
 //! and the name's own bytes, two allocations per group, looked up by binary search.
 //!
-//! Edits (a written or removed property of a writable mount) keep the vector sorted; a removed
-//! or replaced name's bytes stay in the buffer until they are half of it, then the buffer is
-//! rebuilt. A group's names total at most 4 GiB ([`MAX_NAMES`]): a property beyond that is left
+//! Edits (a written or removed property of a writable mount) keep the vector sorted (an insert or
+//! a removal moves the slots after it); a removed name's bytes stay in the buffer until they are
+//! half of it, then the buffer is rebuilt. A group's names total at most 4 GiB ([`MAX_NAMES`]): a property beyond that is left
 //! out with a warning (no source holds such a group).
 
 use std::fmt;
@@ -75,7 +75,7 @@ impl Properties {
     }
 
     /// Sets property `name`, giving back the one it replaces (a `String`, as a map's `insert`
-    /// takes; its bytes are copied into the names).
+    /// takes; its bytes are copied into the names). Past [`MAX_NAMES`] a new name is left out.
     pub fn insert(&mut self, name: String, property: Property) -> Option<Property> {
         let name = name.as_str();
         match self.search(name) {
@@ -123,13 +123,15 @@ impl Properties {
         if self.names.len() + name.len() > MAX_NAMES {
             self.compact();
         }
-        let (Ok(at), Ok(len)) = (u32::try_from(self.names.len()), u32::try_from(name.len())) else {
-            return None;
-        };
-        if self.names.len() + name.len() > MAX_NAMES {
+        let fits = self.names.len() + name.len() <= MAX_NAMES;
+        let (true, Ok(at), Ok(len)) = (
+            fits,
+            u32::try_from(self.names.len()),
+            u32::try_from(name.len()),
+        ) else {
             log::warn!("property {name:?} left out: a group's names take at most 4 GiB");
             return None;
-        }
+        };
         self.names.push_str(name);
         Some(Slot { at, len, property })
     }

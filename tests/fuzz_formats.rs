@@ -71,6 +71,7 @@ fn produce_views(dataset: &Dataset) {
         .keys()
         .chain(dataset.axes.keys())
         .chain(dataset.vectors.keys())
+        .map(String::as_str)
         .chain(dataset.vectors.values().flat_map(|v| v.keys()));
     for name in names {
         assert_eq!(check_name(name), None, "{name:?} was accepted");

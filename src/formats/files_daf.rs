@@ -16,7 +16,8 @@ use crate::stores::{Blob, Bytes, Entry, StoreIndex};
 
 use super::json::{parse_descriptor, Descriptor, FilesVersion};
 use super::model::{
-    Axis, Dataset, FilesSource, Payload, Property, PropertyId, ScalarProperty, Shape, SparseIndex,
+    Axis, Dataset, FilesSource, Payload, Properties, Property, PropertyId, ScalarProperty, Shape,
+    SparseIndex,
 };
 use super::names::accept_name;
 use super::scalar::Scalar;
@@ -248,29 +249,26 @@ pub(crate) fn read_axis(index: &StoreIndex, key: &str) -> Result<Axis, FormatErr
     })
 }
 
-fn read_properties(
-    index: &StoreIndex,
-    dir: &str,
-    shape: Shape,
-    path: &Path,
-) -> BTreeMap<String, Property> {
-    let mut props = BTreeMap::new();
-    for file in index.children(dir) {
-        let Some(name) = file.strip_suffix(".json") else {
-            continue;
-        };
-        let base = format!("{dir}/{name}");
-        if !accept_name(name, &format!("{base:?} in {}", path.display())) {
-            continue;
-        }
-        match read_property(index, &base, shape) {
-            Ok(prop) => {
-                props.insert(name.to_string(), prop);
+fn read_properties(index: &StoreIndex, dir: &str, shape: Shape, path: &Path) -> Properties {
+    // Collected (sorted, sized exactly) rather than inserted one at a time.
+    let children = index.children(dir);
+    children
+        .iter()
+        .filter_map(|file| {
+            let name = file.strip_suffix(".json")?;
+            let base = format!("{dir}/{name}");
+            if !accept_name(name, &format!("{base:?} in {}", path.display())) {
+                return None;
             }
-            Err(e) => log::warn!("skipping {base} ({e}) in {}", path.display()),
-        }
-    }
-    props
+            match read_property(index, &base, shape) {
+                Ok(prop) => Some((name, prop)),
+                Err(e) => {
+                    log::warn!("skipping {base} ({e}) in {}", path.display());
+                    None
+                }
+            }
+        })
+        .collect()
 }
 
 /// The files of one property, tracking the latest mtime among those used, and the packed ones

@@ -16,6 +16,7 @@ pub mod files_index;
 pub mod json;
 pub mod model;
 pub mod names;
+pub mod properties;
 pub mod remote;
 pub mod remote_walk;
 pub mod scalar;

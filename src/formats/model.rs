@@ -13,6 +13,7 @@ use std::time::SystemTime;
 use crate::stores::Blob;
 
 use super::json::FilesVersion;
+pub use super::properties::Properties;
 use super::scalar::Scalar;
 use super::shard::Packing;
 use super::strings::Strings;
@@ -172,9 +173,9 @@ pub struct Dataset {
     /// Axes by name.
     pub axes: BTreeMap<String, Axis>,
     /// Vectors: axis → name → property.
-    pub vectors: BTreeMap<String, BTreeMap<String, Property>>,
+    pub vectors: BTreeMap<String, Properties>,
     /// Matrices: (rows axis, columns axis) → name → property.
-    pub matrices: BTreeMap<(String, String), BTreeMap<String, Property>>,
+    pub matrices: BTreeMap<(String, String), Properties>,
     /// Modification time of the data set as a whole (its root).
     pub mtime: Option<SystemTime>,
     /// For a FilesDaf source: its version and the files the FilesDaf view serves as they are.

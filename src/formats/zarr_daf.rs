@@ -4,7 +4,6 @@
 //! 0.3: the root's `attributes.daf`, arrays opened by `zarr_v3`). One walk serves both versions;
 //! only finding nodes and opening arrays differ ([`ZarrVersion`]).
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::SystemTime;
 
@@ -14,7 +13,8 @@ use crate::stores::parallel::{map_slices, map_slices_with, Split};
 use crate::stores::StoreIndex;
 
 use super::model::{
-    Axis, Dataset, Item, Packed, Payload, Property, PropertyId, ScalarProperty, SparseIndex,
+    Axis, Dataset, Item, Packed, Payload, Properties, Property, PropertyId, ScalarProperty,
+    SparseIndex,
 };
 use super::names::accept_name;
 use super::scalar::Scalar;
@@ -173,10 +173,9 @@ struct TreeReader<'a> {
 }
 
 impl TreeReader<'_> {
-    /// The whole data set. The property maps are collected from their sorted names, not filled
-    /// one insert at a time: a `BTreeMap` built from sorted pairs has full nodes, where inserting
-    /// in order leaves every node about half empty (at 100,000 properties that halves the map's
-    /// memory).
+    /// The whole data set. The properties of a group are collected from their sorted names in
+    /// one step ([`Properties`]: the names in one buffer, the properties in one vector, each
+    /// sized exactly), not filled one insert at a time.
     fn read(&self, skipped: &mut dyn FnMut(&str, FormatError)) -> Dataset {
         let (index, path, version) = (self.index, self.path, self.version);
         let mut dataset = Dataset {
@@ -241,7 +240,7 @@ impl TreeReader<'_> {
         group: &str,
         shape: &[u64],
         skipped: &mut dyn FnMut(&str, FormatError),
-    ) -> BTreeMap<String, Property> {
+    ) -> Properties {
         let (index, version) = (self.index, self.version);
         let names = self.node_names(group);
         // Each thread keeps the layouts of the documents it parsed: most arrays of a group
@@ -405,8 +404,8 @@ fn read_property_through(
             zarr_v3::open_unless_group_through(index, key, cache)?
         }
         ZarrVersion::V3 => None,
-        ZarrVersion::V2 => match index.get(&format!("{key}/.zarray")) {
-            Some(meta) => Some(zarr_v2::open_array_cached(index, key, meta, cache)?),
+        ZarrVersion::V2 => match index.get_once(&format!("{key}/.zarray")) {
+            Some(meta) => Some(zarr_v2::open_array_cached(index, key, &meta, cache)?),
             None => None,
         },
     };

@@ -230,7 +230,7 @@ pub(super) fn stored_chunks(
 /// stored chunks against the size of the grid; the grid itself is never enumerated.
 pub fn all_chunks_stored(index: &StoreIndex, key: &str) -> Result<bool, FormatError> {
     let meta = index
-        .get(&format!("{key}/.zarray"))
+        .get_once(&format!("{key}/.zarray"))
         .ok_or_else(|| FormatError::MissingFile(format!("{key}/.zarray")))?;
     let layout = parse_zarray(meta.blob.bytes()?.as_slice(), &mut MetaCache::none())
         .map_err(FormatError::Bad)?;
@@ -274,9 +274,9 @@ pub(crate) fn open_array_through(
     cache: &mut MetaCache,
 ) -> Result<ZarrArray, FormatError> {
     let meta_entry = index
-        .get(&format!("{key}/.zarray"))
+        .get_once(&format!("{key}/.zarray"))
         .ok_or_else(|| FormatError::MissingFile(format!("{key}/.zarray")))?;
-    open_array_cached(index, key, meta_entry, cache)
+    open_array_cached(index, key, &meta_entry, cache)
 }
 
 /// [`open_array`] of the array whose `.zarray` entry was already looked up (one look-up of the

@@ -41,11 +41,12 @@ fn meta_key(key: &str) -> String {
     }
 }
 
-/// The bytes of the `zarr.json` of node `key`, and its mtime.
+/// The bytes of the `zarr.json` of node `key`, and its mtime (its blob is not kept: a document
+/// is parsed once).
 fn meta_bytes(index: &StoreIndex, key: &str) -> Result<(Bytes, SystemTime), FormatError> {
     let name = meta_key(key);
     let entry = index
-        .get(&name)
+        .get_once(&name)
         .ok_or_else(|| FormatError::MissingFile(name.clone()))?;
     Ok((entry.blob.bytes()?, entry.mtime))
 }

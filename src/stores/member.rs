@@ -1,6 +1,6 @@
 //! The compact form of the most common blob of a ZIP source: a small stored member (a chunk of a
-//! Zarr array, a metadata document), 40 bytes where a general blob and its CRC [`Check`] took
-//! 256 bytes of heap.
+//! Zarr array, a metadata document), 40 bytes (56 with its `Arc`'s counts) where a general blob
+//! and its CRC [`Check`] take 256 bytes of heap.
 //!
 //! Such a member is a range of the archive's map, so it needs no producer, no cached value and
 //! no second handle on its bytes: it keeps the archive (which also names it in messages, by

@@ -11,7 +11,9 @@
 //! An index's entries are either made when it is built (directories, HTTP) or *deferred*: made
 //! on first [`StoreIndex::get`] by the index's [`EntryMaker`] and kept by it, so that every copy
 //! and sub-tree of the index shares them. A ZIP archive's index is deferred (`zip_index`): its
-//! blobs are made only for the members a reader asks for, not one per member at open.
+//! blobs are made only for the members a reader asks for, not one per member at open. What a
+//! reader needs only once (a metadata document it parses) it reads with
+//! [`StoreIndex::get_once`], which does not keep the blob made for it.
 
 pub mod blob;
 pub mod bytes;
@@ -125,6 +127,12 @@ pub trait EntryMaker: Send + Sync + std::fmt::Debug {
     /// The modification time of entry `id`, known without making it.
     fn mtime(&self, id: u32) -> SystemTime;
 
+    /// Entry number `id` for one use, not kept: the kept one when it was made already, else
+    /// one made for this call (see [`StoreIndex::get_once`]).
+    fn entry_once(&self, id: u32, key: &str) -> Entry {
+        self.entry(id, key).clone()
+    }
+
     /// How many entries were made so far (for tests).
     #[cfg(test)]
     fn made(&self) -> usize;
@@ -226,6 +234,17 @@ impl StoreIndex {
     pub fn get(&self, key: &str) -> Option<&Entry> {
         let (key, slot) = self.entries.get_key_value(key)?;
         self.entry_of(key, slot)
+    }
+
+    /// The entry stored under `key`, for one use (a metadata document a reader parses once): in
+    /// a deferred index it is made for this call and not kept, unless it was made already, so
+    /// the reader's temporaries do not leave a kept blob between the long-lived ones.
+    pub fn get_once(&self, key: &str) -> Option<Entry> {
+        let (key, slot) = self.entries.get_key_value(key)?;
+        match slot {
+            Slot::Made(entry) => Some(entry.clone()),
+            Slot::Deferred(id) => Some(self.maker.as_ref()?.entry_once(*id, key)),
+        }
     }
 
     fn entry_of<'a>(&'a self, key: &str, slot: &'a Slot) -> Option<&'a Entry> {

@@ -2,9 +2,10 @@
 //! lies, sizes, method, flags, CRC, mtime, where its name lies: 72 bytes) and the member names
 //! as the keys of a deferred [`StoreIndex`]. A member's blob is made on its first
 //! [`StoreIndex::get`] and kept (every copy and sub-tree of the index shares it), so a reader that
-//! never asks for a member never pays for a blob and a CRC check; a blob names its member in
-//! messages by where the name lies in the central directory (a [`Label`]), not with a copy of
-//! it. Once the readers are done and the index is dropped, only the blobs the data set holds are
+//! never asks for a member never pays for a blob and a CRC check (a member read once through
+//! [`StoreIndex::get_once`], a metadata document, gets a blob that is not kept); a blob names its
+//! member in messages by where the name lies in the central directory (a [`Label`]), not with a
+//! copy of it. Once the readers are done and the index is dropped, only the blobs the data set holds are
 //! left.
 //!
 //! The archive's central records are turned into these records one by one as they are parsed
@@ -53,22 +54,34 @@ impl fmt::Debug for ZipEntries {
     }
 }
 
+impl ZipEntries {
+    /// A new entry of member `id`.
+    fn make(&self, id: u32) -> Entry {
+        let member = &self.members[id as usize];
+        let label = Label::Member {
+            archive: self.archive.clone(),
+            at: member.name_at,
+            len: member.name_len,
+        };
+        let problem = self.problems.get(&id).map(|p| &**p);
+        Entry {
+            blob: member_blob(label, &self.archive.bytes, &member.spec, problem),
+            mtime: member.mtime,
+        }
+    }
+}
+
 impl EntryMaker for ZipEntries {
     fn entry(&self, id: u32, _key: &str) -> &Entry {
-        let n = id as usize;
-        self.made[n].get_or_init(|| {
-            let member = &self.members[n];
-            let label = Label::Member {
-                archive: self.archive.clone(),
-                at: member.name_at,
-                len: member.name_len,
-            };
-            let problem = self.problems.get(&id).map(|p| &**p);
-            Entry {
-                blob: member_blob(label, &self.archive.bytes, &member.spec, problem),
-                mtime: member.mtime,
-            }
-        })
+        self.made[id as usize].get_or_init(|| self.make(id))
+    }
+
+    /// The kept entry when it was made, else one made now and not kept.
+    fn entry_once(&self, id: u32, _key: &str) -> Entry {
+        match self.made[id as usize].get() {
+            Some(entry) => entry.clone(),
+            None => self.make(id),
+        }
     }
 
     fn mtime(&self, id: u32) -> SystemTime {

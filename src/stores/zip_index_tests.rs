@@ -119,6 +119,28 @@ fn blobs_are_made_only_for_the_members_asked_for() {
     assert_eq!(index.made_count(), 1);
 }
 
+/// A member read once gets a blob that is not kept (nothing is left of it in the index once
+/// used), with the kept member's content; one made already is the kept one.
+#[test]
+fn a_member_read_once_is_not_kept() {
+    let index = open_zip(&std::path::Path::new(FIXTURES).join("zarr_v2.daf.zarr.zip")).unwrap();
+    let once = index.get_once("vectors/cell/score/.zarray").unwrap();
+    assert_eq!(index.made_count(), 0);
+    assert_eq!(std::sync::Arc::strong_count(&once.blob), 1);
+    let kept = index.get("vectors/cell/score/.zarray").unwrap();
+    assert_eq!(index.made_count(), 1);
+    assert!(!std::sync::Arc::ptr_eq(&once.blob, &kept.blob));
+    assert_eq!(
+        once.blob.bytes().unwrap().as_slice(),
+        kept.blob.bytes().unwrap().as_slice()
+    );
+    assert_eq!(once.mtime, kept.mtime);
+    let again = index.get_once("vectors/cell/score/.zarray").unwrap();
+    assert!(std::sync::Arc::ptr_eq(&again.blob, &kept.blob));
+    assert!(index.get_once("no/such/member").is_none());
+    assert_eq!(index.made_count(), 1);
+}
+
 /// Every fixture archive, as Python's `zipfile` reads it: the same names (directories left out,
 /// the last of duplicates), sizes and bytes.
 #[test]

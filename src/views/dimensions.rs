@@ -65,7 +65,7 @@ impl DimensionNames {
         let matrices = dataset
             .matrices
             .iter()
-            .map(|(pair, props)| (pair.clone(), props.keys().cloned().collect()))
+            .map(|(pair, props)| (pair.clone(), props.keys().map(String::from).collect()))
             .collect();
         DimensionNames {
             axes,

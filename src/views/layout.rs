@@ -55,19 +55,10 @@ pub trait Layout: Sync + Send {
         index: &StoreIndex,
     ) -> Result<Item, FormatError>;
 
-    /// Every file and directory of the view of `dataset`, under `prefix`.
-    fn view(&self, dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {
-        self.view_into(dataset, prefix, false, None)
-    }
-
-    /// The view with xarray's dimension names on every array (`--dimension-names`,
-    /// [`super::dimensions`]); a layout without named arrays shows its plain view.
-    fn view_with_dimensions(&self, dataset: &Dataset, prefix: &str) -> Vec<ViewEntry> {
-        self.view_into(dataset, prefix, true, None)
-    }
-
-    /// The view (with dimension names if `dimensions`), its entries handed to `sink` in batches
-    /// as they are made if given: returns the ones not handed on.
+    /// Every file and directory of the view of `dataset`, under `prefix`, with xarray's
+    /// dimension names on every array if `dimensions` (`--dimension-names`,
+    /// [`super::dimensions`]; a layout without named arrays shows its plain view); its entries
+    /// handed to `sink` in batches as they are made if given: returns the ones not handed on.
     fn view_into(
         &self,
         dataset: &Dataset,

@@ -88,7 +88,7 @@ pub(crate) struct ViewBuilder {
     /// Synthesised documents by content: equal ones (the `.zarray` of every vector of one type
     /// on one axis, every `{}`) share one blob, so a million properties do not keep a million
     /// copies of a few documents.
-    documents: HashMap<Vec<u8>, (Bytes, Arc<Blob>), foldhash::fast::RandomState>,
+    documents: HashMap<Vec<u8>, Document, foldhash::fast::RandomState>,
     /// Where full batches go, if anywhere.
     sink: Option<EntrySink>,
     /// The `.json` files handed on, when asked for (`metadata.json` is made of them).

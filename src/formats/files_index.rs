@@ -7,6 +7,7 @@
 //! The FilesDaf 1.1 view synthesises it from the documents it shows; a commit into a FilesDaf 1.1
 //! directory rebuilds the source's own from the files on disk ([`tree_entries`]).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::stores::{Blob, StoreError, StoreIndex};
@@ -71,13 +72,49 @@ pub fn index_text(mut entries: Vec<(String, IndexValue)>) -> Result<Vec<u8>, Sto
         out.extend_from_slice(quote(key).as_bytes());
         out.push(b':');
         match value {
-            IndexValue::Axis(n) => out
-                .extend_from_slice(format!("{{\"format\":\"axis\",\"n_entries\":{n}}}").as_bytes()),
+            IndexValue::Axis(n) => out.extend_from_slice(axis_value(*n).as_bytes()),
             IndexValue::Document(blob) => out.extend_from_slice(&compact(blob.bytes()?.as_slice())),
         }
     }
     out.push(b'}');
     Ok(out)
+}
+
+/// The length of what [`index_text`] makes of `entries`, without making it (a `stat` of a
+/// large data set's `metadata.json` renders nothing): each distinct document is compacted once
+/// (most are shared by many keys).
+pub fn index_len<'a, K: AsRef<str>>(
+    entries: impl Iterator<Item = (K, &'a IndexValue)>,
+) -> Result<u64, StoreError> {
+    let mut compacted: HashMap<*const Blob, u64> = HashMap::new();
+    let (mut count, mut len) = (0u64, 0u64);
+    for (key, value) in entries {
+        let key = key.as_ref();
+        if rebuild_rank(key).is_none() {
+            continue;
+        }
+        count += 1;
+        // `"KEY":VALUE`
+        len += quote(key).len() as u64 + 1;
+        len += match value {
+            IndexValue::Axis(n) => axis_value(*n).len() as u64,
+            IndexValue::Document(blob) => match compacted.get(&Arc::as_ptr(blob)) {
+                Some(&n) => n,
+                None => {
+                    let n = compact(blob.bytes()?.as_slice()).len() as u64;
+                    compacted.insert(Arc::as_ptr(blob), n);
+                    n
+                }
+            },
+        };
+    }
+    // `{`, the entries with a `,` between two, `}`.
+    Ok(2 + len + count.saturating_sub(1))
+}
+
+/// An axis's value in `metadata.json`.
+fn axis_value(n: u64) -> String {
+    format!("{{\"format\":\"axis\",\"n_entries\":{n}}}")
 }
 
 /// The index entries of the FilesDaf tree in `index` (a directory source, as it is on disk):
@@ -187,5 +224,30 @@ mod tests {
             String::from_utf8(text).unwrap(),
             String::from_utf8(expected).unwrap()
         );
+    }
+
+    #[test]
+    fn the_length_is_counted_as_the_text_is_made() {
+        let shared = doc("{ \"format\": \"dense\",\n \"eltype\": \"Float32\" }\n");
+        let entries = [
+            ("vectors/a/x".to_string(), shared.clone()),
+            ("vectors/a/y\"q\u{e9}\u{1}".to_string(), shared.clone()),
+            ("axes/a".to_string(), IndexValue::Axis(12345)),
+            (
+                "scalars/s".to_string(),
+                doc("{\"type\":\"String\",\"value\":\" a b \"}"),
+            ),
+            ("matrices/a/b/m".to_string(), shared),
+            ("not/an/item".to_string(), doc("{}")),
+        ];
+        for n in 0..=entries.len() {
+            let some = &entries[..n];
+            let counted = index_len(some.iter().map(|(k, v)| (k, v))).unwrap();
+            assert_eq!(
+                counted,
+                index_text(some.to_vec()).unwrap().len() as u64,
+                "{n}"
+            );
+        }
     }
 }

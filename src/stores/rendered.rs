@@ -2,8 +2,7 @@
 //! consolidated root `zarr.json` of a large data set: hundreds of bytes per array): rendered when
 //! read, its bytes kept in the mount-wide decode cache (bounded, [`super::decode_cache`]) and
 //! rendered again once evicted; only its length is kept, counted without rendering it (a `stat`
-//! renders nothing), or, for a document whose length is not known otherwise, rendered once at the
-//! first `stat` and kept in the cache for the read that follows ([`rendered_measured`]).
+//! renders nothing).
 
 use std::sync::{Arc, OnceLock};
 
@@ -20,23 +19,11 @@ pub fn rendered(
     count: impl Fn() -> Result<u64, StoreError> + Send + Sync + 'static,
     render: impl Fn() -> Result<Vec<u8>, StoreError> + Send + Sync + 'static,
 ) -> Arc<Blob> {
-    made(Some(Box::new(count)), Box::new(render))
-}
-
-/// A document `render` makes (the same bytes every time), whose length is that of its rendering:
-/// the first `stat` renders it into the decode cache, where the read that follows finds it.
-pub fn rendered_measured(
-    render: impl Fn() -> Result<Vec<u8>, StoreError> + Send + Sync + 'static,
-) -> Arc<Blob> {
-    made(None, Box::new(render))
-}
-
-fn made(count: Option<Count>, render: Render) -> Arc<Blob> {
     let document = Arc::new(Rendered {
         owner: cache().owner(),
         len: OnceLock::new(),
-        count,
-        render,
+        count: Box::new(count),
+        render: Box::new(render),
     });
     let sized = document.clone();
     Blob::ranged_sized(move || sized.len(), document)
@@ -46,8 +33,8 @@ struct Rendered {
     /// Its key in the decode cache.
     owner: u64,
     len: OnceLock<u64>,
-    /// How its length is counted without rendering it (`None`: by rendering it).
-    count: Option<Count>,
+    /// How its length is counted without rendering it.
+    count: Count,
     render: Render,
 }
 
@@ -57,7 +44,10 @@ impl Rendered {
         if let Some(bytes) = cache().get(self.owner, 0) {
             return Ok(bytes);
         }
-        let bytes = Arc::new((self.render)()?);
+        let mut bytes = (self.render)()?;
+        // The cache keeps what the rendering's growth left over otherwise (up to as much again).
+        bytes.shrink_to_fit();
+        let bytes = Arc::new(bytes);
         cache().insert(self.owner, 0, bytes.clone());
         Ok(bytes)
     }
@@ -66,10 +56,7 @@ impl Rendered {
         if let Some(len) = self.len.get() {
             return Ok(*len);
         }
-        let len = match &self.count {
-            Some(count) => count()?,
-            None => self.whole()?.len() as u64,
-        };
+        let len = (self.count)()?;
         Ok(*self.len.get_or_init(|| len))
     }
 }
@@ -114,23 +101,5 @@ mod tests {
         // process-wide cache: then it is rendered again, never kept by the blob itself).
         assert!(runs.load(Ordering::Relaxed) >= 1);
         assert!(blob.is_ranged());
-    }
-
-    #[test]
-    fn a_measured_document_is_rendered_once_for_its_length_and_its_read() {
-        let runs = Arc::new(AtomicUsize::new(0));
-        let counted = runs.clone();
-        let blob = rendered_measured(move || {
-            counted.fetch_add(1, Ordering::Relaxed);
-            Ok(b"{\"axes/a\":3}".to_vec())
-        });
-        assert_eq!(blob.len().unwrap(), 12);
-        assert_eq!(runs.load(Ordering::Relaxed), 1);
-        assert_eq!(
-            blob.read_range(0, 100).unwrap().as_slice(),
-            b"{\"axes/a\":3}"
-        );
-        // From the cache, unless another test shrank the process-wide cache meanwhile.
-        assert!(runs.load(Ordering::Relaxed) <= 2);
     }
 }

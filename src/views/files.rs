@@ -17,13 +17,13 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::formats::files_index::{index_text, IndexValue};
+use crate::formats::files_index::{index_len, index_text, IndexValue};
 use crate::formats::json::{
     dense_descriptor, sparse_descriptor, sparse_descriptor_1_1, FilesVersion,
 };
 use crate::formats::model::{Dataset, Payload, Property, PropertyId, SparseIndex};
 use crate::formats::types::ElementType;
-use crate::stores::rendered::rendered_measured;
+use crate::stores::rendered::rendered;
 use crate::stores::{Blob, Bytes, StoreError};
 
 use super::keyed::KeyedBuilder;
@@ -135,10 +135,14 @@ fn metadata_json<'a>(
     }
     drop(files);
     let index = Arc::new(index.finish());
-    let blob = rendered_measured(move || {
-        let entries = index.iter().map(|(key, value)| (key, value.clone()));
-        index_text(entries.collect())
-    });
+    let counted = index.clone();
+    let blob = rendered(
+        move || index_len(counted.iter()),
+        move || {
+            let entries = index.iter().map(|(key, value)| (key, value.clone()));
+            index_text(entries.collect())
+        },
+    );
     ViewEntry {
         path: view.full("metadata.json"),
         node: ViewNode::File(blob),

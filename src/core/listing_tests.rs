@@ -4,8 +4,8 @@
 
 use super::namespace::VISITS;
 use super::*;
-use crate::formats::model::{Item, Payload, Property, PropertyId};
 use crate::formats::source::open_source;
+use crate::views::stream_tests::add_vectors;
 use crate::views::ViewSelection;
 
 const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/vectors");
@@ -16,27 +16,7 @@ const PAGE: usize = 256;
 /// A mount of `fixture` with `n` more vectors on axis `cell` (copies of `score`).
 fn with_many_vectors(fixture: &str, n: usize) -> DafFs {
     let mut source = open_source(&format!("{VECTORS}/{fixture}")).unwrap();
-    let dataset = &mut source.datasets[0].dataset;
-    let (eltype, data) = match &dataset.vectors["cell"]["score"].payload {
-        Payload::Dense { eltype, data } => (*eltype, data.clone()),
-        other => panic!("score is {other:?}"),
-    };
-    for i in 0..n {
-        let id = PropertyId::Vector {
-            axis: "cell".into(),
-            name: format!("p{i:05}"),
-        };
-        let payload = Payload::Dense {
-            eltype,
-            data: data.clone(),
-        };
-        let property = Property {
-            payload,
-            mtime: SystemTime::UNIX_EPOCH,
-            packed: Default::default(),
-        };
-        dataset.insert(&id, Item::Property(property)).unwrap();
-    }
+    add_vectors(&mut source.datasets[0].dataset, n);
     DafFs::new(source.datasets, ViewSelection::Both, SystemTime::UNIX_EPOCH)
 }
 

@@ -312,10 +312,17 @@ mod tests {
             "big.zip: big".into(),
         );
         let slice = Blob::slice(&bad, 10, 10);
-        // The first access is served (zero-copy) while the check runs.
-        let first = bad.bytes().unwrap();
-        assert_eq!(first.len(), data.len() as u64);
-        assert_eq!(slice.bytes().unwrap().as_slice(), &[7u8; 10]);
+        // The first access is served (zero-copy) while the check runs, unless the background
+        // pass (about a millisecond for these 4 MiB) has judged the member already, which a
+        // loaded machine allows (this test failed so once, alone in a full run).
+        match bad.bytes() {
+            Ok(first) => assert_eq!(first.len(), data.len() as u64),
+            Err(_) => assert_eq!(bad.check_state(), Some(CheckState::Bad)),
+        }
+        match slice.bytes() {
+            Ok(bytes) => assert_eq!(bytes.as_slice(), &[7u8; 10]),
+            Err(_) => assert_eq!(bad.check_state(), Some(CheckState::Bad)),
+        }
         assert_eq!(wait_decided(&bad), CheckState::Bad);
         assert!(bad.bytes().is_err());
         assert!(slice.bytes().is_err(), "a produced slice must fail too");

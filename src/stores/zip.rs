@@ -87,10 +87,17 @@ pub struct ZipArchive {
     pub file_mtime: SystemTime,
 }
 
-/// Opens and parses the archive at `path`.
+/// Opens and parses the archive at `path` (its central directory on every core).
 pub fn open_archive(path: &Path) -> Result<ZipArchive, StoreError> {
     let (bytes, file_mtime) = map_archive(path)?;
-    parse(path, bytes, file_mtime)
+    parse(path, bytes, file_mtime, Split::per_core(RECORDS_PER_THREAD))
+}
+
+/// [`open_archive`] on the calling thread alone: for work that must leave the other cores to
+/// the readers (a ZIP append, at the lowest priority, on a machine of 2 cores).
+pub fn open_archive_on_one_thread(path: &Path) -> Result<ZipArchive, StoreError> {
+    let (bytes, file_mtime) = map_archive(path)?;
+    parse(path, bytes, file_mtime, Split::SEQUENTIAL)
 }
 
 /// The archive at `path`, mapped, and its file's modification time.
@@ -111,7 +118,12 @@ pub(super) fn map_archive(path: &Path) -> Result<(Bytes, SystemTime), StoreError
 /// Parses an archive already in memory (a ZIP inside a file, such as a packed shard); `path`
 /// names it in errors.
 pub fn parse_archive(path: &Path, bytes: Bytes) -> Result<ZipArchive, StoreError> {
-    parse(path, bytes, SystemTime::UNIX_EPOCH)
+    parse(
+        path,
+        bytes,
+        SystemTime::UNIX_EPOCH,
+        Split::per_core(RECORDS_PER_THREAD),
+    )
 }
 
 /// Opens the archive at `path` as a store index (one entry per distinct file name): its central
@@ -119,7 +131,8 @@ pub fn parse_archive(path: &Path, bytes: Bytes) -> Result<ZipArchive, StoreError
 pub fn open_zip(path: &Path) -> Result<StoreIndex, StoreError> {
     let (bytes, file_mtime) = map_archive(path)?;
     let mut builder = IndexBuilder::new(path, bytes.clone());
-    parse_each(path, &bytes, file_mtime, &mut builder)?;
+    let split = Split::per_core(RECORDS_PER_THREAD);
+    parse_each(path, &bytes, file_mtime, &mut builder, split)?;
     Ok(builder.finish(Some(file_mtime)))
 }
 
@@ -189,9 +202,14 @@ pub(super) fn find_eocd(data: &[u8]) -> Option<u64> {
         .map(|at| at as u64)
 }
 
-fn parse(path: &Path, bytes: Bytes, file_mtime: SystemTime) -> Result<ZipArchive, StoreError> {
+fn parse(
+    path: &Path,
+    bytes: Bytes,
+    file_mtime: SystemTime,
+    split: Split,
+) -> Result<ZipArchive, StoreError> {
     let mut records = Vec::new();
-    let (cd_offset, cd_size) = parse_each(path, &bytes, file_mtime, &mut records)?;
+    let (cd_offset, cd_size) = parse_each(path, &bytes, file_mtime, &mut records, split)?;
     Ok(ZipArchive {
         path: path.to_path_buf(),
         bytes,
@@ -228,6 +246,7 @@ fn parse_each(
     bytes: &Bytes,
     file_mtime: SystemTime,
     sink: &mut dyn RecordSink,
+    split: Split,
 ) -> Result<(u64, u64), StoreError> {
     let data = bytes.as_slice();
     let eocd = find_eocd(data).ok_or_else(|| {
@@ -272,7 +291,6 @@ fn parse_each(
     // The count is bounded by the directory's size above; records are handed on as they are
     // parsed rather than trusting it.
     sink.expect(count);
-    let split = Split::per_core(RECORDS_PER_THREAD);
     let (mut at, mut n) = (cd_offset, 0u64);
     while n < count {
         // Where the next records start (their fixed fields say where each ends); a record

@@ -17,6 +17,7 @@ mod presence;
 mod recovery;
 mod refusals;
 mod remove;
+mod rename;
 mod state;
 mod status;
 mod write;

@@ -200,16 +200,7 @@ impl DafFs {
         }
         let new_disk = staging.prepare_parent(&canonical)?;
         fs::hard_link(&disk, &new_disk)?;
-        state.staged.insert(
-            canonical.clone(),
-            Staged {
-                disk: new_disk,
-                is_dir: false,
-                mtime: super::state::now(),
-            },
-        );
-        let edit = state.put_edit(&canonical);
-        state = state.apply([edit]);
+        state = state.stage(&canonical, new_disk, false);
         let ino = state.inodes.ino(&mount);
         drop(state);
         self.try_commit(&mount, None, false)?;

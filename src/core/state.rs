@@ -469,6 +469,19 @@ impl<'a> Writer<'a> {
         }
     }
 
+    /// Records `canonical` (a `--view both` path) as staged now at `disk` (a directory if
+    /// `is_dir`) and shows it in the tree.
+    pub(super) fn stage(mut self, canonical: &str, disk: PathBuf, is_dir: bool) -> Writer<'a> {
+        let staged = Staged {
+            disk,
+            is_dir,
+            mtime: now(),
+        };
+        self.staged.insert(canonical.to_string(), staged);
+        let edit = self.put_edit(canonical);
+        self.apply([edit])
+    }
+
     /// [`State::apply`], building a new tree as [`Writer::rebuilt`] does when an edit cannot.
     pub(super) fn apply(mut self, edits: impl IntoIterator<Item = Option<Edit>>) -> Writer<'a> {
         let edits: Vec<Edit> = edits.into_iter().flatten().collect();

@@ -19,7 +19,7 @@ use crate::views::join;
 
 use super::namespace::NodeKind;
 use super::state::Writer;
-use super::{split_mount, Attr, DafFs, FsError, Handle, Staged, State};
+use super::{split_mount, Attr, DafFs, FsError, Handle, State};
 
 impl DafFs {
     pub(super) fn staging_area(&self) -> Result<&StagingArea, FsError> {
@@ -153,22 +153,13 @@ impl DafFs {
         content: Option<Bytes>,
     ) -> Result<(String, PathBuf), FsError> {
         let staging = self.staging_area()?;
-        let mut state = self.lock_state();
+        let state = self.lock_state();
         Self::replaceable(&state, mount)?;
         Self::committable(&state, mount)?;
         let canonical = Self::canonical(&state, mount)?;
         let disk = staging.prepare_parent(&canonical)?;
         fs::write(&disk, content.as_ref().map_or(&[][..], Bytes::as_slice))?;
-        state.staged.insert(
-            canonical.clone(),
-            Staged {
-                disk: disk.clone(),
-                is_dir: false,
-                mtime: super::state::now(),
-            },
-        );
-        let edit = state.put_edit(&canonical);
-        drop(state.apply([edit]));
+        drop(state.stage(&canonical, disk.clone(), false));
         Ok((mount.to_string(), disk))
     }
 
@@ -205,16 +196,7 @@ impl DafFs {
             .create(true)
             .truncate(true)
             .open(&disk)?;
-        state.staged.insert(
-            canonical.clone(),
-            Staged {
-                disk,
-                is_dir: false,
-                mtime: super::state::now(),
-            },
-        );
-        let edit = state.put_edit(&canonical);
-        state = state.apply([edit]);
+        state = state.stage(&canonical, disk, false);
         let ino = state.inodes.ino(&mount);
         drop(state);
         let fh = self.new_handle(ino, Some(file), true);
@@ -373,16 +355,7 @@ impl DafFs {
         }
         let disk = staging.disk_path(&canonical);
         fs::create_dir_all(&disk)?;
-        state.staged.insert(
-            canonical.clone(),
-            Staged {
-                disk,
-                is_dir: true,
-                mtime: super::state::now(),
-            },
-        );
-        let edit = state.put_edit(&canonical);
-        state = state.apply([edit]);
+        state = state.stage(&canonical, disk, true);
         let ino = state.inodes.ino(&mount);
         drop(state);
         self.getattr(ino)

@@ -222,34 +222,20 @@ impl FileState {
     }
 }
 
-/// The archive as an append needs it: its bytes, where its directory is and its entries end,
-/// its record count, and which of the names asked about it holds.
-struct Known {
-    bytes: Bytes,
-    cd_offset: u64,
-    cd_size: u64,
-    count: u64,
-    entries_end: u64,
-    present: HashSet<String>,
-}
-
-impl Known {
-    /// From `tail` when it still describes the file at `path` and holds every name `asked`,
-    /// else from a parse of the archive.
-    fn of(path: &Path, tail: Option<ArchiveTail>, asked: &[String]) -> Result<Known, StoreError> {
-        let current = FileState::of(&std::fs::metadata(path).map_err(|e| StoreError::io(path, e))?);
-        let tail = tail.filter(|t| {
-            t.path == path && t.file == current && asked.iter().all(|n| t.present.contains(n))
+impl ArchiveTail {
+    /// The archive at `path` mapped, and what an append needs of it: `learnt` when it still
+    /// describes the file and holds every name `asked`, else what a parse of the archive says.
+    fn current(
+        path: &Path,
+        learnt: Option<ArchiveTail>,
+        asked: &[String],
+    ) -> Result<(Bytes, ArchiveTail), StoreError> {
+        let file = FileState::of(&std::fs::metadata(path).map_err(|e| StoreError::io(path, e))?);
+        let learnt = learnt.filter(|t| {
+            t.path == path && t.file == file && asked.iter().all(|n| t.present.contains(n))
         });
-        if let Some(t) = tail {
-            return Ok(Known {
-                bytes: map_archive(path)?.0,
-                cd_offset: t.cd_offset,
-                cd_size: t.cd_size,
-                count: t.count,
-                entries_end: t.entries_end,
-                present: t.present,
-            });
+        if let Some(tail) = learnt {
+            return Ok((map_archive(path)?.0, tail));
         }
         #[cfg(test)]
         PARSES.with(|p| p.set(p.get() + 1));
@@ -268,14 +254,16 @@ impl Known {
             .filter(|n| archive.records.iter().any(|r| r.name == **n))
             .cloned()
             .collect();
-        Ok(Known {
+        let tail = ArchiveTail {
+            path: path.to_path_buf(),
+            file,
             cd_offset: archive.cd_offset,
             cd_size: archive.cd_size,
             count: archive.records.len() as u64,
             entries_end,
             present,
-            bytes: archive.bytes,
-        })
+        };
+        Ok((archive.bytes, tail))
     }
 }
 
@@ -290,9 +278,9 @@ pub fn append_with(
 ) -> Result<Vec<(String, Entry)>, StoreError> {
     let io = |e: std::io::Error| StoreError::io(path, e);
     let started = std::time::Instant::now();
-    let known = Known::of(path, learnt.take(), asked)?;
+    let (bytes, known) = ArchiveTail::current(path, learnt.take(), asked)?;
     let entries = &plan(&|name| known.present.contains(name));
-    let data = known.bytes.as_slice();
+    let data = bytes.as_slice();
     let entries_end = known.entries_end;
     let now = SystemTime::now();
     let dos = dos_time(now);
@@ -320,7 +308,7 @@ pub fn append_with(
         // Not enough room before the directory: move it out of the way first (with slack for the
         // next appends), as one tail write.
         let slack = ((at - entries_end) / 8).clamp(1 << 20, 64 << 20);
-        let new_offset = (at + slack).max(known.bytes.len());
+        let new_offset = (at + slack).max(bytes.len());
         let mut tail = old_cd.clone();
         tail.extend(trailer(known.count, new_offset, known.cd_size));
         tail_write(path, new_offset, &tail).map_err(io)?;
@@ -364,23 +352,21 @@ pub fn append_with(
     if file.metadata().map_err(io)?.len() > end {
         file.set_len(end).map_err(io)?;
     }
+    let mut present = known.present;
+    present.extend(
+        asked
+            .iter()
+            .filter(|n| planned.iter().any(|p| p.name == **n))
+            .cloned(),
+    );
     *learnt = Some(ArchiveTail {
-        path: path.to_path_buf(),
+        path: known.path,
         file: FileState::of(&file.metadata().map_err(io)?),
         cd_offset,
         cd_size,
         count: known.count + planned.len() as u64,
         entries_end: at,
-        present: known
-            .present
-            .into_iter()
-            .chain(
-                asked
-                    .iter()
-                    .filter(|n| planned.iter().any(|p| p.name == **n))
-                    .cloned(),
-            )
-            .collect(),
+        present,
     });
     // Serve the new entries from a map of the grown archive.
     let map = Bytes::from_map(Arc::new(

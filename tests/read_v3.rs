@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use daf_mount::formats::model::{Dataset, Payload, Property, SparseIndex};
+use daf_mount::formats::model::{Dataset, Payload, Property, Sparse, SparseIndex};
 use daf_mount::formats::source::open_source;
 use daf_mount::formats::strings::{decode_vlen, Strings};
 use daf_mount::formats::types::NumType;
@@ -112,12 +112,13 @@ fn check_property(what: &str, prop: &Property, want: &Value, packing_known: bool
             assert_eq!(texts(s), densified(want, len as usize), "{what}");
         }
         Payload::DenseStrings(s) => assert_eq!(texts(s), expected_texts(&want["values"]), "{what}"),
-        Payload::Sparse {
-            eltype,
-            indtype,
-            index,
-            nzval,
-        } => {
+        Payload::Sparse(sparse) => {
+            let Sparse {
+                eltype,
+                indtype,
+                index,
+                nzval,
+            } = &**sparse;
             assert_eq!(eltype.julia_name(), want["eltype"], "{what}");
             assert_eq!(indtype.julia_name(), want["indtype"], "{what}");
             match index {

@@ -17,7 +17,7 @@ use crate::stores::{Blob, Bytes, Entry, StoreIndex};
 use super::json::{parse_descriptor, Descriptor, FilesVersion};
 use super::model::{
     Axis, Dataset, FilesSource, Payload, Properties, Property, PropertyId, ScalarProperty, Shape,
-    SparseIndex,
+    SparseIndex, SparseStrings,
 };
 use super::names::accept_name;
 use super::scalar::Scalar;
@@ -503,12 +503,12 @@ pub(crate) fn read_property(
                         len,
                         base,
                     );
-                    Payload::SparseStrings {
+                    Payload::SparseStrings(Box::new(SparseStrings {
                         indtype,
                         index,
                         nztxt,
                         dense,
-                    }
+                    }))
                 }
                 ElementType::Num(t) => {
                     // 1.0: the .nzval file decides (absent = all true); 1.1: the descriptor does.
@@ -525,19 +525,14 @@ pub(crate) fn read_property(
                             "{base}.nzval (only all-true Bool data may omit it)"
                         )));
                     }
-                    Payload::Sparse {
-                        eltype: t,
-                        indtype,
-                        index,
-                        nzval,
-                    }
+                    Payload::sparse(t, indtype, index, nzval)
                 }
             }
         }
     };
     Ok(Property {
         payload,
-        mtime: files.mtime,
+        mtime: files.mtime.into(),
         packed: files.packed.into(),
     })
 }

@@ -15,6 +15,7 @@ pub mod files_daf;
 pub mod files_index;
 pub mod json;
 pub mod model;
+pub mod mtime;
 pub mod names;
 pub mod properties;
 pub mod remote;

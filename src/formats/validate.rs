@@ -120,23 +120,15 @@ pub fn check_payload(payload: &Payload, shape: Shape) -> Result<(), FormatError>
         Payload::DenseStrings(strings) => {
             utf8_lines(strings.lines().bytes()?.as_slice(), shape.len(), "text")
         }
-        Payload::Sparse {
-            eltype,
-            indtype,
-            index,
-            nzval,
-        } => {
-            check_index(index, *indtype, shape)?;
-            nzval.as_ref().map_or(Ok(()), |v| check_bools(*eltype, v))
+        Payload::Sparse(s) => {
+            check_index(&s.index, s.indtype, shape)?;
+            s.nzval
+                .as_ref()
+                .map_or(Ok(()), |v| check_bools(s.eltype, v))
         }
-        Payload::SparseStrings {
-            indtype,
-            index,
-            nztxt,
-            ..
-        } => {
-            let nnz = check_index(index, *indtype, shape)?;
-            utf8_lines(nztxt.bytes()?.as_slice(), nnz, "nztxt")
+        Payload::SparseStrings(s) => {
+            let nnz = check_index(&s.index, s.indtype, shape)?;
+            utf8_lines(s.nztxt.bytes()?.as_slice(), nnz, "nztxt")
         }
     }
 }
@@ -168,24 +160,21 @@ mod tests {
 
     #[test]
     fn sparse_indices_are_checked() {
-        let sparse = |nzind: &[u8]| Payload::Sparse {
-            eltype: NumType::Bool,
-            indtype: NumType::UInt8,
-            index: SparseIndex::Vector { nzind: blob(nzind) },
-            nzval: None,
+        let sparse = |nzind: &[u8]| {
+            let index = SparseIndex::Vector { nzind: blob(nzind) };
+            Payload::sparse(NumType::Bool, NumType::UInt8, index, None)
         };
         assert!(check_payload(&sparse(&[1, 3]), Shape::Vector(3)).is_ok());
         assert!(check_payload(&sparse(&[3, 1]), Shape::Vector(3)).is_err());
         assert!(check_payload(&sparse(&[0]), Shape::Vector(3)).is_err());
         assert!(check_payload(&sparse(&[4]), Shape::Vector(3)).is_err());
-        let matrix = |colptr: &[u8], rowval: &[u8]| Payload::Sparse {
-            eltype: NumType::Int8,
-            indtype: NumType::UInt8,
-            index: SparseIndex::Matrix {
+        let matrix = |colptr: &[u8], rowval: &[u8]| {
+            let index = SparseIndex::Matrix {
                 colptr: blob(colptr),
                 rowval: blob(rowval),
-            },
-            nzval: Some(blob(&vec![1; rowval.len()])),
+            };
+            let nzval = Some(blob(&vec![1; rowval.len()]));
+            Payload::sparse(NumType::Int8, NumType::UInt8, index, nzval)
         };
         assert!(check_payload(&matrix(&[1, 3, 4], &[1, 3, 2]), Shape::Matrix(3, 2)).is_ok());
         assert!(check_payload(&matrix(&[1, 3, 3], &[1, 3, 2]), Shape::Matrix(3, 2)).is_err());

@@ -432,7 +432,7 @@ fn read_property_through(
         };
         return Ok(Property {
             payload,
-            mtime: array.mtime,
+            mtime: array.mtime.into(),
             packed,
         });
     }
@@ -499,13 +499,8 @@ fn read_property_through(
         None => (NumType::Bool, None),
     };
     Ok(Property {
-        payload: Payload::Sparse {
-            eltype,
-            indtype,
-            index: index_kind,
-            nzval,
-        },
-        mtime,
+        payload: Payload::sparse(eltype, indtype, index_kind, nzval),
+        mtime: mtime.into(),
         packed,
     })
 }
@@ -551,7 +546,7 @@ mod tests {
             ));
             assert!(matches!(
                 ds.vectors["cell"]["is_marker"].payload,
-                Payload::Sparse { nzval: None, .. }
+                Payload::Sparse(ref s) if s.nzval.is_none()
             ));
             assert_eq!(ds.matrices[&("cell".into(), "gene".into())].len(), 2);
         }

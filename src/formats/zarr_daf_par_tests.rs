@@ -83,7 +83,8 @@ fn fingerprint(ds: &Dataset) -> String {
         for (name, p) in props {
             let blobs = match &p.payload {
                 Payload::Dense { data, .. } => vec![bytes(data)],
-                Payload::Sparse { index, nzval, .. } => {
+                Payload::Sparse(s) => {
+                    let (index, nzval) = (&s.index, &s.nzval);
                     let mut list = match index {
                         SparseIndex::Vector { nzind } => vec![bytes(nzind)],
                         SparseIndex::Matrix { colptr, rowval } => {

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::*;
-use crate::formats::model::{Dataset, Payload, SparseIndex};
+use crate::formats::model::{Dataset, Payload, Sparse, SparseIndex};
 use crate::formats::strings::decode_vlen;
 use crate::formats::zarr_daf::read_zarr_daf;
 use crate::formats::zarr_daf::{read_axis_of, read_property_of, read_scalar_of, ZarrVersion};
@@ -100,12 +100,15 @@ fn reads_the_v3_vectors_from_a_directory_and_a_zip_zero_copy() {
             panic!()
         };
         assert_eq!(strings(kind), ["T", "B", "T"]);
-        let Payload::Sparse {
+        let Payload::Sparse(counts) = &ds.vectors["cell"]["counts"].payload else {
+            panic!()
+        };
+        let Sparse {
             eltype,
             index: SparseIndex::Vector { nzind },
             nzval: Some(nzval),
             ..
-        } = &ds.vectors["cell"]["counts"].payload
+        } = &**counts
         else {
             panic!()
         };
@@ -114,13 +117,17 @@ fn reads_the_v3_vectors_from_a_directory_and_a_zip_zero_copy() {
         assert_eq!(bytes(nzval), [10u64, 30].map(u64::to_le_bytes).concat());
         assert!(matches!(
             ds.vectors["cell"]["is_marker"].payload,
-            Payload::Sparse { nzval: None, .. }
+            Payload::Sparse(ref s) if s.nzval.is_none()
         ));
-        let Payload::Sparse {
+        let Payload::Sparse(umis) = &ds.matrices[&("cell".into(), "gene".into())]["umis"].payload
+        else {
+            panic!()
+        };
+        let Sparse {
             eltype: NumType::UInt16,
             index: SparseIndex::Matrix { colptr, rowval },
             ..
-        } = &ds.matrices[&("cell".into(), "gene".into())]["umis"].payload
+        } = &**umis
         else {
             panic!()
         };
@@ -155,12 +162,10 @@ fn elided_chunks_are_fill_values() {
         panic!()
     };
     assert_eq!(strings(kind), ["", "", ""]);
-    let Payload::Sparse {
-        nzval: Some(nzval), ..
-    } = &ds.vectors["cell"]["counts"].payload
-    else {
+    let Payload::Sparse(counts) = &ds.vectors["cell"]["counts"].payload else {
         panic!()
     };
+    let Some(nzval) = &counts.nzval else { panic!() };
     assert_eq!(bytes(nzval), [0; 16]);
 }
 
@@ -192,11 +197,14 @@ fn foreign_zarr_python_arrays_are_decoded() {
         panic!()
     };
     assert_eq!(strings(label), ["a", "bb", "", "d", "é", "f", "g"]);
-    let Payload::Sparse {
+    let Payload::Sparse(sp) = &ds.vectors["cell"]["sp"].payload else {
+        panic!()
+    };
+    let Sparse {
         index: SparseIndex::Vector { nzind },
         nzval: Some(nzval),
         ..
-    } = &ds.vectors["cell"]["sp"].payload
+    } = &**sp
     else {
         panic!()
     };

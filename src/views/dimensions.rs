@@ -144,7 +144,7 @@ mod tests {
         for (r, c, n) in matrices {
             let p = Property {
                 payload: Payload::DenseStrings(strings()),
-                mtime: SystemTime::UNIX_EPOCH,
+                mtime: SystemTime::UNIX_EPOCH.into(),
                 packed: Default::default(),
             };
             ds.matrices

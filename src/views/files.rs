@@ -21,7 +21,9 @@ use crate::formats::files_index::{index_len, index_text, IndexValue};
 use crate::formats::json::{
     dense_descriptor, sparse_descriptor, sparse_descriptor_1_1, FilesVersion,
 };
-use crate::formats::model::{Dataset, Payload, Property, PropertyId, SparseIndex};
+use crate::formats::model::{
+    Dataset, Payload, Property, PropertyId, Sparse, SparseIndex, SparseStrings,
+};
 use crate::formats::types::ElementType;
 use crate::stores::rendered::rendered;
 use crate::stores::{Blob, Bytes, StoreError};
@@ -207,7 +209,7 @@ fn property_files(
     version: FilesVersion,
     document: Option<&Arc<Blob>>,
 ) {
-    let mtime = prop.mtime;
+    let mtime = prop.mtime.get();
     let mut file =
         |ext: &str, blob: &Arc<Blob>| view.file(&format!("{base}.{ext}"), blob.clone(), mtime);
     // The descriptor's text, made on first access (a 1.1 sparse one counts the index files).
@@ -229,12 +231,13 @@ fn property_files(
             file("txt", &strings.lines());
             return dense(view, ElementType::String);
         }
-        Payload::Sparse {
-            eltype,
-            indtype,
-            index,
-            nzval,
-        } => {
+        Payload::Sparse(sparse) => {
+            let Sparse {
+                eltype,
+                indtype,
+                index,
+                nzval,
+            } = &**sparse;
             index_files(&mut file, index);
             if let Some(nzval) = nzval {
                 file("nzval", nzval);
@@ -243,12 +246,13 @@ fn property_files(
             let has_nzval = nzval.is_some();
             Box::new(move || sparse_text(eltype, indtype, &index, has_nzval, version))
         }
-        Payload::SparseStrings {
-            indtype,
-            index,
-            nztxt,
-            ..
-        } => {
+        Payload::SparseStrings(s) => {
+            let SparseStrings {
+                indtype,
+                index,
+                nztxt,
+                ..
+            } = &**s;
             index_files(&mut file, index);
             file("nztxt", nztxt);
             let (indtype, index) = (*indtype, index.clone());

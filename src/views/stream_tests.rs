@@ -30,7 +30,7 @@ pub(crate) fn add_vectors(dataset: &mut Dataset, n: usize) {
         };
         let property = Property {
             payload,
-            mtime: SystemTime::UNIX_EPOCH,
+            mtime: SystemTime::UNIX_EPOCH.into(),
             packed: Default::default(),
         };
         dataset.insert(&id, Item::Property(property)).unwrap();

@@ -10,7 +10,7 @@ use std::time::SystemTime;
 
 use serde_json::{Map, Value};
 
-use crate::formats::model::{Dataset, Payload, PropertyId, SparseIndex};
+use crate::formats::model::{Dataset, Payload, PropertyId, Sparse, SparseIndex};
 use crate::formats::types::{ElementType, NumType};
 use crate::formats::zarr_v2::{single_chunk_key, zarray_json, ZATTRS, ZGROUP};
 use crate::stores::rendered::rendered;
@@ -186,7 +186,7 @@ pub fn zarr_view_into(
             &p.path,
             &p.property.payload,
             &p.shape.zarr(),
-            p.property.mtime,
+            p.property.mtime.get(),
         );
     }
     // Rendered when read (into the bounded decode cache), its size counted: a `stat` (every
@@ -257,7 +257,7 @@ fn item_nodes(z: &mut ZarrBuilder, dataset: &Dataset, id: &PropertyId) {
         }
         PropertyId::Vector { .. } | PropertyId::Matrix { .. } => {
             if let (Some(p), Some(shape)) = (dataset.property(id), dataset.shape(id)) {
-                property(z, &id.path(), &p.payload, &shape.zarr(), p.mtime);
+                property(z, &id.path(), &p.payload, &shape.zarr(), p.mtime.get());
             }
         }
     }
@@ -267,15 +267,14 @@ fn property(z: &mut ZarrBuilder, path: &str, payload: &Payload, shape: &[u64], m
     match payload {
         Payload::Dense { eltype, data } => z.numeric(path, *eltype, shape, data, mtime),
         Payload::DenseStrings(strings) => z.array(path, "|O", true, shape, strings.vlen(), mtime),
-        Payload::SparseStrings { dense, .. } => {
-            z.array(path, "|O", true, shape, dense.vlen(), mtime)
-        }
-        Payload::Sparse {
-            eltype,
-            indtype,
-            index,
-            nzval,
-        } => {
+        Payload::SparseStrings(s) => z.array(path, "|O", true, shape, s.dense.vlen(), mtime),
+        Payload::Sparse(sparse) => {
+            let Sparse {
+                eltype,
+                indtype,
+                index,
+                nzval,
+            } = &**sparse;
             z.group(path, mtime);
             let nnz = match index {
                 SparseIndex::Vector { nzind } => {

@@ -23,7 +23,7 @@ use std::time::SystemTime;
 
 use serde_json::Value;
 
-use crate::formats::model::{Dataset, Payload, Property, PropertyId, SparseIndex};
+use crate::formats::model::{Dataset, Payload, Property, PropertyId, Sparse, SparseIndex};
 use crate::formats::scalar::Scalar;
 use crate::formats::shard::Packing;
 use crate::formats::types::{ElementType, NumType};
@@ -507,7 +507,7 @@ fn item_nodes(z: &mut V3Builder, dataset: &Dataset, id: &PropertyId) {
 }
 
 fn property(z: &mut V3Builder, path: &str, p: &Property, shape: &[u64]) {
-    let mtime = p.mtime;
+    let mtime = p.mtime.get();
     let packed = |component: &str| p.packed.get(component);
     match &p.payload {
         Payload::Dense { eltype, data } => z.stored(
@@ -527,15 +527,21 @@ fn property(z: &mut V3Builder, path: &str, p: &Property, shape: &[u64]) {
             mtime,
         ),
         // Zarr has no sparse strings: they are shown dense.
-        Payload::SparseStrings { dense, .. } => {
-            z.stored(path, ElementType::String, shape, dense.vlen(), None, mtime)
-        }
-        Payload::Sparse {
-            eltype,
-            indtype,
-            index,
-            nzval,
-        } => {
+        Payload::SparseStrings(s) => z.stored(
+            path,
+            ElementType::String,
+            shape,
+            s.dense.vlen(),
+            None,
+            mtime,
+        ),
+        Payload::Sparse(sparse) => {
+            let Sparse {
+                eltype,
+                indtype,
+                index,
+                nzval,
+            } = &**sparse;
             z.group(path, mtime);
             let ind = ElementType::Num(*indtype);
             let nnz = match index {

@@ -326,7 +326,7 @@ fn packed_arrays_show_their_shard_as_the_only_chunk() {
             eltype: NumType::Float64,
             data: flat.clone(),
         },
-        mtime: SystemTime::UNIX_EPOCH,
+        mtime: SystemTime::UNIX_EPOCH.into(),
         packed: packed.into(),
     };
     ds.vectors
@@ -396,7 +396,7 @@ fn foreign_shards_keep_their_shard_shape_and_fill_and_zipped_shards_show_flat() 
                 eltype: NumType::Float64,
                 data: flat.clone(),
             },
-            mtime: SystemTime::UNIX_EPOCH,
+            mtime: SystemTime::UNIX_EPOCH.into(),
             packed: packed.into(),
         };
         ds.vectors
@@ -428,7 +428,7 @@ fn arrays_the_source_stored_without_chunks_have_none() {
             eltype: NumType::Float32,
             data: Blob::fill(Vec::new(), 12, vec![0; 4]),
         },
-        mtime: SystemTime::UNIX_EPOCH,
+        mtime: SystemTime::UNIX_EPOCH.into(),
         packed: Default::default(),
     };
     ds.vectors

@@ -42,7 +42,7 @@ pub fn read_files_daf(index: &StoreIndex, path: &Path) -> Result<Dataset, Format
             continue;
         };
         let key = format!("axes/{file}");
-        if !accept_name(name, &format!("axis {key:?} in {}", path.display())) {
+        if !accept_name(name, || format!("axis {key:?} in {}", path.display())) {
             continue;
         }
         match read_axis(index, &key) {
@@ -57,7 +57,7 @@ pub fn read_files_daf(index: &StoreIndex, path: &Path) -> Result<Dataset, Format
             continue;
         };
         let key = format!("scalars/{file}");
-        if !accept_name(name, &format!("scalar {key:?} in {}", path.display())) {
+        if !accept_name(name, || format!("scalar {key:?} in {}", path.display())) {
             continue;
         }
         let Some(entry) = index.get(&key) else {
@@ -82,7 +82,7 @@ pub fn read_files_daf(index: &StoreIndex, path: &Path) -> Result<Dataset, Format
         }
     }
     for axis in index.children("vectors") {
-        if !accept_name(&axis, &format!("vectors/{axis:?}/ in {}", path.display())) {
+        if !accept_name(&axis, || format!("vectors/{axis:?}/ in {}", path.display())) {
             continue;
         }
         let Some(len) = dataset.axes.get(&axis).map(Axis::len) else {
@@ -97,14 +97,15 @@ pub fn read_files_daf(index: &StoreIndex, path: &Path) -> Result<Dataset, Format
         dataset.vectors.insert(axis, props);
     }
     for rows in index.children("matrices") {
-        if !accept_name(&rows, &format!("matrices/{rows:?}/ in {}", path.display())) {
+        if !accept_name(&rows, || {
+            format!("matrices/{rows:?}/ in {}", path.display())
+        }) {
             continue;
         }
         for cols in index.children(&format!("matrices/{rows}")) {
-            if !accept_name(
-                &cols,
-                &format!("matrices/{rows}/{cols:?}/ in {}", path.display()),
-            ) {
+            if !accept_name(&cols, || {
+                format!("matrices/{rows}/{cols:?}/ in {}", path.display())
+            }) {
                 continue;
             }
             let (Some(nrows), Some(ncols)) = (
@@ -257,7 +258,7 @@ fn read_properties(index: &StoreIndex, dir: &str, shape: Shape, path: &Path) -> 
         .filter_map(|file| {
             let name = file.strip_suffix(".json")?;
             let base = format!("{dir}/{name}");
-            if !accept_name(name, &format!("{base:?} in {}", path.display())) {
+            if !accept_name(name, || format!("{base:?} in {}", path.display())) {
                 return None;
             }
             match read_property(index, &base, shape) {

@@ -35,12 +35,14 @@ pub fn check_name(name: &str) -> Option<&'static str> {
     None
 }
 
-/// Whether `name` passes [`check_name`]; logs one warning naming `where_` if not.
-pub fn accept_name(name: &str, where_: &str) -> bool {
+/// Whether `name` passes [`check_name`]; logs one warning naming `where_()` if not (made only
+/// then: a source of a million names checks a million, and formatting each place cost more
+/// than the check).
+pub fn accept_name(name: &str, where_: impl FnOnce() -> String) -> bool {
     match check_name(name) {
         None => true,
         Some(why) => {
-            log::warn!("skipping {where_}: {why} ({name:?})");
+            log::warn!("skipping {}: {why} ({name:?})", where_());
             false
         }
     }

@@ -75,14 +75,14 @@ impl ZarrVersion {
         }
     }
 
-    /// Whether `key` is a node (array or group) of the store.
-    fn has_node(self, index: &StoreIndex, key: &str) -> bool {
+    /// Whether `name` in `group` is a node (array or group) of the store.
+    fn has_node(self, index: &StoreIndex, group: &str, name: &str) -> bool {
         match self {
             ZarrVersion::V2 => {
-                index.contains(&format!("{key}/.zarray"))
-                    || index.contains(&format!("{key}/.zgroup"))
+                index.contains(&format!("{group}/{name}/.zarray"))
+                    || index.contains(&format!("{group}/{name}/.zgroup"))
             }
-            ZarrVersion::V3 => index.contains(&format!("{key}/zarr.json")),
+            ZarrVersion::V3 => index.contains(&format!("{group}/{name}/zarr.json")),
         }
     }
 }
@@ -267,12 +267,12 @@ impl TreeReader<'_> {
         let (index, version) = (self.index, self.version);
         let children = index.children(group);
         let nodes = map_slices(&children, self.split, |name| {
-            !name.starts_with('.') && version.has_node(index, &format!("{group}/{name}"))
+            !name.starts_with('.') && version.has_node(index, group, name)
         });
         children
             .into_iter()
             .zip(nodes)
-            .filter(|(name, node)| *node && accept_name(name, &format!("node {group}/{name:?}")))
+            .filter(|(name, node)| *node && accept_name(name, || format!("node {group}/{name:?}")))
             .map(|(name, _)| name)
             .collect()
     }
@@ -287,7 +287,7 @@ fn subgroups(index: &StoreIndex, group: &str) -> Vec<String> {
         .filter(|name| {
             !name.starts_with('.')
                 && index.has_children(&format!("{group}/{name}"))
-                && accept_name(name, &format!("group {group}/{name:?}"))
+                && accept_name(name, || format!("group {group}/{name:?}"))
         })
         .collect()
 }
@@ -400,10 +400,7 @@ fn read_property_through(
     let mut packed = Packed::default();
     // One parse of a v3 node's zarr.json says whether it is an array and opens it.
     let dense = match version {
-        ZarrVersion::V3 if index.contains(&format!("{key}/zarr.json")) => {
-            zarr_v3::open_unless_group_through(index, key, cache)?
-        }
-        ZarrVersion::V3 => None,
+        ZarrVersion::V3 => zarr_v3::open_node_through(index, key, cache)?,
         ZarrVersion::V2 => match index.get_once(&format!("{key}/.zarray")) {
             Some(meta) => Some(zarr_v2::open_array_cached(index, key, &meta, cache)?),
             None => None,

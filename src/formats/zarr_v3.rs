@@ -91,11 +91,35 @@ pub(crate) fn open_unless_group_through(
     cache: &mut MetaCache,
 ) -> Result<Option<ZarrArray>, FormatError> {
     let (bytes, mtime) = meta_bytes(index, key)?;
+    open_unless_group_of(index, key, &bytes, mtime, cache)
+}
+
+/// [`open_unless_group_through`], `None` also when `key` has no `zarr.json` (one search of the
+/// index where asking first whether it has one took two).
+pub(crate) fn open_node_through(
+    index: &StoreIndex,
+    key: &str,
+    cache: &mut MetaCache,
+) -> Result<Option<ZarrArray>, FormatError> {
+    let Some(entry) = index.get_once(&meta_key(key)) else {
+        return Ok(None);
+    };
+    open_unless_group_of(index, key, &entry.blob.bytes()?, entry.mtime, cache)
+}
+
+/// The array of `key` whose `zarr.json` is `bytes` (modified at `mtime`), or `None` for a group.
+fn open_unless_group_of(
+    index: &StoreIndex,
+    key: &str,
+    bytes: &Bytes,
+    mtime: SystemTime,
+    cache: &mut MetaCache,
+) -> Result<Option<ZarrArray>, FormatError> {
     match cache.v3_node(bytes.as_slice()) {
         Some(V3Node::Group) => Ok(None),
         Some(V3Node::Array(v3)) => open_layout(index, key, v3, None, mtime).map(Some),
         None => {
-            let meta = parse_meta(key, &bytes)?;
+            let meta = parse_meta(key, bytes)?;
             if is_group_meta(&meta) {
                 return Ok(None);
             }

@@ -160,3 +160,20 @@ fn a_page_looks_only_at_the_entries_its_reply_holds() {
         "{visits} node visits for a page of 20 entries"
     );
 }
+
+#[test]
+fn a_mount_of_views_in_render_order_is_built_without_the_hash_table() {
+    use super::namespace::INDEXED;
+    for fixture in [
+        "zarr_v2.daf.zarr",
+        "zarr_v3.daf.zarr",
+        "files_v1_0.daf",
+        "files_v1_1.daf",
+    ] {
+        INDEXED.with(|n| n.set(0));
+        let fs = with_many_vectors(fixture, 3000);
+        assert_eq!(INDEXED.with(|n| n.get()), 0, "{fixture}");
+        // And the tree is whole: every view entry was placed once.
+        assert!(list_recursively(&fs, ROOT) > 4 * 3000, "{fixture}");
+    }
+}

@@ -535,6 +535,9 @@ impl Namespace {
 thread_local! {
     /// Tests only: how many nodes this thread looked at (work, counted rather than timed).
     pub static VISITS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// Tests only: how many builds on this thread indexed their nodes in a hash table (see
+    /// `namespace_build_stack.rs`).
+    pub static INDEXED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// The children `range` of `all`.

@@ -1,7 +1,9 @@
 //! The build of a tree ([`Namespace::build`]): the entries, grouped by directory, become nodes
 //! numbered by the [`InodeTable`] (paths it does not know yet are numbered here and found again
-//! through a transient hash table of this build's nodes, which keeps each node's hash so that
-//! growing it hashes no name again). Then the children are placed into the tree's one array by a
+//! from what the build keeps of the directories it is in, `namespace_build_stack.rs`: entries
+//! in the order views render them need nothing more; once a lookup is not decided so, through a
+//! transient hash table of this build's nodes, which keeps each node's hash so that growing it
+//! hashes no name again). Then the children are placed into the tree's one array by a
 //! counting pass over the nodes' parents (no comparison between directories), each directory's
 //! run sorted by name only if it is not already (views render in order, so a first build sorts
 //! nothing large), mtimes are propagated upward in one pass over the directories, and every table
@@ -20,9 +22,13 @@ use super::{
     StagedPath, LARGE_DIR, ROOT, ROOT_U32,
 };
 
+#[path = "namespace_build_stack.rs"]
+mod stack;
 #[cfg(test)]
 #[path = "namespace_build_tests.rs"]
 mod tests;
+
+use stack::{has_empty_component, kids_of, Decision, DirStack, Kids, Level};
 
 impl Namespace {
     /// Builds the tree. Parents are created as needed. Later entries replace earlier files at the
@@ -44,6 +50,7 @@ impl Namespace {
         inodes: &mut InodeTable,
         mut spent: impl FnMut(String),
     ) -> Arc<Namespace> {
+        let inodes_next = inodes.next();
         let mut builder = Builder {
             nodes: NodeTable::default(),
             names: String::new(),
@@ -56,6 +63,9 @@ impl Namespace {
             recent: vec![Recent::default(); RECENT_NAMES],
             clock: 0,
             dirs: DirStack::default(),
+            root_kids: Kids::complete(),
+            indexed: false,
+            first_fresh: inodes_next,
         };
         let mtime = builder.mtime(root_mtime);
         let root = Node::new(ROOT_U32, 0, 0, mtime, false, NewKind::Dir);
@@ -198,18 +208,6 @@ fn propagate_mtimes(nodes: &mut NodeTable, children: &[u32], mtimes: &[SystemTim
     }
 }
 
-/// Whether `path` has an empty component (it is empty, starts or ends with `/`, or has `//`).
-fn has_empty_component(path: &str) -> bool {
-    let mut previous = b'/';
-    for &byte in path.as_bytes() {
-        if byte == b'/' && previous == b'/' {
-            return true;
-        }
-        previous = byte;
-    }
-    previous == b'/'
-}
-
 /// The state of one [`Namespace::build`].
 struct Builder<'a> {
     nodes: NodeTable,
@@ -220,7 +218,8 @@ struct Builder<'a> {
     last_mtime: Option<(SystemTime, u32)>,
     inodes: &'a mut InodeTable,
     /// The nodes of this build by (parent, name), for the paths the table did not number yet,
-    /// each with its hash (32 bits of it: growing the table hashes no name again).
+    /// each with its hash (32 bits of it: growing the table hashes no name again); filled only
+    /// once a lookup is not decided by the directories' [`Kids`] (see `stack`).
     added: HashTable<(u32, u32)>,
     hasher: foldhash::fast::RandomState,
     /// Short names recently stored, each in one of two slots chosen by its hash (see
@@ -231,48 +230,13 @@ struct Builder<'a> {
     /// The directories of the previous entry's path: entries come grouped by directory, so most
     /// share all or most of them and look up only the components after those.
     dirs: DirStack,
-}
-
-/// The directories of a path from the root down (see [`Builder::dirs`]).
-#[derive(Debug, Default)]
-struct DirStack {
-    /// The path ("" for the root), without empty components.
-    path: String,
-    /// Its first components, each a directory of the tree: where the component ends in `path`,
-    /// its inode, and whether the node is known not elidable. Shorter than the path's components
-    /// when a file is in the way.
-    levels: Vec<Level>,
-}
-
-/// One directory of a [`DirStack`].
-#[derive(Clone, Copy, Debug)]
-struct Level {
-    end: usize,
-    ino: u64,
-    plain: bool,
-}
-
-impl DirStack {
-    /// Keeps the levels `dir` shares with the path (whole components), and makes `dir` the path.
-    fn keep_shared(&mut self, dir: &str) {
-        if dir == self.path {
-            return;
-        }
-        let shared = dir
-            .bytes()
-            .zip(self.path.bytes())
-            .take_while(|(a, b)| a == b)
-            .count();
-        let at_boundary = |end: usize| end == dir.len() || dir.as_bytes().get(end) == Some(&b'/');
-        let kept = self
-            .levels
-            .iter()
-            .take_while(|l| l.end <= shared && at_boundary(l.end))
-            .count();
-        self.levels.truncate(kept);
-        self.path.clear();
-        self.path.push_str(dir);
-    }
+    /// The children the root was given.
+    root_kids: Kids,
+    /// Whether [`Builder::added`] holds every node this build numbered (from then on, every
+    /// lookup is made there).
+    indexed: bool,
+    /// The first number this build gave: the nodes it numbered are those from there.
+    first_fresh: u64,
 }
 
 /// Names up to this long are stored once when they repeat (see [`Builder::name_start`]).
@@ -360,7 +324,7 @@ impl Builder<'_> {
                 if let Some(node) = self.nodes.get_mut(ino) {
                     node.set_elidable(node.elidable() && elidable);
                 }
-                self.entered(path, ino);
+                self.entered(path, ino, false);
             }
             (Some(false), _) => {
                 // A file replacing a file: keep its place among the parent's children.
@@ -375,7 +339,7 @@ impl Builder<'_> {
                 let dir = matches!(kind, NewKind::Dir);
                 self.insert(ino, parent, name, mtime, kind, elidable);
                 if dir {
-                    self.entered(path, ino);
+                    self.entered(path, ino, true);
                 }
             }
         }
@@ -383,14 +347,21 @@ impl Builder<'_> {
 
     /// Makes directory `path` (inode `ino`, its parent the stack's path) the stack's path: the
     /// entries of a directory's own entry usually follow it.
-    fn entered(&mut self, path: &str, ino: u64) {
+    /// `created`: the directory was created just now (it has no children yet).
+    fn entered(&mut self, path: &str, ino: u64, created: bool) {
         let plain = self.nodes.get(ino).is_some_and(|n| !n.elidable());
+        let kids = if created {
+            Kids::complete()
+        } else {
+            self.dirs.back(ino)
+        };
         self.dirs.path.clear();
         self.dirs.path.push_str(path);
         self.dirs.levels.push(Level {
             end: path.len(),
             ino,
             plain,
+            kids,
         });
     }
 
@@ -419,18 +390,23 @@ impl Builder<'_> {
             let component = rest.split('/').next().unwrap_or(rest);
             end = start + component.len();
             let ino = self.child(parent, component);
-            let plain = match self.nodes.get_mut(ino) {
+            let (plain, kids) = match self.nodes.get_mut(ino) {
                 Some(node) if node.is_dir() => {
                     node.set_elidable(node.elidable() && elidable);
-                    !node.elidable()
+                    (!node.elidable(), self.dirs.back(ino))
                 }
                 Some(_) => return None,
                 None => {
                     self.insert(ino, parent, component, mtime, NewKind::Dir, elidable);
-                    !elidable
+                    (!elidable, Kids::complete())
                 }
             };
-            self.dirs.levels.push(Level { end, ino, plain });
+            self.dirs.levels.push(Level {
+                end,
+                ino,
+                plain,
+                kids,
+            });
             parent = ino;
         }
         Some(parent)
@@ -470,9 +446,32 @@ impl Builder<'_> {
             ),
         );
         // Found again by (parent, name) for the rest of this build.
-        let hash = self.hash(parent, &name[..len]);
-        self.added
-            .insert_unique(spread(hash), (ino32, hash), |&(_, h)| spread(h));
+        if self.indexed {
+            let hash = self.hash(parent, &name[..len]);
+            self.added
+                .insert_unique(spread(hash), (ino32, hash), |&(_, h)| spread(h));
+            return;
+        }
+        let (nodes, names) = (&self.nodes, &self.names);
+        match kids_of(&mut self.dirs, &mut self.root_kids, u64::from(parent)) {
+            Some(kids) => kids.add(ino32, &name[..len], nodes, names),
+            None => self.index_all(),
+        }
+    }
+
+    /// Puts every node this build numbered in [`Builder::added`], and looks up there from now
+    /// on: a lookup the directories' [`Kids`] could not decide.
+    fn index_all(&mut self) {
+        #[cfg(test)]
+        super::INDEXED.with(|n| n.set(n.get() + 1));
+        self.indexed = true;
+        let first = usize::try_from(self.first_fresh).unwrap_or(usize::MAX);
+        let numbered = (0u32..).zip(&self.nodes.slots).skip(first);
+        for (ino, node) in numbered.filter_map(|(ino, n)| Some((ino, n.as_ref()?))) {
+            let hash = self.hash(node.parent, name_in(&self.names, node));
+            self.added
+                .insert_unique(spread(hash), (ino, hash), |&(_, h)| spread(h));
+        }
     }
 
     /// Where `name` starts in the tree's names: where an equal short name recently stored
@@ -551,6 +550,14 @@ impl Builder<'_> {
     fn child(&mut self, parent: u64, name: &str) -> u64 {
         if let Some(ino) = self.inodes.known(parent, name) {
             return ino;
+        }
+        if !self.indexed {
+            let kids = kids_of(&mut self.dirs, &mut self.root_kids, parent);
+            match kids.map(|k| k.decide(name, &self.nodes, &self.names)) {
+                Some(Decision::Found(ino)) => return u64::from(ino),
+                Some(Decision::Absent) => return self.inodes.fresh(),
+                Some(Decision::Undecided) | None => self.index_all(),
+            }
         }
         let found = u32::try_from(parent).ok().and_then(|parent| {
             let hash = self.hash(parent, name);

@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use proptest::prelude::*;
 
+use super::super::INDEXED;
 use super::{Entry, EntryKind, InodeTable, Namespace, ROOT};
 use crate::core::namespace::NodeKind;
 use crate::stores::{Blob, Bytes};
@@ -164,6 +165,22 @@ proptest! {
         build_and_check(&entries, &mut InodeTable::default());
     }
 
+    /// Many children of one directory, in any order and repeated: the lookups decided without
+    /// the hash table (from the last few children, the few that sorted late and the greatest
+    /// name among the others) find every repeated name.
+    #[test]
+    fn a_large_directory_in_any_order_finds_its_repeated_names(
+        names in prop::collection::vec("[a-d]{1,3}", 1..80),
+        mtimes in prop::collection::vec(0u64..6, 80),
+    ) {
+        let entries: Vec<_> = names
+            .iter()
+            .zip(&mtimes)
+            .map(|(name, mtime)| (format!("d/{name}"), false, *mtime, false))
+            .collect();
+        build_and_check(&entries, &mut InodeTable::default());
+    }
+
     #[test]
     fn a_rebuild_from_shuffled_entries_keeps_every_number(
         entries in entries_strategy(),
@@ -196,10 +213,26 @@ fn a_large_directory_in_order_and_reversed_gives_one_tree() {
     let names: Vec<String> = (0..1000).map(|i| format!("d/p{i}")).collect();
     let mut sorted = names.clone();
     sorted.sort();
-    for order in [sorted.clone(), sorted.iter().rev().cloned().collect()] {
+    for (order, indexed) in [
+        (sorted.clone(), 0),
+        (sorted.iter().rev().cloned().collect(), 1),
+    ] {
         let entries: Vec<_> = order.iter().map(|p| (p.clone(), false, 3, false)).collect();
+        INDEXED.with(|n| n.set(0));
         build_and_check(&entries, &mut InodeTable::default());
+        // In order, every lookup is decided without the hash table; reversed, one is not.
+        assert_eq!(INDEXED.with(|n| n.get()), indexed);
     }
+    // Past the first few children of a directory, a name that came out of order is looked up
+    // in the table, not taken for new: a repeated one replaces the file it names.
+    let mut entries: Vec<_> = (0..12)
+        .rev()
+        .map(|i| (format!("d/p{i:02}"), false, 3, false))
+        .collect();
+    entries.push(("d/p01".to_string(), false, 5, false));
+    entries.push(("d/q".to_string(), false, 4, false));
+    entries.push(("d/p00".to_string(), false, 6, false));
+    build_and_check(&entries, &mut InodeTable::default());
     // A file in the way of a directory keeps its first use.
     let entries = [
         ("x".to_string(), false, 2, false),

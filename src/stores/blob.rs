@@ -17,7 +17,7 @@
 //! fails, every later access of the blob, and of every slice of it, is an error. A small stored
 //! member of a mapped archive (nearly every blob of a ZIP source) has a compact form instead
 //! (`member.rs`): no value, producer or `Check` of its own, its bytes sliced from the map. The
-//! general form is boxed, so such a blob and its `Arc` take 56 bytes (104 with it inline).
+//! general form is boxed, so such a blob and its `Arc` take 40 bytes (104 with it inline).
 //!
 //! A ranged blob may also be *possibly absent* ([`Blob::ranged_maybe_absent`]): its content is
 //! defined either way (a remote object the server may answer 404 for reads as zeros), but whether
@@ -203,7 +203,7 @@ impl Blob {
     /// without reading them (a slice of part of a member has none).
     pub fn recorded_crc(&self) -> Option<u32> {
         let general = match &self.0 {
-            Repr::Member(member) => return Some(member.crc()),
+            Repr::Member(member) => return member.crc(),
             Repr::General(general) => general,
         };
         let (crc, len) = self.check()?.expected();

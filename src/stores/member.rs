@@ -1,15 +1,19 @@
 //! The compact form of the most common blob of a ZIP source: a small stored member (a chunk of a
-//! Zarr array, a metadata document), 40 bytes (56 with its `Arc`'s counts) where a general blob
-//! and its CRC [`Check`] take 256 bytes of heap.
+//! Zarr array, a metadata document), 24 bytes (40 with its `Arc`'s counts: a 48-byte chunk of
+//! glibc's heap) where a general blob and its CRC [`Check`] take 256 bytes of heap.
 //!
 //! Such a member is a range of the archive's map, so it needs no producer, no cached value and
-//! no second handle on its bytes: it keeps the archive (which also names it in messages, by
-//! where its name lies: a [`Label::Member`] made only when a message needs it), where its data
-//! and its name lie, its CRC-32 and where the check of it stands. Its bytes are sliced from the
-//! map at each access (an `Arc` clone). Like any checked blob it is verified before its first
-//! byte is served (it is at most [`SYNC_CHECK_MAX`] bytes, so the check is synchronous and
-//! short), and once found corrupt every access is an error. A larger stored member keeps the
-//! general form, whose [`Check`] can run in the background.
+//! no second handle on its bytes: it keeps the archive, where the member's local header starts,
+//! its length and where the check of it stands. The rest is read from the local header, in the
+//! map, when needed: where the data starts (after the name and the extra field), the CRC-32, and
+//! the name (a [`Label::Member`] made only when a message needs it). The archive's open checked
+//! that header against the central record (same name and method; CRC and sizes unless a data
+//! descriptor follows the data), and a member whose header does not hold its CRC keeps the
+//! general form. Its bytes are sliced from the map at each access (an `Arc` clone). Like any
+//! checked blob it is verified before its first byte is served (it is at most
+//! [`SYNC_CHECK_MAX`] bytes, so the check is synchronous and short), and once found corrupt
+//! every access is an error. A larger stored member keeps the general form, whose [`Check`] can
+//! run in the background.
 //!
 //! [`Check`]: super::check::Check
 
@@ -17,45 +21,52 @@ use std::sync::atomic::AtomicU8;
 use std::sync::Arc;
 
 use super::check::{self, ArchiveName, CheckState, Label, SYNC_CHECK_MAX};
+use super::zip::{u16_at, u32_at, LOCAL_SIG};
 use super::{Bytes, StoreError};
 
 /// A stored member of at most [`SYNC_CHECK_MAX`] bytes of a mapped archive.
 pub(super) struct StoredMember {
     archive: Arc<ArchiveName>,
-    data_at: u64,
-    name_at: u64,
+    /// Where its local header starts.
+    local_at: u64,
     /// Its length, at most [`SYNC_CHECK_MAX`].
     len: u32,
-    crc: u32,
-    name_len: u16,
     /// Where its check stands (`check.rs`'s states).
     state: AtomicU8,
 }
 
+/// Where a local header holds the CRC-32, the name's length and the extra field's length.
+const CRC_AT: u64 = 14;
+const NAME_LEN_AT: u64 = 26;
+const EXTRA_LEN_AT: u64 = 28;
+const NAME_AT: u64 = 30;
+
 impl StoredMember {
-    /// The member whose `len` bytes start at `data_at` in `archive` and must have CRC-32 `crc`,
-    /// named by the `name_len` bytes at `name_at`; `None` when it is larger than
-    /// [`SYNC_CHECK_MAX`] or does not lie within the archive.
+    /// The member of `len` bytes whose local header starts at `local_at` in `archive` and must
+    /// have CRC-32 `crc`; `None` when it is larger than [`SYNC_CHECK_MAX`], when the header does
+    /// not hold that CRC (a data descriptor follows the data) or the data does not lie within
+    /// the archive.
     pub(super) fn new(
         archive: Arc<ArchiveName>,
-        data_at: u64,
+        local_at: u64,
         len: u64,
         crc: u32,
-        (name_at, name_len): (u64, u16),
     ) -> Option<StoredMember> {
         if len > SYNC_CHECK_MAX {
             return None;
         }
-        archive.bytes.slice(data_at, len)?;
-        Some(StoredMember {
+        let member = StoredMember {
             archive,
-            data_at,
-            name_at,
+            local_at,
             len: u32::try_from(len).ok()?,
-            crc,
-            name_len,
             state: AtomicU8::new(0),
-        })
+        };
+        let bytes = member.archive.bytes.as_slice();
+        if u32_at(bytes, local_at) != Some(LOCAL_SIG) || member.crc() != Some(crc) {
+            return None;
+        }
+        member.archive.bytes.slice(member.data_at()?, len)?;
+        Some(member)
     }
 
     /// Its length.
@@ -63,9 +74,17 @@ impl StoredMember {
         u64::from(self.len)
     }
 
-    /// The CRC-32 recorded for it.
-    pub(super) fn crc(&self) -> u32 {
-        self.crc
+    /// The CRC-32 its local header records.
+    pub(super) fn crc(&self) -> Option<u32> {
+        u32_at(self.archive.bytes.as_slice(), self.local_at + CRC_AT)
+    }
+
+    /// Where its data starts: after the local header, its name and its extra field.
+    fn data_at(&self) -> Option<u64> {
+        let bytes = self.archive.bytes.as_slice();
+        let name = u16_at(bytes, self.local_at + NAME_LEN_AT)?;
+        let extra = u16_at(bytes, self.local_at + EXTRA_LEN_AT)?;
+        Some(self.local_at + NAME_AT + u64::from(name) + u64::from(extra))
     }
 
     /// Where its check stands.
@@ -73,19 +92,19 @@ impl StoredMember {
         check::state_of(&self.state)
     }
 
-    /// What names it in messages (archive and entry).
+    /// What names it in messages (archive and entry): the name its local header holds.
     fn label(&self) -> Label {
+        let len = u16_at(self.archive.bytes.as_slice(), self.local_at + NAME_LEN_AT);
         Label::Member {
             archive: self.archive.clone(),
-            at: self.name_at,
-            len: self.name_len,
+            at: self.local_at + NAME_AT,
+            len: len.unwrap_or(0),
         }
     }
 
     fn raw(&self) -> Result<Bytes, StoreError> {
-        self.archive
-            .bytes
-            .slice(self.data_at, self.len())
+        self.data_at()
+            .and_then(|at| self.archive.bytes.slice(at, self.len()))
             .ok_or_else(|| StoreError::Produce(format!("{}: outside the archive", self.label())))
     }
 
@@ -107,7 +126,8 @@ impl StoredMember {
             _ => {
                 let raw = self.raw()?;
                 let found = crc32fast::hash(raw.as_slice());
-                check::judge(&self.state, self.crc, found, &self.label())?;
+                let expected = self.crc().unwrap_or(!found);
+                check::judge(&self.state, expected, found, &self.label())?;
                 Ok(raw)
             }
         }
@@ -119,9 +139,17 @@ mod tests {
     use super::*;
     use crate::stores::Blob;
 
-    /// An "archive" of `name` then `data`, mapped as a buffer.
-    fn archive(name: &str, data: &[u8]) -> Arc<ArchiveName> {
-        let mut bytes = name.as_bytes().to_vec();
+    /// An "archive" of one local header naming `name`, recording CRC `crc`, then `data`.
+    fn archive(name: &str, data: &[u8], crc: u32) -> Arc<ArchiveName> {
+        let len = (data.len() as u32).to_le_bytes();
+        let mut bytes = LOCAL_SIG.to_le_bytes().to_vec();
+        bytes.extend_from_slice(&[20, 0, 0, 0, 0, 0, 0, 0, 0, 0]); // version, flags, method, time, date
+        bytes.extend_from_slice(&crc.to_le_bytes());
+        bytes.extend_from_slice(&len);
+        bytes.extend_from_slice(&len);
+        bytes.extend_from_slice(&(name.len() as u16).to_le_bytes());
+        bytes.extend_from_slice(&[0, 0]); // no extra field
+        bytes.extend_from_slice(name.as_bytes());
         bytes.extend_from_slice(data);
         Arc::new(ArchiveName {
             path: "a.zip".into(),
@@ -130,10 +158,8 @@ mod tests {
     }
 
     fn member(data: &[u8], crc: u32) -> Arc<Blob> {
-        let archive = archive("x/0", data);
-        let len = data.len() as u64;
-        let member = StoredMember::new(archive, 3, len, crc, (0, 3)).unwrap();
-        Blob::stored_member(member)
+        let member = StoredMember::new(archive("x/0", data, crc), 0, data.len() as u64, crc);
+        Blob::stored_member(member.unwrap())
     }
 
     #[test]
@@ -179,17 +205,28 @@ mod tests {
     }
 
     #[test]
-    fn only_small_members_within_the_archive_are_compact() {
-        let a = archive("x", b"abc");
-        assert!(StoredMember::new(a.clone(), 1, 3, 0, (0, 1)).is_some());
-        assert!(StoredMember::new(a.clone(), 2, 3, 0, (0, 1)).is_none());
-        assert!(StoredMember::new(a, 0, SYNC_CHECK_MAX + 1, 0, (0, 1)).is_none());
+    fn only_small_members_within_the_archive_whose_header_holds_their_crc_are_compact() {
+        let a = archive("x", b"abc", 7);
+        assert!(StoredMember::new(a.clone(), 0, 3, 7).is_some());
+        assert!(
+            StoredMember::new(a.clone(), 0, 4, 7).is_none(),
+            "past the end"
+        );
+        assert!(
+            StoredMember::new(a.clone(), 0, 3, 8).is_none(),
+            "another CRC"
+        );
+        assert!(
+            StoredMember::new(a.clone(), 1, 3, 7).is_none(),
+            "not a local header"
+        );
+        assert!(StoredMember::new(a, 0, SYNC_CHECK_MAX + 1, 7).is_none());
     }
 
     #[test]
     fn a_compact_member_is_small() {
         assert!(
-            std::mem::size_of::<StoredMember>() <= 40,
+            std::mem::size_of::<StoredMember>() <= 24,
             "{}",
             std::mem::size_of::<StoredMember>()
         );

@@ -25,12 +25,14 @@ use super::{Blob, Bytes, StoreError};
 /// The largest `st_size` shown for an entry (sizes declared beyond it are absurd anyway).
 pub const MAX_SHOWN: u64 = 1 << 40;
 
-/// What serving a member needs of its central record: where its data lies, its sizes, method,
-/// flags and CRC (40 bytes; no name, no defect).
+/// What serving a member needs of its central record: where its data and its local header
+/// lie, its sizes, method, flags and CRC (48 bytes; no name, no defect).
 #[derive(Clone, Copy, Debug)]
 pub struct MemberSpec {
     /// Offset of the member's data in the archive.
     pub data_offset: u64,
+    /// Offset of the member's local header.
+    pub local_offset: u64,
     /// Stored (compressed) size.
     pub compressed_size: u64,
     /// Uncompressed size.
@@ -48,6 +50,7 @@ impl MemberSpec {
     pub fn of(record: &CentralRecord) -> MemberSpec {
         MemberSpec {
             data_offset: record.data_offset,
+            local_offset: record.local_header_offset,
             compressed_size: record.compressed_size,
             size: record.size,
             crc32: record.crc32,
@@ -124,15 +127,14 @@ pub fn member_blob(
     };
     if record.method == METHOD_STORED {
         // A small member of a mapped archive takes the compact form (no check, producer or
-        // value of its own: 40 bytes instead of 256 of heap); a larger one is checked in the
+        // value of its own: 24 bytes instead of 256 of heap); a larger one is checked in the
         // background, which needs the general form.
-        if let Label::Member { archive, at, len } = &label {
+        if let Label::Member { archive, .. } = &label {
             let compact = StoredMember::new(
                 archive.clone(),
-                record.data_offset,
+                record.local_offset,
                 record.size,
                 record.crc32,
-                (*at, *len),
             );
             if let Some(member) = compact {
                 return Blob::stored_member(member);

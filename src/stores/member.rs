@@ -8,8 +8,8 @@
 //! map, when needed: where the data starts (after the name and the extra field), the CRC-32, and
 //! the name (a [`Label::Member`] made only when a message needs it). The archive's open checked
 //! that header against the central record (same name and method; CRC and sizes unless a data
-//! descriptor follows the data), and a member whose header does not hold its CRC keeps the
-//! general form. Its bytes are sliced from the map at each access (an `Arc` clone). Like any
+//! descriptor follows the data, which then holds the CRC); a member whose CRC is in neither
+//! place keeps the general form. Its bytes are sliced from the map at each access (an `Arc` clone). Like any
 //! checked blob it is verified before its first byte is served (it is at most
 //! [`SYNC_CHECK_MAX`] bytes, so the check is synchronous and short), and once found corrupt
 //! every access is an error. A larger stored member keeps the general form, whose [`Check`] can
@@ -33,7 +33,12 @@ pub(super) struct StoredMember {
     len: u32,
     /// Where its check stands (`check.rs`'s states).
     state: AtomicU8,
+    /// Its CRC-32 is in the data descriptor after its data, not in its local header.
+    crc_after: bool,
 }
+
+/// The optional signature of a data descriptor.
+const DESCRIPTOR_SIG: u32 = 0x0807_4b50;
 
 /// Where a local header holds the CRC-32, the name's length and the extra field's length.
 const CRC_AT: u64 = 14;
@@ -55,17 +60,23 @@ impl StoredMember {
         if len > SYNC_CHECK_MAX {
             return None;
         }
-        let member = StoredMember {
+        let mut member = StoredMember {
             archive,
             local_at,
             len: u32::try_from(len).ok()?,
             state: AtomicU8::new(0),
+            crc_after: false,
         };
-        let bytes = member.archive.bytes.as_slice();
-        if u32_at(bytes, local_at) != Some(LOCAL_SIG) || member.crc() != Some(crc) {
+        if u32_at(member.archive.bytes.as_slice(), local_at) != Some(LOCAL_SIG) {
             return None;
         }
         member.archive.bytes.slice(member.data_at()?, len)?;
+        if member.crc() != Some(crc) {
+            member.crc_after = true;
+            if member.crc() != Some(crc) {
+                return None;
+            }
+        }
         Some(member)
     }
 
@@ -74,9 +85,19 @@ impl StoredMember {
         u64::from(self.len)
     }
 
-    /// The CRC-32 its local header records.
+    /// The CRC-32 its local header (or the data descriptor after its data) records.
     pub(super) fn crc(&self) -> Option<u32> {
-        u32_at(self.archive.bytes.as_slice(), self.local_at + CRC_AT)
+        let bytes = self.archive.bytes.as_slice();
+        if !self.crc_after {
+            return u32_at(bytes, self.local_at + CRC_AT);
+        }
+        let end = self.data_at()? + self.len();
+        let at = if u32_at(bytes, end) == Some(DESCRIPTOR_SIG) {
+            end + 4
+        } else {
+            end
+        };
+        u32_at(bytes, at)
     }
 
     /// Where its data starts: after the local header, its name and its extra field.
@@ -141,6 +162,11 @@ mod tests {
 
     /// An "archive" of one local header naming `name`, recording CRC `crc`, then `data`.
     fn archive(name: &str, data: &[u8], crc: u32) -> Arc<ArchiveName> {
+        archive_with(name, data, crc, &[])
+    }
+
+    /// [`archive`], `after` following the data (a data descriptor).
+    fn archive_with(name: &str, data: &[u8], crc: u32, after: &[u8]) -> Arc<ArchiveName> {
         let len = (data.len() as u32).to_le_bytes();
         let mut bytes = LOCAL_SIG.to_le_bytes().to_vec();
         bytes.extend_from_slice(&[20, 0, 0, 0, 0, 0, 0, 0, 0, 0]); // version, flags, method, time, date
@@ -151,6 +177,7 @@ mod tests {
         bytes.extend_from_slice(&[0, 0]); // no extra field
         bytes.extend_from_slice(name.as_bytes());
         bytes.extend_from_slice(data);
+        bytes.extend_from_slice(after);
         Arc::new(ArchiveName {
             path: "a.zip".into(),
             bytes: Bytes::from_vec(bytes),
@@ -221,6 +248,17 @@ mod tests {
             "not a local header"
         );
         assert!(StoredMember::new(a, 0, SYNC_CHECK_MAX + 1, 7).is_none());
+        // A data descriptor after the data holds the CRC (with or without its signature).
+        let crc = crc32fast::hash(b"abc");
+        for sig in [&DESCRIPTOR_SIG.to_le_bytes()[..], &[]] {
+            let descriptor = [sig, &crc.to_le_bytes(), &[3, 0, 0, 0, 3, 0, 0, 0]].concat();
+            let member = StoredMember::new(archive_with("x", b"abc", 0, &descriptor), 0, 3, crc);
+            let blob = Blob::stored_member(member.expect("compact"));
+            assert_eq!(blob.recorded_crc(), Some(crc));
+            assert_eq!(blob.bytes().unwrap().as_slice(), b"abc");
+        }
+        let descriptor = [&(crc ^ 1).to_le_bytes()[..], &[0; 8]].concat();
+        assert!(StoredMember::new(archive_with("x", b"abc", 0, &descriptor), 0, 3, crc).is_none());
     }
 
     #[test]

@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use daf_mount::formats::model::{Dataset, Payload, Property, Sparse, SparseIndex};
+use daf_mount::formats::model::{Dataset, Payload, Property, SparseIndex};
 use daf_mount::formats::source::open_source;
 use daf_mount::formats::strings::{decode_vlen, Strings};
 use daf_mount::formats::types::NumType;
@@ -113,26 +113,21 @@ fn check_property(what: &str, prop: &Property, want: &Value, packing_known: bool
         }
         Payload::DenseStrings(s) => assert_eq!(texts(s), expected_texts(&want["values"]), "{what}"),
         Payload::Sparse(sparse) => {
-            let Sparse {
-                eltype,
-                indtype,
-                index,
-                nzval,
-            } = &**sparse;
+            let (eltype, indtype) = (sparse.eltype, sparse.indtype);
             assert_eq!(eltype.julia_name(), want["eltype"], "{what}");
             assert_eq!(indtype.julia_name(), want["indtype"], "{what}");
-            match index {
+            match &sparse.index {
                 SparseIndex::Vector { nzind } => {
-                    assert_eq!(numbers(nzind, *indtype), expected_numbers(&want["nzind"]));
+                    assert_eq!(numbers(nzind, indtype), expected_numbers(&want["nzind"]));
                 }
                 SparseIndex::Matrix { colptr, rowval } => {
-                    assert_eq!(numbers(colptr, *indtype), expected_numbers(&want["colptr"]));
-                    assert_eq!(numbers(rowval, *indtype), expected_numbers(&want["rowval"]));
+                    assert_eq!(numbers(colptr, indtype), expected_numbers(&want["colptr"]));
+                    assert_eq!(numbers(rowval, indtype), expected_numbers(&want["rowval"]));
                 }
             }
-            match nzval {
+            match &sparse.nzval {
                 Some(values) => assert_eq!(
-                    numbers(values, *eltype),
+                    numbers(values, eltype),
                     expected_numbers(&want["nzval"]),
                     "{what}"
                 ),

@@ -15,6 +15,7 @@
 use std::fmt;
 
 use super::model::Property;
+use crate::stores::sort_last_wins_by;
 
 /// The most bytes the names of one group may take.
 pub const MAX_NAMES: usize = u32::MAX as usize;
@@ -176,16 +177,8 @@ impl<S: AsRef<str>> FromIterator<(S, Property)> for Properties {
             .windows(2)
             .all(|w| name_in(names, &w[0]) < name_in(names, &w[1]));
         if !sorted {
-            // Stable: of equal names the later one stays later, and replaces the kept one.
-            props
-                .slots
-                .sort_by(|a, b| name_in(names, a).cmp(name_in(names, b)));
-            props.slots.dedup_by(|later, kept| {
-                let same = name_in(names, later) == name_in(names, kept);
-                if same {
-                    std::mem::swap(later, kept);
-                }
-                same
+            sort_last_wins_by(&mut props.slots, |a, b| {
+                name_in(names, a).cmp(name_in(names, b))
             });
             props.compact();
         }

@@ -78,24 +78,9 @@ fn is_group_meta(meta: &Value) -> bool {
         && meta.get("zarr_format").and_then(Value::as_u64) == Some(3)
 }
 
-/// The array under `key`, or `None` when `key` is a group: [`is_group`] and [`open_array`]
-/// with one parse of its `zarr.json` (an unreadable one is an array's error, as there).
-pub fn open_unless_group(index: &StoreIndex, key: &str) -> Result<Option<ZarrArray>, FormatError> {
-    open_unless_group_through(index, key, &mut MetaCache::none())
-}
-
-/// [`open_unless_group`], its `zarr.json` read through `cache`.
-pub(crate) fn open_unless_group_through(
-    index: &StoreIndex,
-    key: &str,
-    cache: &mut MetaCache,
-) -> Result<Option<ZarrArray>, FormatError> {
-    let (bytes, mtime) = meta_bytes(index, key)?;
-    open_unless_group_of(index, key, &bytes, mtime, cache)
-}
-
-/// [`open_unless_group_through`], `None` also when `key` has no `zarr.json` (one search of the
-/// index where asking first whether it has one took two).
+/// The array under `key`, its `zarr.json` read through `cache`; `None` when `key` is a group or
+/// has no `zarr.json` (one search of the index and one parse of the document; an unreadable one
+/// is an array's error, as in [`open_array`]).
 pub(crate) fn open_node_through(
     index: &StoreIndex,
     key: &str,
@@ -104,22 +89,13 @@ pub(crate) fn open_node_through(
     let Some(entry) = index.get_once(&meta_key(key)) else {
         return Ok(None);
     };
-    open_unless_group_of(index, key, &entry.blob.bytes()?, entry.mtime, cache)
-}
-
-/// The array of `key` whose `zarr.json` is `bytes` (modified at `mtime`), or `None` for a group.
-fn open_unless_group_of(
-    index: &StoreIndex,
-    key: &str,
-    bytes: &Bytes,
-    mtime: SystemTime,
-    cache: &mut MetaCache,
-) -> Result<Option<ZarrArray>, FormatError> {
+    let bytes = entry.blob.bytes()?;
+    let mtime = entry.mtime;
     match cache.v3_node(bytes.as_slice()) {
         Some(V3Node::Group) => Ok(None),
         Some(V3Node::Array(v3)) => open_layout(index, key, v3, None, mtime).map(Some),
         None => {
-            let meta = parse_meta(key, bytes)?;
+            let meta = parse_meta(key, &bytes)?;
             if is_group_meta(&meta) {
                 return Ok(None);
             }

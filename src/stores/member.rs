@@ -48,9 +48,9 @@ const NAME_AT: u64 = 30;
 
 impl StoredMember {
     /// The member of `len` bytes whose local header starts at `local_at` in `archive` and must
-    /// have CRC-32 `crc`; `None` when it is larger than [`SYNC_CHECK_MAX`], when the header does
-    /// not hold that CRC (a data descriptor follows the data) or the data does not lie within
-    /// the archive.
+    /// have CRC-32 `crc`; `None` when it is larger than [`SYNC_CHECK_MAX`], when the data does
+    /// not lie within the archive, or when neither the header nor a data descriptor after the
+    /// data holds that CRC.
     pub(super) fn new(
         archive: Arc<ArchiveName>,
         local_at: u64,

@@ -153,10 +153,16 @@ struct Sorted(Vec<(Box<str>, Slot)>);
 
 /// Sorts `pairs` by key, keeping of duplicated keys the last one.
 fn sort_last_wins<V>(pairs: &mut Vec<(Box<str>, V)>) {
-    // Stable: duplicates keep their order, and the later one replaces the kept one.
-    pairs.sort_by(|a, b| a.0.cmp(&b.0));
-    pairs.dedup_by(|later, kept| {
-        let same = later.0 == kept.0;
+    sort_last_wins_by(pairs, |a, b| a.0.cmp(&b.0));
+}
+
+/// Sorts `items` by `order`, keeping of items equal by it the last one (as a map collected
+/// from them would).
+pub fn sort_last_wins_by<T>(items: &mut Vec<T>, order: impl Fn(&T, &T) -> std::cmp::Ordering) {
+    // Stable: equal items keep their order, and the later one replaces the kept one.
+    items.sort_by(&order);
+    items.dedup_by(|later, kept| {
+        let same = order(later, kept).is_eq();
         if same {
             std::mem::swap(later, kept);
         }

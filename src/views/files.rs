@@ -21,9 +21,7 @@ use crate::formats::files_index::{index_len, index_text, IndexValue};
 use crate::formats::json::{
     dense_descriptor, sparse_descriptor, sparse_descriptor_1_1, FilesVersion,
 };
-use crate::formats::model::{
-    Dataset, Payload, Property, PropertyId, Sparse, SparseIndex, SparseStrings,
-};
+use crate::formats::model::{Dataset, Payload, Property, PropertyId, SparseIndex};
 use crate::formats::types::ElementType;
 use crate::stores::rendered::rendered;
 use crate::stores::{Blob, Bytes, StoreError};
@@ -231,31 +229,19 @@ fn property_files(
             file("txt", &strings.lines());
             return dense(view, ElementType::String);
         }
-        Payload::Sparse(sparse) => {
-            let Sparse {
-                eltype,
-                indtype,
-                index,
-                nzval,
-            } = &**sparse;
-            index_files(&mut file, index);
-            if let Some(nzval) = nzval {
+        Payload::Sparse(s) => {
+            index_files(&mut file, &s.index);
+            if let Some(nzval) = &s.nzval {
                 file("nzval", nzval);
             }
-            let (eltype, indtype, index) = (ElementType::Num(*eltype), *indtype, index.clone());
-            let has_nzval = nzval.is_some();
+            let (eltype, indtype, index) = (ElementType::Num(s.eltype), s.indtype, s.index.clone());
+            let has_nzval = s.nzval.is_some();
             Box::new(move || sparse_text(eltype, indtype, &index, has_nzval, version))
         }
         Payload::SparseStrings(s) => {
-            let SparseStrings {
-                indtype,
-                index,
-                nztxt,
-                ..
-            } = &**s;
-            index_files(&mut file, index);
-            file("nztxt", nztxt);
-            let (indtype, index) = (*indtype, index.clone());
+            index_files(&mut file, &s.index);
+            file("nztxt", &s.nztxt);
+            let (indtype, index) = (s.indtype, s.index.clone());
             Box::new(move || sparse_text(ElementType::String, indtype, &index, true, version))
         }
     };

@@ -10,7 +10,7 @@ use std::time::SystemTime;
 
 use serde_json::{Map, Value};
 
-use crate::formats::model::{Dataset, Payload, PropertyId, Sparse, SparseIndex};
+use crate::formats::model::{Dataset, Payload, PropertyId, SparseIndex};
 use crate::formats::types::{ElementType, NumType};
 use crate::formats::zarr_v2::{single_chunk_key, zarray_json, ZATTRS, ZGROUP};
 use crate::stores::rendered::rendered;
@@ -269,34 +269,29 @@ fn property(z: &mut ZarrBuilder, path: &str, payload: &Payload, shape: &[u64], m
         Payload::DenseStrings(strings) => z.array(path, "|O", true, shape, strings.vlen(), mtime),
         Payload::SparseStrings(s) => z.array(path, "|O", true, shape, s.dense.vlen(), mtime),
         Payload::Sparse(sparse) => {
-            let Sparse {
-                eltype,
-                indtype,
-                index,
-                nzval,
-            } = &**sparse;
+            let (eltype, indtype) = (sparse.eltype, sparse.indtype);
             z.group(path, mtime);
-            let nnz = match index {
+            let nnz = match &sparse.index {
                 SparseIndex::Vector { nzind } => {
                     let nnz = nzind.len().unwrap_or(0) / indtype.size();
-                    z.numeric(&format!("{path}/nzind"), *indtype, &[nnz], nzind, mtime);
+                    z.numeric(&format!("{path}/nzind"), indtype, &[nnz], nzind, mtime);
                     nnz
                 }
                 SparseIndex::Matrix { colptr, rowval } => {
                     let nnz = rowval.len().unwrap_or(0) / indtype.size();
                     z.numeric(
                         &format!("{path}/colptr"),
-                        *indtype,
+                        indtype,
                         &[shape[0].saturating_add(1)],
                         colptr,
                         mtime,
                     );
-                    z.numeric(&format!("{path}/rowval"), *indtype, &[nnz], rowval, mtime);
+                    z.numeric(&format!("{path}/rowval"), indtype, &[nnz], rowval, mtime);
                     nnz
                 }
             };
-            if let Some(nzval) = nzval {
-                z.numeric(&format!("{path}/nzval"), *eltype, &[nnz], nzval, mtime);
+            if let Some(nzval) = &sparse.nzval {
+                z.numeric(&format!("{path}/nzval"), eltype, &[nnz], nzval, mtime);
             }
         }
     }

@@ -23,7 +23,7 @@ use std::time::SystemTime;
 
 use serde_json::Value;
 
-use crate::formats::model::{Dataset, Payload, Property, PropertyId, Sparse, SparseIndex};
+use crate::formats::model::{Dataset, Payload, Property, PropertyId, SparseIndex};
 use crate::formats::scalar::Scalar;
 use crate::formats::shard::Packing;
 use crate::formats::types::{ElementType, NumType};
@@ -536,15 +536,10 @@ fn property(z: &mut V3Builder, path: &str, p: &Property, shape: &[u64]) {
             mtime,
         ),
         Payload::Sparse(sparse) => {
-            let Sparse {
-                eltype,
-                indtype,
-                index,
-                nzval,
-            } = &**sparse;
+            let (eltype, indtype) = (sparse.eltype, sparse.indtype);
             z.group(path, mtime);
-            let ind = ElementType::Num(*indtype);
-            let nnz = match index {
+            let ind = ElementType::Num(indtype);
+            let nnz = match &sparse.index {
                 SparseIndex::Vector { nzind } => {
                     let nnz = nzind.len().unwrap_or(0) / indtype.size();
                     let at = format!("{path}/nzind");
@@ -561,9 +556,9 @@ fn property(z: &mut V3Builder, path: &str, p: &Property, shape: &[u64]) {
                     nnz
                 }
             };
-            if let Some(nzval) = nzval {
+            if let Some(nzval) = &sparse.nzval {
                 let at = format!("{path}/nzval");
-                let t = ElementType::Num(*eltype);
+                let t = ElementType::Num(eltype);
                 z.stored(&at, t, &[nnz], nzval.clone(), packed("nzval"), mtime);
             }
         }

@@ -30,7 +30,6 @@ impl Editor<'_> {
             return blob.is_none().then(|| self.own_time(&[], ROOT, mtime))?;
         };
         let parent = *ancestors.last()?;
-        self.touched.extend(&ancestors);
         let Some(existing) = self.ns.child(parent, name) else {
             match blob {
                 Some(blob) => self.insert_kind(parent, name, mtime, NewKind::File(blob.clone()))?,

@@ -1,29 +1,26 @@
 //! Tests of the edited trees (`namespace_edit.rs`): random changes of staged and hidden paths on
 //! a small data set give the tree a build gives (checked against a twin mount that builds the
-//! tree anew at every change), and one change on a large tree looks at a bounded number of
-//! nodes.
+//! tree anew at every change); one change on a large tree: `edit_large_tests.rs`.
 
-use std::cell::Cell;
 use std::ffi::OsStr;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use proptest::prelude::*;
 
-use super::namespace::{Namespace, NodeKind, VISITS};
+use super::namespace::{Namespace, NodeKind};
 use super::state::{CLOCK, EDITS_OFF};
 use super::tests::writable_both;
 use super::{DafFs, ROOT};
 
 use crate::formats::source::open_source;
 use crate::staging::StagingArea;
-use crate::views::stream_tests::add_vectors;
 use crate::views::ViewSelection;
 
 const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/vectors");
 
 /// A copy of the FilesDaf fixture in `dir`, its files' times kept.
-fn copied_fixture(dir: &Path) -> std::path::PathBuf {
+pub(super) fn copied_fixture(dir: &Path) -> std::path::PathBuf {
     let copy = dir.join("files_v1_0.daf");
     let copied = std::process::Command::new("cp")
         .arg("-a")
@@ -59,7 +56,7 @@ fn writable_as(dir: &Path, prefix: &str) -> DafFs {
 
 /// One node as a test compares it.
 #[derive(Debug, PartialEq)]
-struct Shown {
+pub(super) struct Shown {
     path: String,
     ino: u64,
     parent: u64,
@@ -70,7 +67,7 @@ struct Shown {
 }
 
 /// Every node from the root, each directory's children in listing order.
-fn snapshot(ns: &Namespace) -> Vec<Shown> {
+pub(super) fn snapshot(ns: &Namespace) -> Vec<Shown> {
     fn walk(ns: &Namespace, ino: u64, path: String, out: &mut Vec<Shown>) {
         let node = ns.node(ino).unwrap();
         let kind = match node.kind() {
@@ -375,96 +372,6 @@ proptest! {
     ) {
         edited_is_built(&ops, if both_views { "files_v1_0.daf/" } else { "" })?;
     }
-}
-
-/// Counts the nodes looked at by `f`.
-fn visits(f: impl FnOnce()) -> u64 {
-    let before = VISITS.with(Cell::get);
-    f();
-    VISITS.with(Cell::get) - before
-}
-
-/// A writable mount of a copy of the fixture (in `tmp`) with 20,000 more vectors, showing `views`.
-fn large_writable(tmp: &Path, views: ViewSelection) -> DafFs {
-    let copy = copied_fixture(tmp);
-    let mut opened = open_source(copy.to_str().unwrap()).unwrap();
-    add_vectors(&mut opened.datasets[0].dataset, 20_000);
-    let staging = StagingArea::for_source(&opened.path);
-    DafFs::with_staging(
-        opened.datasets,
-        views,
-        SystemTime::UNIX_EPOCH,
-        Some(staging),
-    )
-}
-
-#[test]
-fn a_change_of_a_staged_path_looks_at_few_nodes_of_a_large_tree() {
-    let tmp = tempfile::tempdir().unwrap();
-    let fs = large_writable(tmp.path(), ViewSelection::Both);
-    assert!(fs.namespace().len() >= 100_000, "{}", fs.namespace().len());
-    let scalars = fs.resolve("files_v1_0.daf/scalars").unwrap();
-    let vectors = fs.resolve("files_v1_0.daf/vectors").unwrap();
-    // At most the path's directories, the few children of the directories changed, and the
-    // answer's attributes.
-    const BOUND: u64 = 200;
-    let mut fh = 0;
-    let created = visits(|| fh = fs.create(scalars, OsStr::new("new.json"), false).unwrap().1);
-    fs.release(fh);
-    assert!(created <= BOUND, "a create looked at {created} nodes");
-    let made = visits(|| {
-        fs.mkdir(vectors, OsStr::new("newaxis")).unwrap();
-    });
-    assert!(made <= BOUND, "a mkdir looked at {made} nodes");
-    let removed = visits(|| fs.unlink(scalars, OsStr::new("new.json")).unwrap());
-    assert!(removed <= BOUND, "an unlink looked at {removed} nodes");
-    let removed = visits(|| fs.rmdir(vectors, OsStr::new("newaxis")).unwrap());
-    assert!(removed <= BOUND, "an rmdir looked at {removed} nodes");
-    assert!(fs.resolve("files_v1_0.daf/scalars/new.json").is_err());
-}
-
-/// A commit of a scalar or a vector into the FilesDaf 1.0 view edits the tree: it looks at a
-/// bounded number of nodes, however large the tree.
-#[test]
-fn a_commit_looks_at_few_nodes_of_a_large_tree() {
-    let tmp = tempfile::tempdir().unwrap();
-    let fs = large_writable(tmp.path(), ViewSelection::Files);
-    assert!(fs.namespace().len() >= 40_000, "{}", fs.namespace().len());
-    // The path, binary searches among a directory's 20,000 children, the groups: not the tree.
-    const BOUND: u64 = 1_000;
-    let write = |dir: &str, name: &str, content: &[u8]| {
-        let dir = fs.resolve(dir).unwrap();
-        let (_, fh) = fs.create(dir, OsStr::new(name), false).unwrap();
-        fs.write(fh, 0, content).unwrap();
-        let visited = visits(|| fs.flush(fh, None).unwrap());
-        fs.release(fh);
-        visited
-    };
-    let scalar = write("scalars", "new.json", b"{\"type\":\"Int64\",\"value\":7}");
-    assert!(fs.resolve("scalars/new.json").is_ok());
-    assert!(
-        scalar <= BOUND,
-        "a scalar's commit looked at {scalar} nodes"
-    );
-    let descriptor = b"{\"format\":\"dense\",\"eltype\":\"Float32\"}";
-    // Many, so that a staged time later than its file's (which moves the directories' times back
-    // at the commit, and recounts their children) would show: see `state::now`.
-    for i in 0..30 {
-        write("vectors/cell", &format!("new{i}.json"), descriptor);
-        let vector = write("vectors/cell", &format!("new{i}.data"), &[0; 12]);
-        assert!(
-            vector <= BOUND,
-            "vector {i}'s commit looked at {vector} nodes"
-        );
-    }
-    write("vectors/cell", "new.json", descriptor);
-    write("vectors/cell", "new.data", &[0; 12]);
-    let ino = fs.resolve("vectors/cell/new.data").unwrap();
-    assert_eq!(fs.read(ino, 0, 0, 4096).unwrap().len(), 12);
-    // The same tree as a build of the state.
-    let state = fs.read_state();
-    let rebuilt = state.build(&mut state.inodes.clone());
-    assert_eq!(snapshot(&state.namespace), snapshot(&rebuilt));
 }
 
 /// A commit works out its new tree (its edits, or a build) under the state lock taken shared: a

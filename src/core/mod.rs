@@ -428,6 +428,8 @@ impl DafFs {
 #[cfg(test)]
 mod commit_tests;
 #[cfg(test)]
+mod edit_large_tests;
+#[cfg(test)]
 mod edit_tests;
 #[cfg(test)]
 mod listing_tests;

@@ -20,7 +20,9 @@
 //!
 //! The sub-directory count of a large directory (its `st_nlink`) is kept once it is final (from
 //! the build when none of its children may be absent), so a `stat` of it (a lookup, every `..`
-//! of a recursive listing) does not count its children again.
+//! of a recursive listing, the kernel's permission check of a path after an edit changed the
+//! directory) does not count its children again; an edit moves it by the directories it adds
+//! or takes out.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -74,6 +74,12 @@ pub trait Layout: Sync + Send {
     /// The item a path of the view belongs to (`None` for other names, such as temporaries).
     fn item_of(&self, rel: &str) -> Option<PropertyId>;
 
+    /// The item a directory of the view belongs to (an array's, a sparse component's or a chunk
+    /// directory); `None` for a group. A layout whose items have no directories has none.
+    fn item_of_dir(&self, _rel: &str) -> Option<PropertyId> {
+        None
+    }
+
     /// Whether a new file (or directory) may be created at `rel`: where an item can live, plus
     /// hidden names (temporaries, group documents).
     fn writable_place(&self, rel: &str, is_dir: bool) -> bool;

@@ -418,8 +418,9 @@ fn keep_showable(entries: &mut Vec<ViewEntry>) {
 
 /// The entries of view `root` of `dataset` that a change of item `id` alone changes, as
 /// [`view_entries`] shows them, in its order: the item's, and every entry of no item (the root,
-/// groups, their documents, the files derived from every item). A FilesDaf 1.0 view renders just
-/// those (`files::local_entries`); another renders the whole view and keeps them. `None` when a
+/// groups, their documents, the files derived from every item), not the other items' files and
+/// directories. A FilesDaf 1.0 view renders just those (`files::local_entries`); another renders
+/// the whole view and keeps them. `None` when a
 /// change of one item changes other items' entries (dimension names).
 pub fn local_entries(
     dataset: &Dataset,
@@ -437,10 +438,15 @@ pub fn local_entries(
     }
     let layout = root.layout();
     let mut entries = view_entries(dataset, root);
+    // Not another item's directories either: at scale a third of a million arrays, and a
+    // commit edits each entry kept under the state lock.
     entries.retain(|e| {
-        layout
-            .item_of(root.relative(&e.path))
-            .is_none_or(|item| item == *id)
+        let rel = root.relative(&e.path);
+        let item = match e.node {
+            ViewNode::Dir => layout.item_of_dir(rel),
+            ViewNode::File(_) => layout.item_of(rel),
+        };
+        item.is_none_or(|item| item == *id)
     });
     Some(entries)
 }

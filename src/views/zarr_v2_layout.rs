@@ -71,6 +71,12 @@ pub(crate) fn zarr_item_of(rel: &str, node_file: impl Fn(&[&str]) -> bool) -> Op
     }
 }
 
+/// The item a directory of a Zarr view belongs to: any directory at or below an item's node
+/// (the groups are above them).
+pub(crate) fn zarr_item_of_dir(rel: &str) -> Option<PropertyId> {
+    zarr_item_of(rel, |_| true)
+}
+
 /// Where a new file of a Zarr view may go: hidden names, and anything below the four groups.
 pub(crate) fn zarr_writable_place(rel: &str) -> bool {
     let parts: Vec<&str> = rel.split('/').collect();
@@ -189,6 +195,10 @@ impl Layout for ZarrV2 {
 
     fn item_of(&self, rel: &str) -> Option<PropertyId> {
         zarr_item_of(rel, node_file)
+    }
+
+    fn item_of_dir(&self, rel: &str) -> Option<PropertyId> {
+        zarr_item_of_dir(rel)
     }
 
     fn writable_place(&self, rel: &str, _is_dir: bool) -> bool {

@@ -48,6 +48,10 @@ impl Layout for ZarrV3 {
         rules::item_of(rel)
     }
 
+    fn item_of_dir(&self, rel: &str) -> Option<PropertyId> {
+        super::zarr_v2_layout::zarr_item_of_dir(rel)
+    }
+
     fn writable_place(&self, rel: &str, is_dir: bool) -> bool {
         rules::writable_place(rel, is_dir)
     }

@@ -86,6 +86,15 @@ impl Layout for FilesLayout {
         files::item_entries(dataset, id, self.version)
     }
 
+    fn local_view(
+        &self,
+        dataset: &Dataset,
+        prefix: &str,
+        id: &PropertyId,
+    ) -> Option<Vec<ViewEntry>> {
+        files::local_entries(dataset, prefix, id, self.version)
+    }
+
     fn item_of(&self, rel: &str) -> Option<PropertyId> {
         let parts: Vec<&str> = rel.split('/').collect();
         if parts.last()?.starts_with('.') {

@@ -71,6 +71,18 @@ pub trait Layout: Sync + Send {
     /// shows of it, and what a commit writes into a source of this layout.
     fn item_entries(&self, dataset: &Dataset, id: &PropertyId) -> Vec<ViewEntry>;
 
+    /// The entries of the view (rooted at `prefix`, without dimension names) that a change of
+    /// item `id` alone changes, in the view's order: the item's and those of no item (see
+    /// [`super::local_entries`]); `None` if this layout does not make them apart from the view.
+    fn local_view(
+        &self,
+        _dataset: &Dataset,
+        _prefix: &str,
+        _id: &PropertyId,
+    ) -> Option<Vec<ViewEntry>> {
+        None
+    }
+
     /// The item a path of the view belongs to (`None` for other names, such as temporaries).
     fn item_of(&self, rel: &str) -> Option<PropertyId>;
 

@@ -93,6 +93,9 @@ pub(crate) struct ViewBuilder {
     sink: Option<EntrySink>,
     /// The `.json` files handed on, when asked for (`metadata.json` is made of them).
     json_files: Option<Vec<(String, Arc<Blob>)>>,
+    /// While set, entries are not made (a commit's view of one item renders the others only
+    /// for the documents made of every item).
+    pub(crate) muted: bool,
 }
 
 impl ViewBuilder {
@@ -108,6 +111,7 @@ impl ViewBuilder {
             documents: HashMap::default(),
             sink: None,
             json_files: None,
+            muted: false,
         }
     }
 
@@ -157,6 +161,9 @@ impl ViewBuilder {
     }
 
     pub(crate) fn dir(&mut self, path: &str, mtime: SystemTime) {
+        if self.muted {
+            return;
+        }
         let path = self.full(path);
         self.push(ViewEntry {
             path,
@@ -167,6 +174,9 @@ impl ViewBuilder {
     }
 
     pub(crate) fn file(&mut self, path: &str, blob: Arc<Blob>, mtime: SystemTime) {
+        if self.muted {
+            return;
+        }
         let path = self.full(path);
         self.push(ViewEntry {
             path,
@@ -179,6 +189,9 @@ impl ViewBuilder {
     /// A file shown only if its blob turns out present (see [`ViewEntry::elidable`]); a blob
     /// that cannot be absent makes a plain file.
     pub(crate) fn elidable_file(&mut self, path: &str, blob: Arc<Blob>, mtime: SystemTime) {
+        if self.muted {
+            return;
+        }
         let elidable = blob.may_be_absent();
         self.file(path, blob, mtime);
         if let Some(entry) = self.entries.last_mut() {
@@ -419,9 +432,9 @@ fn keep_showable(entries: &mut Vec<ViewEntry>) {
 /// The entries of view `root` of `dataset` that a change of item `id` alone changes, as
 /// [`view_entries`] shows them, in its order: the item's, and every entry of no item (the root,
 /// groups, their documents, the files derived from every item), not the other items' files and
-/// directories. A FilesDaf 1.0 view renders just those (`files::local_entries`); another renders
-/// the whole view and keeps them. `None` when a
-/// change of one item changes other items' entries (dimension names).
+/// directories. A layout renders just those if it can ([`layout::Layout::local_view`]), else the
+/// whole view is rendered and they are kept. `None` when a change of one item changes other
+/// items' entries (dimension names).
 pub fn local_entries(
     dataset: &Dataset,
     root: &ViewRoot,
@@ -430,24 +443,23 @@ pub fn local_entries(
     if root.dimension_names {
         return None;
     }
-    if let Format::Files(version) = root.format {
-        if let Some(mut entries) = files::local_entries(dataset, &root.mount, id, version) {
-            entries.retain(|e| e.path.rsplit('/').next().unwrap_or(&e.path).len() <= NAME_MAX);
-            return Some(entries);
-        }
-    }
     let layout = root.layout();
-    let mut entries = view_entries(dataset, root);
-    // Not another item's directories either: at scale a third of a million arrays, and a
-    // commit edits each entry kept under the state lock.
-    entries.retain(|e| {
-        let rel = root.relative(&e.path);
-        let item = match e.node {
-            ViewNode::Dir => layout.item_of_dir(rel),
-            ViewNode::File(_) => layout.item_of(rel),
-        };
-        item.is_none_or(|item| item == *id)
-    });
+    let mut entries = match layout.local_view(dataset, &root.mount, id) {
+        Some(entries) => entries,
+        None => {
+            let mut entries = view_entries(dataset, root);
+            entries.retain(|e| {
+                let rel = root.relative(&e.path);
+                let item = match e.node {
+                    ViewNode::Dir => layout.item_of_dir(rel),
+                    ViewNode::File(_) => layout.item_of(rel),
+                };
+                item.is_none_or(|item| item == *id)
+            });
+            entries
+        }
+    };
+    keep_showable(&mut entries);
     Some(entries)
 }
 

@@ -97,3 +97,64 @@ fn a_view_handed_on_in_batches_is_the_view_kept_whole() {
         }
     }
 }
+
+/// Every item of `dataset`.
+fn items(dataset: &Dataset) -> Vec<PropertyId> {
+    let scalars = dataset
+        .scalars
+        .keys()
+        .map(|n| PropertyId::Scalar(n.clone()));
+    let axes = dataset.axes.keys().map(|n| PropertyId::Axis(n.clone()));
+    let vectors = dataset.vectors.iter().flat_map(|(axis, props)| {
+        props.keys().map(|name| PropertyId::Vector {
+            axis: axis.clone(),
+            name: name.to_string(),
+        })
+    });
+    let matrices = dataset.matrices.iter().flat_map(|((rows, cols), props)| {
+        props.keys().map(|name| PropertyId::Matrix {
+            rows: rows.clone(),
+            cols: cols.clone(),
+            name: name.to_string(),
+        })
+    });
+    scalars.chain(axes).chain(vectors).chain(matrices).collect()
+}
+
+/// What a commit of one item edits in a Zarr view (`Layout::local_view`, which renders the
+/// other items into the consolidated document only) is the whole view's entries of that item
+/// and of no item, for every item of the fixture (scalars, axes, dense and sparse vectors and
+/// matrices).
+#[test]
+fn a_commits_local_view_is_the_whole_view_but_the_other_items() {
+    let opened = open_source(FIXTURE).unwrap();
+    let dataset = &opened.datasets[0].dataset;
+    let ids = items(dataset);
+    assert!(ids.len() >= 8, "{ids:?}");
+    for format in [Format::ZarrV2, Format::ZarrV3] {
+        let root = ViewRoot {
+            dataset: 0,
+            kind: format.family(),
+            format,
+            mount: "v".into(),
+            canonical: "v".into(),
+            dimension_names: false,
+        };
+        let layout = root.layout();
+        let whole = view_entries(dataset, &root);
+        for id in &ids {
+            let mut expected = whole.clone();
+            expected.retain(|e| {
+                let rel = root.relative(&e.path);
+                let item = match e.node {
+                    ViewNode::Dir => layout.item_of_dir(rel),
+                    ViewNode::File(_) => layout.item_of(rel),
+                };
+                item.is_none_or(|item| item == *id)
+            });
+            let local = local_entries(dataset, &root, id).unwrap();
+            assert_eq!(seen(&local), seen(&expected), "{format:?}, {id:?}");
+            assert!(local.len() < whole.len(), "{format:?}, {id:?}");
+        }
+    }
+}

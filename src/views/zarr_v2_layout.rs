@@ -193,6 +193,15 @@ impl Layout for ZarrV2 {
         zarr::item_entries(dataset, id)
     }
 
+    fn local_view(
+        &self,
+        dataset: &Dataset,
+        prefix: &str,
+        id: &PropertyId,
+    ) -> Option<Vec<ViewEntry>> {
+        Some(zarr::local_view(dataset, prefix, id))
+    }
+
     fn item_of(&self, rel: &str) -> Option<PropertyId> {
         zarr_item_of(rel, node_file)
     }

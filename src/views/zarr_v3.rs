@@ -354,6 +354,23 @@ pub fn zarr_v3_view_into(
     dimension_names: bool,
     sink: Option<&EntrySink>,
 ) -> Vec<ViewEntry> {
+    render(dataset, prefix, dimension_names, sink, None)
+}
+
+/// The entries of the view (rooted at `prefix`, without dimension names) that a change of item
+/// `id` alone changes: the other items are rendered only into the root `zarr.json`.
+pub fn local_view(dataset: &Dataset, prefix: &str, id: &PropertyId) -> Vec<ViewEntry> {
+    render(dataset, prefix, false, None, Some(id))
+}
+
+/// The view, or only its entries of no item and of item `only` if given.
+fn render(
+    dataset: &Dataset,
+    prefix: &str,
+    dimension_names: bool,
+    sink: Option<&EntrySink>,
+    only: Option<&PropertyId>,
+) -> Vec<ViewEntry> {
     let mtime = dataset_mtime(dataset);
     let mut z = V3Builder::new(prefix, sink);
     z.dimensions = dimension_names.then(|| DimensionNames::new(dataset));
@@ -361,15 +378,23 @@ pub fn zarr_v3_view_into(
     for group in dataset.groups() {
         z.group(&group, mtime);
     }
+    let muted = |id: &PropertyId| only.is_some_and(|only| only != id);
     for name in dataset.scalars.keys() {
-        item_nodes(&mut z, dataset, &PropertyId::Scalar(name.clone()));
+        let id = PropertyId::Scalar(name.clone());
+        z.view.muted = muted(&id);
+        item_nodes(&mut z, dataset, &id);
     }
     for name in dataset.axes.keys() {
-        item_nodes(&mut z, dataset, &PropertyId::Axis(name.clone()));
+        let id = PropertyId::Axis(name.clone());
+        z.view.muted = muted(&id);
+        item_nodes(&mut z, dataset, &id);
     }
+    let only_path = only.map(PropertyId::path);
     for p in dataset.properties() {
+        z.view.muted = only_path.as_ref().is_some_and(|only| *only != p.path);
         property(&mut z, &p.path, p.property, &p.shape.zarr());
     }
+    z.view.muted = false;
     // Rendered when read (into the bounded decode cache), its size counted: a `stat` (every
     // `ls -l` of the root) renders nothing.
     let metadata = Arc::new(std::mem::take(&mut z.metadata).sorted());

@@ -44,6 +44,15 @@ impl Layout for ZarrV3 {
         view::item_entries(dataset, id)
     }
 
+    fn local_view(
+        &self,
+        dataset: &Dataset,
+        prefix: &str,
+        id: &PropertyId,
+    ) -> Option<Vec<ViewEntry>> {
+        Some(view::local_view(dataset, prefix, id))
+    }
+
     fn item_of(&self, rel: &str) -> Option<PropertyId> {
         rules::item_of(rel)
     }

@@ -237,18 +237,32 @@ fn run(
     Ok(())
 }
 
-/// Runs `append`'s write (the copy, checksums and `fsync`s) on a thread of its own whose CPU and
-/// I/O priority is lowered first ([`crate::sys::lower_thread_priority`]), and waits for it. If
-/// no thread can be started, writes on this one, at its priority.
+/// Runs `append`'s write (the copy, checksums and `fsync`s) at a lowered priority
+/// ([`lowered`]).
 fn write_yielding(
     append: &PendingAppend,
     learnt: &mut Option<ArchiveTail>,
 ) -> Result<StoreIndex, CommitError> {
     let mut taken = learnt.take();
-    std::thread::scope(|scope| {
+    let (written, taken) = lowered("zip-append-io", || {
+        let written = append.write(&mut taken);
+        (written, taken)
+    })
+    .map_err(|_| CommitError::Invalid("the ZIP append panicked".into()))?;
+    *learnt = taken;
+    written
+}
+
+/// Runs `work` on a thread of its own (named `name`) whose CPU and I/O priority is lowered
+/// first ([`crate::sys::lower_thread_priority`]), and waits for it: slow work of a writer that
+/// readers should not wait for. If no thread can be started, runs it on this one, at its
+/// priority. `Err` if it panicked.
+pub(super) fn lowered<R: Send>(name: &str, work: impl FnOnce() -> R + Send) -> Result<R, ()> {
+    let mut work = Some(work);
+    let outcome = std::thread::scope(|scope| {
         let spawned = std::thread::Builder::new()
-            .name("zip-append-io".into())
-            .spawn_scoped(scope, move || {
+            .name(name.into())
+            .spawn_scoped(scope, || {
                 let lowered = crate::sys::lower_thread_priority();
                 if lowered
                     != (crate::sys::Lowered {
@@ -256,23 +270,23 @@ fn write_yielding(
                         io: true,
                     })
                 {
-                    log::debug!("the ZIP append's priority could only be lowered as {lowered:?}");
+                    log::debug!("{name}: its priority could only be lowered as {lowered:?}");
                 }
-                let written = append.write(&mut taken);
-                (written, taken)
+                work.take().map(|work| work())
             });
         match spawned {
-            Ok(thread) => match thread.join() {
-                Ok((written, taken)) => {
-                    *learnt = taken;
-                    written
-                }
-                Err(_) => Err(CommitError::Invalid("the ZIP append panicked".into())),
-            },
+            Ok(thread) => Some(thread.join().map_err(|_| ())),
             Err(e) => {
-                log::warn!("cannot start a low-priority thread for a ZIP append ({e}): appending at normal priority");
-                append.write(learnt)
+                log::warn!(
+                    "cannot start a low-priority thread ({name}: {e}): working at normal priority"
+                );
+                None
             }
         }
-    })
+    });
+    match outcome {
+        Some(Ok(Some(result))) => Ok(result),
+        Some(Ok(None)) | Some(Err(())) => Err(()),
+        None => work.take().map(|work| work()).ok_or(()),
+    }
 }

@@ -403,7 +403,7 @@ fn a_staged_payload_with_a_second_name_is_copied_not_moved() {
 }
 
 /// The threads of this process named `name`, by thread id.
-fn threads_named(name: &str) -> Vec<i32> {
+pub(super) fn threads_named(name: &str) -> Vec<i32> {
     std::fs::read_dir("/proc/self/task")
         .unwrap()
         .filter_map(|task| {

@@ -374,8 +374,9 @@ proptest! {
     }
 }
 
-/// A commit works out its new tree (its edits, or a build) under the state lock taken shared: a
-/// read of another file is served while that is paused, before it resumes.
+/// A commit works out its new tree (its edits, or a build) under the state lock taken shared, its
+/// edits at the lowest priority: a read of another file is served while that is paused, before it
+/// resumes.
 #[test]
 fn reads_go_on_while_a_commit_builds_its_tree() {
     use std::sync::mpsc::channel;
@@ -399,6 +400,11 @@ fn reads_go_on_while_a_commit_builds_its_tree() {
     build_paused
         .recv_timeout(Duration::from_secs(60))
         .expect("the commit builds a tree");
+    // Meanwhile, the commit works out its edits on a thread of its own at the lowest priority.
+    let committers: Vec<_> = super::commit_tests::threads_named("daf-commit")
+        .into_iter()
+        .map(crate::sys::thread_priority)
+        .collect();
     let (served, done) = channel();
     let reader = {
         let fs = fs.clone();
@@ -415,6 +421,10 @@ fn reads_go_on_while_a_commit_builds_its_tree() {
     reader.join().unwrap();
     assert_eq!(answer, Ok(true), "a read waited for the build of a tree");
     assert!(fs.resolve("files_v1_0.daf.zarr/axes/new").is_ok());
+    assert!(
+        committers.contains(&(libc::SCHED_IDLE, (2 << 13) | 7)),
+        "{committers:?}"
+    );
 }
 
 /// Commits into a ZIP source edit the tree twice (at the close, and when the append's entries

@@ -458,10 +458,16 @@ impl<'a> Writer<'a> {
             return self.rebuilt();
         }
         let (writer, edits) = self.with_shared(|state| {
-            let edits = state.commit_edits(dataset, id, before, gone);
-            #[cfg(test)]
-            super::appender::pause_once(&state.build_pause);
-            edits
+            // Rendering the views of a large data set takes a while: at a lowered priority, so
+            // that readers on a busy machine are not made to wait for a CPU.
+            super::appender::lowered("daf-commit", || {
+                let edits = state.commit_edits(dataset, id, before, gone);
+                #[cfg(test)]
+                super::appender::pause_once(&state.build_pause);
+                edits
+            })
+            .ok()
+            .flatten()
         });
         match edits {
             Some(edits) => writer.apply(edits.into_iter().map(Some)),

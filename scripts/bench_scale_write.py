@@ -1,12 +1,15 @@
-"""The write row of scripts/bench's scale rows (issue 12, points 3 and 5): a commit into a 1,000,000-entry archive.
+"""The write rows of scripts/bench's scale rows (issue 12, points 3 and 5): commits into a 1,000,000-entry archive.
 
-On a writable mount of a copy of the 1M-entry ZarrDaf v2 ZIP (made once per run under $DAF_BENCH_DIR, removed at
-the end; the bench's archives stay read-only), ROUNDS times: `create` + `write` + `close` of one new scalar
-(`scalars/NAME.json`) through the FilesDaf view, timed, then `fsync` of its directory, which waits for the append to
-the archive. Meanwhile a reader in another process loops over `stat` and `open` + `read` + `close` of unrelated small
-files (the `.json` of 64 vectors) and records each operation's latency: the row is its worst operation from the
-`create` until the `fsync` returned (target <= 5 ms: reads never wait for writes), beside the reader's worst over
-as long an idle stretch before it (the machine's own noise).
+On writable mounts of a copy of the 1M-entry ZarrDaf v2 ZIP (made once per run under $DAF_BENCH_DIR, removed at
+the end; the bench's archives stay read-only), ROUNDS commits each, in two settings: new scalars
+(`scalars/NAME.json`) through a mount of the FilesDaf view alone, then new vectors (`vectors/item/NAME.json`, then
+`NAME.data`, whose close commits the vector to an axis of 333,333) through a mount of both views (the default: the
+commit also shows the vector's array in the Zarr view). Each commit's `create` + `write` + `close` calls are timed,
+then `fsync` of its directory, which waits for the append to the archive. Meanwhile a reader in another process
+loops over `stat` and `open` + `read` + `close` of unrelated small files (the `.json` of 64 vectors) and records
+each operation's latency: the row is its worst operation from the first `create` until the `fsync` returned
+(target <= 5 ms: reads never wait for writes), beside the reader's worst over as long an idle stretch before it
+(the machine's own noise).
 
     python scripts/bench_scale_write.py [--entries N]      (alone: the bench's 1M v2 archive, or the N-entry one)
 """
@@ -18,7 +21,7 @@ import sys
 import tempfile
 import time
 
-ROUNDS = 2  # commits (each a few seconds while the tree is rebuilt under the write lock: one or two samples)
+ROUNDS = 2  # commits of each setting (the first append after a mount reads the archive: one sample of each)
 READ_FILES = 64  # small files the reader cycles over
 IDLE_SECONDS = 2.0  # idle sampling before the first commit
 
@@ -52,56 +55,76 @@ def worst(samples, begin, end):
 
 
 def write_rows(bench, archive, vectors, rows):
-    """Adds the rows (module doc) for a writable mount of a copy of `archive` (`vectors` vectors p0, p1, ... in
+    """Adds the rows (module doc) for writable mounts of a copy of `archive` (`vectors` vectors p0, p1, ... in
     `vectors/item`) to `rows`."""
     work = tempfile.mkdtemp(prefix="scale-write-", dir=bench.WORK)
     try:
         source = os.path.join(work, os.path.basename(archive))
         shutil.copyfile(archive, source)
-        m = bench.Mount(source, "--view", "files")
-        try:
-            paths = [os.path.join(m.path, f"vectors/item/p{vectors * k // READ_FILES}.json") for k in range(READ_FILES)]
-            until = os.path.join(work, "stop")
-            proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--reader", until, *paths],
-                                    stdout=subprocess.PIPE, text=True)
-            time.sleep(0.5)  # the reader's first pass: its files looked up
-            idle_begin = time.perf_counter()
-            time.sleep(IDLE_SECONDS)
-            idle_end = time.perf_counter()
-            windows, closes, durables = [], [], []
-            for r in range(ROUNDS):
-                path = os.path.join(m.path, "scalars", f"bench_write_{r}.json")
-                begin = time.perf_counter()
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-                try:
-                    os.write(fd, json.dumps({"type": "Int64", "value": r}).encode())
-                finally:
-                    os.close(fd)
-                closed = time.perf_counter()
-                folder = os.open(os.path.dirname(path), os.O_RDONLY)
-                try:
-                    os.fsync(folder)
-                finally:
-                    os.close(folder)
-                end = time.perf_counter()
-                windows.append((begin, closed, end))
-                closes.append(closed - begin)
-                durables.append(end - begin)
-                time.sleep(0.5)
-            with open(until, "w"):
-                pass
-            samples = json.loads(proc.communicate(timeout=120)[0] or "[]")
-            if len(os.listdir(os.path.join(m.path, "scalars"))) < ROUNDS:
-                raise RuntimeError("the new scalars are not in the mounted data set")
-        finally:
-            m.close()
+        name = os.path.basename(archive).split(".")[0]
+        scalar = json.dumps({"type": "Int64", "value": 7}).encode()
+        descriptor = json.dumps({"format": "dense", "eltype": "Float32"}).encode()
+        settings = [
+            ("a new scalar through a mount of the FilesDaf view", ("--view", "files"), "",
+             lambda r: [(f"scalars/bench_write_{r}.json", scalar)]),
+            (f"a new vector of an axis of {vectors:,} through a mount of both views", (), f"{name}.daf/",
+             lambda r: [(f"vectors/item/bench_write_{r}.json", descriptor),
+                        (f"vectors/item/bench_write_{r}.data", bytes(4 * 4))]),
+        ]
+        for what, options, view, files in settings:
+            commit_rows(bench, source, options, view, files, work, f"{what} of a copy of the 1M-entry ZarrDaf v2 "
+                        f"ZIP ({os.path.basename(archive)})", vectors, rows)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def commit_rows(bench, source, options, view, files, work, what, vectors, rows):
+    """Mounts `source` with `options` and commits ROUNDS times the `files(round)` (paths below the FilesDaf view at
+    `view`, contents), a reader meanwhile (module doc); adds the two rows."""
+    m = bench.Mount(source, *options)
+    try:
+        root = os.path.join(m.path, view)
+        paths = [os.path.join(root, f"vectors/item/p{vectors * k // READ_FILES}.json") for k in range(READ_FILES)]
+        until = os.path.join(work, "stop")
+        proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--reader", until, *paths],
+                                stdout=subprocess.PIPE, text=True)
+        time.sleep(0.5)  # the reader's first pass: its files looked up
+        idle_begin = time.perf_counter()
+        time.sleep(IDLE_SECONDS)
+        idle_end = time.perf_counter()
+        windows, closes, durables = [], [], []
+        for r in range(ROUNDS):
+            begin = time.perf_counter()
+            for rel, content in files(r):
+                fd = os.open(os.path.join(root, rel), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                try:
+                    os.write(fd, content)
+                finally:
+                    os.close(fd)
+            closed = time.perf_counter()
+            folder = os.open(os.path.dirname(os.path.join(root, rel)), os.O_RDONLY)
+            try:
+                os.fsync(folder)
+            finally:
+                os.close(folder)
+            end = time.perf_counter()
+            windows.append((begin, closed, end))
+            closes.append(closed - begin)
+            durables.append(end - begin)
+            time.sleep(0.5)
+        with open(until, "w"):
+            pass
+        samples = json.loads(proc.communicate(timeout=120)[0] or "[]")
+        os.remove(until)
+        for rel, _ in files(0):
+            if not os.path.exists(os.path.join(root, rel)):
+                raise RuntimeError(f"{rel} is not in the mounted data set")
+    finally:
+        m.close()
     idle = worst(samples, idle_begin, idle_end)
     stalls = [worst(samples, b, e) for b, _, e in windows]
     stalls_close = [worst(samples, b, c) for b, c, _ in windows]
-    what = f"a copy of the 1M-entry ZarrDaf v2 ZIP ({os.path.basename(archive)})"
-    figure = f"create + write + close of a new scalar through the FilesDaf view of {what} (worst of {ROUNDS})"
+    figure = f"create + write + close of {what} (worst of {ROUNDS})"
     rows.append({"figure": figure, "mounted": max(closes), "native": None, "unit": "s", "ratio": None,
                  "target": "information", "samples": closes, "until_durable_s": durables})
     bench.log(f"{figure}: {', '.join(f'{c:.3g}' for c in closes)} s (until durable: "

@@ -448,19 +448,22 @@ pub fn local_entries(
         Some(entries) => entries,
         None => {
             let mut entries = view_entries(dataset, root);
-            entries.retain(|e| {
-                let rel = root.relative(&e.path);
-                let item = match e.node {
-                    ViewNode::Dir => layout.item_of_dir(rel),
-                    ViewNode::File(_) => layout.item_of(rel),
-                };
-                item.is_none_or(|item| item == *id)
-            });
+            entries.retain(|e| of_item_or_none(root, e, id));
             entries
         }
     };
     keep_showable(&mut entries);
     Some(entries)
+}
+
+/// Whether `entry` of view `root` is item `id`'s or no item's (see [`local_entries`]).
+pub(crate) fn of_item_or_none(root: &ViewRoot, entry: &ViewEntry, id: &PropertyId) -> bool {
+    let (layout, rel) = (root.layout(), root.relative(&entry.path));
+    let item = match entry.node {
+        ViewNode::Dir => layout.item_of_dir(rel),
+        ViewNode::File(_) => layout.item_of(rel),
+    };
+    item.is_none_or(|item| item == *id)
 }
 
 /// The mount paths of the documents of a view whose content depends on every item: with

@@ -140,18 +140,10 @@ fn a_commits_local_view_is_the_whole_view_but_the_other_items() {
             canonical: "v".into(),
             dimension_names: false,
         };
-        let layout = root.layout();
         let whole = view_entries(dataset, &root);
         for id in &ids {
             let mut expected = whole.clone();
-            expected.retain(|e| {
-                let rel = root.relative(&e.path);
-                let item = match e.node {
-                    ViewNode::Dir => layout.item_of_dir(rel),
-                    ViewNode::File(_) => layout.item_of(rel),
-                };
-                item.is_none_or(|item| item == *id)
-            });
+            expected.retain(|e| of_item_or_none(&root, e, id));
             let local = local_entries(dataset, &root, id).unwrap();
             assert_eq!(seen(&local), seen(&expected), "{format:?}, {id:?}");
             assert!(local.len() < whole.len(), "{format:?}, {id:?}");

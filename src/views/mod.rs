@@ -244,6 +244,35 @@ fn json_files(entries: &[ViewEntry]) -> impl Iterator<Item = (&str, &Arc<Blob>)>
     })
 }
 
+/// Renders every item of `dataset` into `z` in the order of a Zarr view (scalars, axes, then
+/// vectors and matrices: `node` renders a scalar's or an axis's node, `property` a vector's or
+/// a matrix's), the builder's entries (`view(z)`) muted for every item but `only` if given:
+/// their documents still go into the view's consolidated metadata.
+pub(crate) fn zarr_items<Z>(
+    z: &mut Z,
+    dataset: &Dataset,
+    only: Option<&PropertyId>,
+    view: impl Fn(&mut Z) -> &mut ViewBuilder,
+    mut node: impl FnMut(&mut Z, &PropertyId),
+    mut property: impl FnMut(&mut Z, &crate::formats::model::PropertyRef<'_>),
+) {
+    let scalars = dataset
+        .scalars
+        .keys()
+        .map(|n| PropertyId::Scalar(n.clone()));
+    let axes = dataset.axes.keys().map(|n| PropertyId::Axis(n.clone()));
+    for id in scalars.chain(axes) {
+        view(z).muted = only.is_some_and(|only| *only != id);
+        node(z, &id);
+    }
+    let only = only.map(PropertyId::path);
+    for p in dataset.properties() {
+        view(z).muted = only.as_ref().is_some_and(|only| *only != p.path);
+        property(z, &p);
+    }
+    view(z).muted = false;
+}
+
 /// The two kinds of view (`NAME.daf/`, `NAME.daf.zarr/`): the two families of formats.
 pub use crate::formats::source::Family as ViewKind;
 

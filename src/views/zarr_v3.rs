@@ -378,23 +378,14 @@ fn render(
     for group in dataset.groups() {
         z.group(&group, mtime);
     }
-    let muted = |id: &PropertyId| only.is_some_and(|only| only != id);
-    for name in dataset.scalars.keys() {
-        let id = PropertyId::Scalar(name.clone());
-        z.view.muted = muted(&id);
-        item_nodes(&mut z, dataset, &id);
-    }
-    for name in dataset.axes.keys() {
-        let id = PropertyId::Axis(name.clone());
-        z.view.muted = muted(&id);
-        item_nodes(&mut z, dataset, &id);
-    }
-    let only_path = only.map(PropertyId::path);
-    for p in dataset.properties() {
-        z.view.muted = only_path.as_ref().is_some_and(|only| *only != p.path);
-        property(&mut z, &p.path, p.property, &p.shape.zarr());
-    }
-    z.view.muted = false;
+    super::zarr_items(
+        &mut z,
+        dataset,
+        only,
+        |z| &mut z.view,
+        |z, id| item_nodes(z, dataset, id),
+        |z, p| property(z, &p.path, p.property, &p.shape.zarr()),
+    );
     // Rendered when read (into the bounded decode cache), its size counted: a `stat` (every
     // `ls -l` of the root) renders nothing.
     let metadata = Arc::new(std::mem::take(&mut z.metadata).sorted());

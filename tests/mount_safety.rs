@@ -304,22 +304,13 @@ fn a_killed_writer_never_blocks_the_next_and_a_detached_one_is_named() {
     assert_eq!(daemons.len(), 2, "the daemon and its ZIP tail writer");
     let (code, stderr) = run_in(tmp.path(), &[source, other.to_str().unwrap(), "-f"]);
     assert_eq!(code, Some(1), "{stderr}");
-    // The daemon is named, not the helper it forked (whose parent it is).
-    let parent = |pid: i32| {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-        let after = stat.rsplit_once(')').unwrap().1.to_string();
-        after
-            .split_whitespace()
-            .nth(1)
-            .unwrap()
-            .parse::<i32>()
-            .unwrap()
-    };
-    let daemon = *daemons
+    // The daemon is named, not the helper it forked (named apart).
+    let program = |pid: &i32| std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap();
+    let (helpers, others): (Vec<i32>, Vec<i32>) = daemons
         .iter()
-        .find(|p| !daemons.contains(&parent(**p)))
-        .unwrap();
-    assert!(daemons.iter().any(|p| parent(*p) == daemon));
+        .partition(|pid| program(pid).trim_end() == "daf-tail-writer");
+    assert_eq!((helpers.len(), others.len()), (1, 1), "{daemons:?}");
+    let daemon = others[0];
     assert!(
         stderr.contains(&format!("(pid {daemon})")),
         "{stderr} should name {daemon}"

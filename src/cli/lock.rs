@@ -90,7 +90,8 @@ pub fn lock_source(arg: &str) -> Result<Option<WriterLock>, CliError> {
 }
 
 /// The processes (other than this one) with a descriptor of `file`'s inode that holds a flock,
-/// lowest pid first, leaving out those whose parent is listed (a daemon's tail-writer helper).
+/// lowest pid first, leaving out a daemon's tail-writer helper (named so, or a child of one
+/// listed).
 /// Best effort: processes we may not inspect are not listed.
 pub fn holders(file: &File) -> Vec<i32> {
     let Ok(meta) = file.metadata() else {
@@ -111,6 +112,7 @@ pub fn holders(file: &File) -> Vec<i32> {
         .zip(parents)
         .filter(|(_, parent)| !parent.is_some_and(|p| pids.contains(&p)))
         .map(|(pid, _)| *pid)
+        .filter(|pid| program(*pid) != crate::stores::zip_append::TAIL_WRITER_NAME)
         .collect()
 }
 

@@ -45,9 +45,14 @@ enum TailWriter {
 
 static TAIL_WRITER: OnceLock<TailWriter> = OnceLock::new();
 
-/// Forks the tail-writing helper. Call once, while the process is still single-threaded. The
-/// helper closes every inherited descriptor but `keep` (the daemon's writer lock, so that the
-/// archive stays locked until the helper has finished its last job).
+/// The tail-writing helper's program name (`/proc/PID/comm`, at most 15 bytes).
+pub const TAIL_WRITER_NAME: &str = "daf-tail-writer";
+
+/// Forks the tail-writing helper. Call once, while the process is still single-threaded (and
+/// small: the helper shares the daemon's pages until either writes them). The helper leaves the
+/// terminal's session (a Ctrl-C or hang-up meant for the daemon does not cut a job short), takes
+/// the name [`TAIL_WRITER_NAME`] and closes every inherited descriptor but `keep` (the daemon's
+/// writer lock, so that the archive stays locked until the helper has finished its last job).
 pub fn start_tail_writer(keep: &[std::os::fd::RawFd]) -> std::io::Result<()> {
     let (job_read, job_write) = nix::unistd::pipe()?;
     let (ack_read, ack_write) = nix::unistd::pipe()?;
@@ -55,6 +60,9 @@ pub fn start_tail_writer(keep: &[std::os::fd::RawFd]) -> std::io::Result<()> {
         Forked::Child => {
             drop(job_write);
             drop(ack_read);
+            let _ = nix::unistd::setsid();
+            // Named apart from the daemon (a refusal names the lock's holder, not its helper).
+            let _ = std::fs::write("/proc/self/comm", TAIL_WRITER_NAME);
             let mut kept = vec![job_read.as_raw_fd(), ack_write.as_raw_fd()];
             kept.extend_from_slice(keep);
             crate::sys::close_other_fds(&kept);
@@ -71,6 +79,11 @@ pub fn start_tail_writer(keep: &[std::os::fd::RawFd]) -> std::io::Result<()> {
             Ok(())
         }
     }
+}
+
+/// Whether [`start_tail_writer`] started the helper.
+pub fn tail_writer_started() -> bool {
+    matches!(TAIL_WRITER.get(), Some(TailWriter::Helper(_)))
 }
 
 /// The helper's loop: read a complete job, perform it, answer (0 or the errno). Exits when the

@@ -26,7 +26,7 @@ use crate::staging::StagingArea;
 use crate::stores::zip_append::ArchiveTail;
 use crate::stores::{StoreError, StoreIndex};
 
-use super::state::Writer;
+use super::writer::{lowered, Writer};
 use super::{FsError, State};
 use crate::stores::lock;
 
@@ -251,42 +251,4 @@ fn write_yielding(
     .map_err(|_| CommitError::Invalid("the ZIP append panicked".into()))?;
     *learnt = taken;
     written
-}
-
-/// Runs `work` on a thread of its own (named `name`) whose CPU and I/O priority is lowered
-/// first ([`crate::sys::lower_thread_priority`]), and waits for it: slow work of a writer that
-/// readers should not wait for. If no thread can be started, runs it on this one, at its
-/// priority. `Err` if it panicked.
-pub(super) fn lowered<R: Send>(name: &str, work: impl FnOnce() -> R + Send) -> Result<R, ()> {
-    let mut work = Some(work);
-    let outcome = std::thread::scope(|scope| {
-        let spawned = std::thread::Builder::new()
-            .name(name.into())
-            .spawn_scoped(scope, || {
-                let lowered = crate::sys::lower_thread_priority();
-                if lowered
-                    != (crate::sys::Lowered {
-                        cpu: true,
-                        io: true,
-                    })
-                {
-                    log::debug!("{name}: its priority could only be lowered as {lowered:?}");
-                }
-                work.take().map(|work| work())
-            });
-        match spawned {
-            Ok(thread) => Some(thread.join().map_err(|_| ())),
-            Err(e) => {
-                log::warn!(
-                    "cannot start a low-priority thread ({name}: {e}): working at normal priority"
-                );
-                None
-            }
-        }
-    });
-    match outcome {
-        Some(Ok(Some(result))) => Ok(result),
-        Some(Ok(None)) | Some(Err(())) => Err(()),
-        None => work.take().map(|work| work()).ok_or(()),
-    }
 }

@@ -267,7 +267,7 @@ impl DafFs {
                 to.saturating_duration_since(from).as_secs_f64() * 1e3
             };
             let (now, path) = (std::time::Instant::now(), id.path());
-            log::debug!(target: super::state::LOCK_WAIT, "the swap of {path}: {:.2} ms from the lock to the new tree \
+            log::debug!(target: super::writer::LOCK_WAIT, "the swap of {path}: {:.2} ms from the lock to the new tree \
                 (check {:.2}, renames and read-back {:.2}, staged files dropped with the lock shared {:.2}, \
                 tree edit {:.2})",
                 ms(began, now), ms(began, checked), ms(checked, swapped), ms(swapped, edit), ms(edit, now));

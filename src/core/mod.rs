@@ -21,6 +21,7 @@ mod rename;
 mod state;
 mod status;
 mod write;
+mod writer;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ffi::OsStr;
@@ -192,7 +193,7 @@ impl Handle {
 #[derive(Debug)]
 pub struct DafFs {
     state: Arc<RwLock<State>>,
-    /// Held by every change for as long as it runs (see [`state::Writer`]).
+    /// Held by every change for as long as it runs (see [`writer::Writer`]).
     writers: Arc<Mutex<()>>,
     /// Appends to ZIP sources, finished after the commits that queued them returned.
     appender: appender::Appender,

@@ -13,7 +13,7 @@ use crate::views::ViewRoot;
 
 use super::commit::{derived_mount_paths, item_mount_paths};
 use super::namespace::{Edit, NodeKind};
-use super::state::Writer;
+use super::writer::Writer;
 use super::{resolve_in, split_canonical, DafFs, FsError, State};
 use crate::stores::Bytes;
 

@@ -1,10 +1,10 @@
 //! The state a mount's tree is built from (data sets, view roots, staged and deleted paths), the
-//! rebuild of that tree, the lock a change holds ([`Writer`]), and the mapping of mount paths to
-//! view roots.
+//! rebuild of that tree, and the mapping of mount paths to view roots. The lock a change holds
+//! is `writer.rs`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockWriteGuard};
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use crate::formats::model::PropertyId;
@@ -72,8 +72,8 @@ pub(super) struct State {
     pub(super) inodes: InodeTable,
     pub(super) root_mtime: SystemTime,
     pub(super) namespace: Arc<Namespace>,
-    /// Tests only: where the next build of a tree by a [`Writer`] (or the working out of a
-    /// commit's edits, [`Writer::committed`]) pauses, under the state lock taken shared (it says
+    /// Tests only: where the next build of a tree by a `Writer` (or the working out of a
+    /// commit's edits, `Writer::committed`) pauses, under the state lock taken shared (it says
     /// so on the sender, then waits for the receiver).
     #[cfg(test)]
     pub(super) build_pause: Arc<super::appender::Pause>,
@@ -345,181 +345,6 @@ const BATCHES_AHEAD: usize = 4;
 
 /// The number of paths the tree gives back to the renderer at once.
 const PATHS_GIVEN_BACK: usize = 4096;
-
-/// The target of the state lock's long waits and of the directory swaps' phases.
-pub(super) const LOCK_WAIT: &str = "daf_mount::lock_wait";
-
-/// Whether waits for the state lock are logged (`RUST_LOG=daf_mount::lock_wait=debug`): else
-/// no read of the state times its wait.
-pub(super) fn waits_logged() -> bool {
-    log::log_enabled!(target: LOCK_WAIT, log::Level::Debug)
-}
-
-/// Logs a wait for the state lock (asked at `asked`) over 0.5 ms, at debug level with target
-/// [`LOCK_WAIT`]: what a writer makes readers wait.
-pub(super) fn log_wait(asked: std::time::Instant) {
-    let waited = asked.elapsed();
-    if waited > std::time::Duration::from_micros(500) {
-        let ms = waited.as_secs_f64() * 1e3;
-        log::debug!(target: LOCK_WAIT, "waited {ms:.2} ms for the state lock");
-    }
-}
-
-/// The state locked for a change. Other writers are kept out (the writers' lock) for as long as it
-/// lives; the state lock, which every read takes shared, is held exclusively except while a new
-/// tree is built ([`Writer::rebuilt`]): readers go on with the current tree meanwhile. Trees it
-/// replaced are freed after both locks are released.
-pub(super) struct Writer<'a> {
-    guard: RwLockWriteGuard<'a, State>,
-    lock: &'a RwLock<State>,
-    _writers: MutexGuard<'a, ()>,
-    retired: Retired,
-}
-
-/// Trees (and tables) replaced under the lock, dropped after it (a large tree takes a while to
-/// free), then their pages are given back.
-#[derive(Default)]
-struct Retired(Vec<Arc<Namespace>>, Vec<InodeTable>);
-
-impl Drop for Retired {
-    fn drop(&mut self) {
-        if !self.0.is_empty() {
-            self.0.clear();
-            self.1.clear();
-            crate::sys::release_free_memory();
-        }
-    }
-}
-
-impl<'a> Writer<'a> {
-    /// Waits for the other writers, then for the readers.
-    pub(super) fn new(lock: &'a RwLock<State>, writers: &'a Mutex<()>) -> Writer<'a> {
-        let writers = writers.lock().unwrap_or_else(|p| p.into_inner());
-        Writer {
-            guard: lock.write().unwrap_or_else(|p| p.into_inner()),
-            lock,
-            _writers: writers,
-            retired: Retired::default(),
-        }
-    }
-
-    /// Builds the tree of the state anew under the state lock taken shared (readers go on, other
-    /// writers still wait), then takes the lock exclusively to swap it in.
-    pub(super) fn rebuilt(self) -> Writer<'a> {
-        let (mut writer, (tree, inodes)) = self.with_shared(|state| {
-            let mut inodes = state.inodes.clone();
-            let tree = state.build(&mut inodes);
-            #[cfg(test)]
-            super::appender::pause_once(&state.build_pause);
-            (tree, inodes)
-        });
-        let state = &mut *writer.guard;
-        let replaced = std::mem::replace(&mut state.namespace, tree);
-        writer.retired.0.push(replaced);
-        let replaced = std::mem::replace(&mut state.inodes, inodes);
-        writer.retired.1.push(replaced);
-        writer
-    }
-
-    /// Runs `f` with the state lock taken shared (readers go on, other writers still wait), then
-    /// takes it exclusively again: for file system calls that change nothing readers see.
-    pub(super) fn with_shared<R>(self, f: impl FnOnce(&State) -> R) -> (Writer<'a>, R) {
-        let Writer {
-            guard,
-            lock,
-            _writers,
-            retired,
-        } = self;
-        drop(guard);
-        let result = f(&lock.read().unwrap_or_else(|p| p.into_inner()));
-        let writer = Writer {
-            guard: lock.write().unwrap_or_else(|p| p.into_inner()),
-            lock,
-            _writers,
-            retired,
-        };
-        (writer, result)
-    }
-
-    /// Shows the change of item `id` of data set `dataset` (the model has it already;
-    /// `before`: the mount paths of its entries before, `gone`: the staged paths the change
-    /// took out of the state) by editing the tree when the change is local
-    /// ([`State::commit_edits`], worked out under the state lock taken shared), else builds a
-    /// new tree as [`Writer::rebuilt`] does.
-    pub(super) fn committed(
-        self,
-        dataset: usize,
-        id: &PropertyId,
-        before: &[String],
-        gone: &[String],
-    ) -> Writer<'a> {
-        #[cfg(test)]
-        if EDITS_OFF.with(std::cell::Cell::get) {
-            return self.rebuilt();
-        }
-        let (writer, edits) = self.with_shared(|state| {
-            // Rendering the views of a large data set takes a while: at a lowered priority, so
-            // that readers on a busy machine are not made to wait for a CPU.
-            super::appender::lowered("daf-commit", || {
-                let edits = state.commit_edits(dataset, id, before, gone);
-                #[cfg(test)]
-                super::appender::pause_once(&state.build_pause);
-                edits
-            })
-            .ok()
-            .flatten()
-        });
-        match edits {
-            Some(edits) => writer.apply(edits.into_iter().map(Some)),
-            None => writer.rebuilt(),
-        }
-    }
-
-    /// Records `canonical` (a `--view both` path) as staged now at `disk` (a directory if
-    /// `is_dir`) and shows it in the tree.
-    pub(super) fn stage(mut self, canonical: &str, disk: PathBuf, is_dir: bool) -> Writer<'a> {
-        let staged = Staged {
-            disk,
-            is_dir,
-            mtime: now(),
-        };
-        self.staged.insert(canonical.to_string(), staged);
-        let edit = self.put_edit(canonical);
-        self.apply([edit])
-    }
-
-    /// [`State::apply`], building a new tree as [`Writer::rebuilt`] does when an edit cannot.
-    pub(super) fn apply(mut self, edits: impl IntoIterator<Item = Option<Edit>>) -> Writer<'a> {
-        let edits: Vec<Edit> = edits.into_iter().flatten().collect();
-        #[cfg(test)]
-        if EDITS_OFF.with(std::cell::Cell::get) {
-            return self.rebuilt();
-        }
-        let state = &mut *self.guard;
-        match state.namespace.edited(&edits, &mut state.inodes) {
-            Some(tree) => {
-                let before = std::mem::replace(&mut state.namespace, tree);
-                self.retired.0.push(before);
-                self
-            }
-            None => self.rebuilt(),
-        }
-    }
-}
-
-impl std::ops::Deref for Writer<'_> {
-    type Target = State;
-
-    fn deref(&self) -> &State {
-        &self.guard
-    }
-}
-
-impl std::ops::DerefMut for Writer<'_> {
-    fn deref_mut(&mut self) -> &mut State {
-        &mut self.guard
-    }
-}
 
 /// Whether mount path `path` of view `root` is a committed path being deleted (or inside a
 /// directory being deleted).

@@ -18,7 +18,7 @@ use crate::stores::Bytes;
 use crate::views::join;
 
 use super::namespace::NodeKind;
-use super::state::Writer;
+use super::writer::Writer;
 use super::{split_mount, Attr, DafFs, FsError, Handle, State};
 
 impl DafFs {
@@ -31,12 +31,12 @@ impl DafFs {
         Writer::new(&self.state, &self.writers)
     }
 
-    /// The state, shared with other readers (a long wait is logged: [`super::state::log_wait`]).
+    /// The state, shared with other readers (a long wait is logged: [`super::writer::log_wait`]).
     pub(super) fn read_state(&self) -> RwLockReadGuard<'_, State> {
-        let asked = super::state::waits_logged().then(std::time::Instant::now);
+        let asked = super::writer::waits_logged().then(std::time::Instant::now);
         let guard = self.state.read().unwrap_or_else(|p| p.into_inner());
         if let Some(asked) = asked {
-            super::state::log_wait(asked);
+            super::writer::log_wait(asked);
         }
         guard
     }

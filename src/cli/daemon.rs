@@ -9,7 +9,7 @@ use nix::sys::signal::{SigSet, Signal};
 
 use crate::core::DafFs;
 use crate::formats::remote::{is_url, open_remote};
-use crate::formats::source::{open_source, Source};
+use crate::formats::source::{open_source, parse_source, Source, SourceSpec};
 use crate::fuse::{mount_config, FuseAdapter, MountSettings};
 use crate::staging::StagingArea;
 use crate::stores::http::redact;
@@ -80,10 +80,8 @@ pub fn run(args: Args) -> Result<(), CliError> {
     // small: forked after the source read, it shared every page of the model and the tree with
     // the daemon, and the first commit's writes then copied them (141,000 page faults, readers
     // stalled 11-16 ms behind the state lock at 1M entries).
-    let source_file = source_arg
-        .split_once('#')
-        .map_or(source_arg.as_str(), |(file, _)| file);
-    if lock.is_some() && !remote && Path::new(source_file).is_file() {
+    let zip = matches!(parse_source(&source_arg), Ok(SourceSpec::Zip { .. }));
+    if lock.is_some() && !remote && zip {
         let keep: Vec<_> = lock.iter().map(WriterLock::raw_fd).collect();
         start_tail_writer(&keep).map_err(system("starting the ZIP tail writer"))?;
     }

@@ -9,8 +9,8 @@
 //! the name (a [`Label::Member`] made only when a message needs it). The archive's open checked
 //! that header against the central record (same name and method; CRC and sizes unless a data
 //! descriptor follows the data, which then holds the CRC); a member whose CRC is in neither
-//! place keeps the general form. Its bytes are sliced from the map at each access (an `Arc` clone). Like any
-//! checked blob it is verified before its first byte is served (it is at most
+//! place keeps the general form. Its bytes are sliced from the map at each access (an `Arc`
+//! clone). Like any checked blob it is verified before its first byte is served (it is at most
 //! [`SYNC_CHECK_MAX`] bytes, so the check is synchronous and short), and once found corrupt
 //! every access is an error. A larger stored member keeps the general form, whose [`Check`] can
 //! run in the background.

@@ -51,6 +51,18 @@ fn seen(entries: &[ViewEntry]) -> Vec<(String, Option<Vec<u8>>, SystemTime, bool
         .collect()
 }
 
+/// The view of data set 0 in `format` at mount path `v`.
+fn root_at_v(format: Format, dimension_names: bool) -> ViewRoot {
+    ViewRoot {
+        dataset: 0,
+        kind: format.family(),
+        format,
+        mount: "v".into(),
+        canonical: "v".into(),
+        dimension_names,
+    }
+}
+
 #[test]
 fn a_view_handed_on_in_batches_is_the_view_kept_whole() {
     let mut opened = open_source(FIXTURE).unwrap();
@@ -64,14 +76,7 @@ fn a_view_handed_on_in_batches_is_the_view_kept_whole() {
     ];
     for format in formats {
         for dimension_names in [false, true] {
-            let root = ViewRoot {
-                dataset: 0,
-                kind: format.family(),
-                format,
-                mount: "v".into(),
-                canonical: "v".into(),
-                dimension_names,
-            };
+            let root = root_at_v(format, dimension_names);
             let whole = view_entries(dataset, &root);
             let (sender, received) = sync_channel(64);
             let sink = EntrySink {
@@ -132,14 +137,7 @@ fn a_commits_local_view_is_the_whole_view_but_the_other_items() {
     let ids = items(dataset);
     assert!(ids.len() >= 8, "{ids:?}");
     for format in [Format::ZarrV2, Format::ZarrV3] {
-        let root = ViewRoot {
-            dataset: 0,
-            kind: format.family(),
-            format,
-            mount: "v".into(),
-            canonical: "v".into(),
-            dimension_names: false,
-        };
+        let root = root_at_v(format, false);
         let whole = view_entries(dataset, &root);
         for id in &ids {
             let mut expected = whole.clone();

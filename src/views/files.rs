@@ -14,7 +14,6 @@
 //! synthesised (a source's own may be stale). The same code writes a committed item into a
 //! FilesDaf source, in the source's own version.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::formats::files_index::{index_len, index_text, IndexValue};
@@ -27,7 +26,7 @@ use crate::stores::rendered::rendered;
 use crate::stores::{Blob, Bytes, StoreError};
 
 use super::keyed::KeyedBuilder;
-use super::{dataset_mtime, json_files, EntrySink, ViewBuilder, ViewEntry, ViewNode};
+use super::{dataset_mtime, EntrySink, ViewBuilder, ViewEntry, ViewNode};
 
 /// The FilesDaf tree of `dataset` in FilesDaf `version`, rooted at `prefix`.
 pub fn files_view(dataset: &Dataset, prefix: &str, version: FilesVersion) -> Vec<ViewEntry> {
@@ -41,15 +40,15 @@ pub fn files_view_into(
     version: FilesVersion,
     sink: Option<&EntrySink>,
 ) -> Vec<ViewEntry> {
-    let mut view = ViewBuilder::into_sink(prefix, sink, version == FilesVersion::V1_1);
+    let mut view = ViewBuilder::into_sink(prefix, sink);
     root_files(&mut view, dataset, version);
+    // The documents `metadata.json` indexes (every one the view shows, in the order of its keys).
+    let mut documents = Vec::new();
     for name in dataset.scalars.keys() {
-        item_files(
-            &mut view,
-            dataset,
-            &PropertyId::Scalar(name.clone()),
-            version,
-        );
+        let id = PropertyId::Scalar(name.clone());
+        if let Some(document) = item_files(&mut view, dataset, &id, version) {
+            documents.push((format!("scalars/{name}"), document));
+        }
     }
     for name in dataset.axes.keys() {
         item_files(&mut view, dataset, &PropertyId::Axis(name.clone()), version);
@@ -58,13 +57,12 @@ pub fn files_view_into(
         let document = dataset
             .files_source
             .document(&format!("{}.json", p.path), version);
-        property_files(&mut view, &p.path, p.property, version, document);
+        let document = property_files(&mut view, &p.path, p.property, version, document);
+        documents.push((p.path, document));
     }
-    let (mut entries, sent) = view.finish_with_json();
+    let mut entries = view.finish();
     if version == FilesVersion::V1_1 {
-        let sent = sent.iter().map(|(path, blob)| (path.as_str(), blob));
-        let metadata = metadata_json(dataset, prefix, sent.chain(json_files(&entries)));
-        entries.push(metadata);
+        entries.push(metadata_json(dataset, prefix, documents));
     }
     entries
 }
@@ -106,34 +104,19 @@ pub fn local_entries(
 /// The view's `metadata.json` (§3.5), made from the documents the view shows when read (kept in
 /// the bounded decode cache, made again once evicted; its keys kept compact, see
 /// [`super::keyed`]).
-fn metadata_json<'a>(
+fn metadata_json(
     dataset: &Dataset,
     prefix: &str,
-    json_files: impl Iterator<Item = (&'a str, &'a Arc<Blob>)>,
+    documents: Vec<(String, Arc<Blob>)>,
 ) -> ViewEntry {
     let view = ViewBuilder::new(prefix);
-    // Only the `.json` files can be documents; their paths are looked up through one buffer.
-    let files: HashMap<&str, &Arc<Blob>, foldhash::fast::RandomState> = json_files.collect();
-    let mut full = String::new();
     let mut index = KeyedBuilder::default();
     for (name, axis) in &dataset.axes {
         index.push(&format!("axes/{name}"), IndexValue::Axis(axis.len()));
     }
-    let documents = dataset
-        .scalars
-        .keys()
-        .map(|name| format!("scalars/{name}"))
-        .chain(dataset.properties().map(|p| p.path));
-    for key in documents {
-        full.clear();
-        full.push_str(&view.prefix);
-        full.push_str(&key);
-        full.push_str(".json");
-        if let Some(blob) = files.get(full.as_str()) {
-            index.push(&key, IndexValue::Document(Arc::clone(blob)));
-        }
+    for (key, document) in documents {
+        index.push(&key, IndexValue::Document(document));
     }
-    drop(files);
     let index = Arc::new(index.finish());
     let counted = index.clone();
     let blob = rendered(
@@ -160,53 +143,62 @@ pub fn item_entries(dataset: &Dataset, id: &PropertyId, version: FilesVersion) -
     view.finish()
 }
 
-fn item_files(view: &mut ViewBuilder, dataset: &Dataset, id: &PropertyId, version: FilesVersion) {
+/// Adds the files of item `id`; returns its JSON document (`None` for an axis, which has none).
+fn item_files(
+    view: &mut ViewBuilder,
+    dataset: &Dataset,
+    id: &PropertyId,
+    version: FilesVersion,
+) -> Option<Arc<Blob>> {
     match id {
         PropertyId::Scalar(name) => {
-            let Some(prop) = dataset.scalars.get(name) else {
-                return;
-            };
+            let prop = dataset.scalars.get(name)?;
             let path = format!("scalars/{name}.json");
-            if let Some(blob) = dataset.files_source.document(&path, version) {
-                view.file(&path, blob.clone(), prop.mtime);
-                return;
-            }
-            let scalar = prop.scalar.clone();
-            view.text(&path, prop.mtime, move || match version {
-                FilesVersion::V1_0 => scalar.files_json(),
-                FilesVersion::V1_1 => scalar.files_json_1_1(),
-            });
+            let blob = match dataset.files_source.document(&path, version) {
+                Some(blob) => blob.clone(),
+                None => {
+                    let scalar = prop.scalar.clone();
+                    Blob::lazy(None, move || {
+                        let text = match version {
+                            FilesVersion::V1_0 => scalar.files_json(),
+                            FilesVersion::V1_1 => scalar.files_json_1_1(),
+                        };
+                        Ok(Bytes::from_vec(text.into_bytes()))
+                    })
+                }
+            };
+            view.file(&path, blob.clone(), prop.mtime);
+            Some(blob)
         }
         PropertyId::Axis(name) => {
-            let Some(axis) = dataset.axes.get(name) else {
-                return;
-            };
+            let axis = dataset.axes.get(name)?;
             view.file(
                 &format!("axes/{name}.txt"),
                 axis.entries.lines(),
                 axis.mtime,
             );
+            None
         }
         PropertyId::Vector { .. } | PropertyId::Matrix { .. } => {
-            if let Some(property) = dataset.property(id) {
-                let base = id.path();
-                let document = dataset
-                    .files_source
-                    .document(&format!("{base}.json"), version);
-                property_files(view, &base, property, version, document);
-            }
+            let property = dataset.property(id)?;
+            let base = id.path();
+            let document = dataset
+                .files_source
+                .document(&format!("{base}.json"), version);
+            Some(property_files(view, &base, property, version, document))
         }
     }
 }
 
 /// The files of a vector or matrix; its descriptor is `document` (the source's) when given.
+/// Returns the descriptor shown.
 fn property_files(
     view: &mut ViewBuilder,
     base: &str,
     prop: &Property,
     version: FilesVersion,
     document: Option<&Arc<Blob>>,
-) {
+) -> Arc<Blob> {
     let mtime = prop.mtime.get();
     let mut file =
         |ext: &str, blob: &Arc<Blob>| view.file(&format!("{base}.{ext}"), blob.clone(), mtime);
@@ -218,7 +210,8 @@ fn property_files(
             Some(blob) => blob.clone(),
             None => view.document(dense_descriptor(eltype).into_bytes()).1,
         };
-        view.file(&format!("{base}.json"), blob, mtime);
+        view.file(&format!("{base}.json"), blob.clone(), mtime);
+        blob
     };
     let descriptor: Make = match &prop.payload {
         Payload::Dense { eltype, data } => {
@@ -251,7 +244,8 @@ fn property_files(
             Ok(Bytes::from_vec(descriptor()?.into_bytes()))
         }),
     };
-    view.file(&format!("{base}.json"), blob, mtime);
+    view.file(&format!("{base}.json"), blob.clone(), mtime);
+    blob
 }
 
 /// A sparse descriptor in the forms of `version`; the 1.1 form counts the index files'

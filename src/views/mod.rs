@@ -91,8 +91,6 @@ pub(crate) struct ViewBuilder {
     documents: HashMap<Vec<u8>, Document, foldhash::fast::RandomState>,
     /// Where full batches go, if anywhere.
     sink: Option<EntrySink>,
-    /// The `.json` files handed on, when asked for (`metadata.json` is made of them).
-    json_files: Option<Vec<(String, Arc<Blob>)>>,
     /// While set, entries are not made (a commit's view of one item renders the others only
     /// for the documents made of every item).
     pub(crate) muted: bool,
@@ -110,21 +108,15 @@ impl ViewBuilder {
             entries: Vec::new(),
             documents: HashMap::default(),
             sink: None,
-            json_files: None,
             muted: false,
         }
     }
 
-    /// A builder that hands its entries to `sink` in batches (keeping the `.json` files it
-    /// hands on if `keep_json`); [`ViewBuilder::finish`] then returns the last ones.
-    pub(crate) fn into_sink(
-        prefix: &str,
-        sink: Option<&EntrySink>,
-        keep_json: bool,
-    ) -> ViewBuilder {
+    /// A builder that hands its entries to `sink` in batches; [`ViewBuilder::finish`] then
+    /// returns the last ones.
+    pub(crate) fn into_sink(prefix: &str, sink: Option<&EntrySink>) -> ViewBuilder {
         let mut view = ViewBuilder::new(prefix);
         view.sink = sink.cloned();
-        view.json_files = (keep_json && view.sink.is_some()).then(Vec::new);
         view
     }
 
@@ -134,10 +126,6 @@ impl ViewBuilder {
         if self.entries.len() >= BATCH {
             if let Some(sink) = &self.sink {
                 let mut batch = std::mem::replace(&mut self.entries, Vec::with_capacity(BATCH));
-                // As when the whole view is kept: `metadata.json` lists names too long to show.
-                if let Some(json) = &mut self.json_files {
-                    json.extend(json_files(&batch).map(|(p, b)| (p.to_string(), b.clone())));
-                }
                 keep_showable(&mut batch);
                 // A closed sink is a build given up: the rest is not needed.
                 let _ = sink.sender.send((sink.tag, batch));
@@ -229,19 +217,6 @@ impl ViewBuilder {
     pub(crate) fn finish(self) -> Vec<ViewEntry> {
         self.entries
     }
-
-    /// The entries not handed on, and the `.json` files handed on (if kept).
-    pub(crate) fn finish_with_json(self) -> (Vec<ViewEntry>, Vec<(String, Arc<Blob>)>) {
-        (self.entries, self.json_files.unwrap_or_default())
-    }
-}
-
-/// The `.json` files among `entries`, with their paths.
-fn json_files(entries: &[ViewEntry]) -> impl Iterator<Item = (&str, &Arc<Blob>)> {
-    entries.iter().filter_map(|e| match &e.node {
-        ViewNode::File(blob) if e.path.ends_with(".json") => Some((e.path.as_str(), blob)),
-        _ => None,
-    })
 }
 
 /// Renders every item of `dataset` into `z` in the order of a Zarr view (scalars, axes, then

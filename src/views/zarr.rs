@@ -40,7 +40,7 @@ impl ZarrBuilder {
         sink: Option<&EntrySink>,
     ) -> ZarrBuilder {
         ZarrBuilder {
-            view: ViewBuilder::into_sink(prefix, sink, false),
+            view: ViewBuilder::into_sink(prefix, sink),
             metadata: KeyedBuilder::default(),
             dimensions,
             last_zarray: None,

@@ -218,7 +218,7 @@ struct V3Builder {
 impl V3Builder {
     fn new(prefix: &str, sink: Option<&EntrySink>) -> V3Builder {
         V3Builder {
-            view: ViewBuilder::into_sink(prefix, sink, false),
+            view: ViewBuilder::into_sink(prefix, sink),
             metadata: KeyedBuilder::default(),
             group_entry: Bytes::from_vec(GROUP_ENTRY.into()),
             dimensions: None,

@@ -147,14 +147,25 @@ enum Slot {
 
 /// Keys and their slots, sorted by key, each key once: a sorted vector rather than a tree (sized
 /// exactly, built without a node per few keys, and searched in about half the key comparisons
-/// of a `BTreeMap` of a million keys).
+/// of a `BTreeMap` of a million keys), shared by the index's copies (a store hands out its
+/// index by copy).
 #[derive(Clone, Debug, Default)]
-struct Sorted(Vec<(Box<str>, Slot)>);
+struct Sorted(Arc<[(Box<str>, Slot)]>);
 
-/// Sorts `pairs` by key, keeping of duplicated keys the last one.
-fn sort_last_wins<V>(pairs: &mut Vec<(Box<str>, V)>) {
-    sort_last_wins_by(pairs, |a, b| a.0.cmp(&b.0));
+/// Sorts `pairs` by key, keeping of duplicated keys the last one (a large index: its slices
+/// sorted first on every core, then merged).
+fn sort_last_wins<V: Send>(pairs: &mut Vec<(Box<str>, V)>) {
+    let order = |a: &(Box<str>, V), b: &(Box<str>, V)| a.0.cmp(&b.0);
+    parallel::sort_slices(
+        pairs,
+        parallel::Split::per_core(KEYS_PER_SORT_THREAD),
+        order,
+    );
+    sort_last_wins_by(pairs, order);
 }
+
+/// Fewest keys worth a sorting thread of their own.
+const KEYS_PER_SORT_THREAD: usize = 100_000;
 
 /// Sorts `items` by `order`, keeping of items equal by it the last one (as a map collected
 /// from them would).

@@ -163,8 +163,10 @@ fn place_children(nodes: &mut NodeTable, names: &str) -> Box<[u32]> {
         };
         let (from, to) = (range.start as usize, range.start as usize + range.len());
         if let Some(run) = children.get_mut(from..to) {
+            // Stable: a run out of order only where a view put a group's document before its
+            // children (`zarr.json`, `.zgroup`) is sorted in about one merge.
             if !run.is_sorted_by(|a, b| name(a) <= name(b)) {
-                run.sort_unstable_by(|a, b| name(a).cmp(name(b)));
+                run.sort_by(|a, b| name(a).cmp(name(b)));
             }
         }
     }

@@ -142,6 +142,33 @@ pub fn map_slices_with<T: Sync, R: Send, S>(
     })
 }
 
+/// Sorts stably by `order` each of up to `split.threads` contiguous slices of `items`, on a
+/// thread of its own (a thread that cannot be started leaves its slice as it was): a stable sort
+/// of the whole then finds the slices as runs and merges them, the sort the sequential one.
+pub fn sort_slices<T: Send>(
+    items: &mut [T],
+    split: Split,
+    order: impl Fn(&T, &T) -> std::cmp::Ordering + Sync,
+) {
+    let threads = split.threads_for(items.len());
+    if threads > 1 {
+        let per = items.len().div_ceil(threads);
+        let order = &order;
+        std::thread::scope(|scope| {
+            let mut slices = items.chunks_mut(per);
+            let first = slices.next();
+            for slice in slices {
+                let _ = std::thread::Builder::new()
+                    .name("daf-sort".into())
+                    .spawn_scoped(scope, move || slice.sort_by(order));
+            }
+            if let Some(first) = first {
+                first.sort_by(order);
+            }
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,6 +199,31 @@ mod tests {
         }
         let none: Vec<usize> = Vec::new();
         assert!(map_slices(&none, Split::per_core(1), |i| *i).is_empty());
+    }
+
+    #[test]
+    fn slices_sorted_apart_then_merged_are_the_stable_sequential_sort() {
+        // Pairs equal by their first number keep their order (their second one).
+        let items: Vec<(u32, u32)> = (0..10_001).map(|i| ((i * 7919) % 101, i)).collect();
+        let mut sequential = items.clone();
+        sequential.sort_by_key(|p| p.0);
+        for threads in [1, 2, 3, 8] {
+            let split = Split {
+                threads,
+                min_per_thread: 1000,
+            };
+            let mut sorted = items.clone();
+            sort_slices(&mut sorted, split, |a, b| a.0.cmp(&b.0));
+            let slices = split.threads_for(items.len());
+            if slices > 1 {
+                let per = items.len().div_ceil(slices);
+                assert!(sorted.chunks(per).all(|c| c.is_sorted_by_key(|p| p.0)));
+            } else {
+                assert_eq!(sorted, items, "one slice is left to the whole sort");
+            }
+            sorted.sort_by_key(|p| p.0);
+            assert_eq!(sorted, sequential, "{threads}");
+        }
     }
 
     #[test]

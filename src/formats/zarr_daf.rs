@@ -234,7 +234,8 @@ impl TreeReader<'_> {
     }
 
     /// The properties of `group`, each of Zarr shape `shape`: read on the threads the split
-    /// allows, kept (or passed to `skipped`) in their sorted order.
+    /// allows, kept (or passed to `skipped`) in their sorted order. Each sub-directory is read
+    /// through a copy of the index that sees only its keys (a few, not the whole source's).
     fn properties(
         &self,
         group: &str,
@@ -242,15 +243,21 @@ impl TreeReader<'_> {
         skipped: &mut dyn FnMut(&str, FormatError),
     ) -> Properties {
         let (index, version) = (self.index, self.version);
-        let names = self.node_names(group);
+        let dirs = index.dir_windows(group);
         // Each thread keeps the layouts of the documents it parsed: most arrays of a group
         // have the same document.
-        let read = map_slices_with(&names, self.split, MetaCache::new, |cache, name| {
-            read_property_through(version, index, &format!("{group}/{name}"), shape, cache)
+        let init = || (MetaCache::new(), index.clone());
+        let read = map_slices_with(&dirs, self.split, init, |(cache, seen), (name, keys)| {
+            seen.see(keys);
+            let node = !name.starts_with('.') && version.has_node(seen, group, name);
+            node.then(|| {
+                read_property_through(version, seen, &format!("{group}/{name}"), shape, cache)
+            })
         });
-        names
-            .into_iter()
+        dirs.into_iter()
             .zip(read)
+            .filter_map(|((name, _), read)| Some((name, read?)))
+            .filter(|(name, _)| accept_name(name, || format!("node {group}/{name:?}")))
             .filter_map(|(name, property)| match property {
                 Ok(p) => Some((name, p)),
                 Err(e) => {

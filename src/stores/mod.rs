@@ -33,6 +33,7 @@ mod member;
 pub mod parallel;
 pub mod range_check;
 pub mod rendered;
+mod sorted;
 pub mod store;
 pub mod zip;
 pub mod zip_append;
@@ -49,7 +50,10 @@ use std::time::SystemTime;
 
 pub use blob::Blob;
 pub use bytes::Bytes;
+pub use sorted::{sort_last_wins_by, Window};
 pub use store::Store;
+
+use sorted::{sort_last_wins, Sorted};
 
 /// Locks `m`, also after a holder panicked: every value these locks guard (caches, queues,
 /// progress) stays consistent between statements, so the daemon goes on rather than panicking too.
@@ -145,63 +149,6 @@ enum Slot {
     Deferred(u32),
 }
 
-/// Keys and their slots, sorted by key, each key once: a sorted vector rather than a tree (sized
-/// exactly, built without a node per few keys, and searched in about half the key comparisons
-/// of a `BTreeMap` of a million keys), shared by the index's copies (a store hands out its
-/// index by copy).
-#[derive(Clone, Debug, Default)]
-struct Sorted(Arc<[(Box<str>, Slot)]>);
-
-/// Sorts `pairs` by key, keeping of duplicated keys the last one (a large index: its slices
-/// sorted first on every core, then merged).
-fn sort_last_wins<V: Send>(pairs: &mut Vec<(Box<str>, V)>) {
-    let order = |a: &(Box<str>, V), b: &(Box<str>, V)| a.0.cmp(&b.0);
-    parallel::sort_slices(
-        pairs,
-        parallel::Split::per_core(KEYS_PER_SORT_THREAD),
-        order,
-    );
-    sort_last_wins_by(pairs, order);
-}
-
-/// Fewest keys worth a sorting thread of their own.
-const KEYS_PER_SORT_THREAD: usize = 100_000;
-
-/// Sorts `items` by `order`, keeping of items equal by it the last one (as a map collected
-/// from them would).
-pub fn sort_last_wins_by<T>(items: &mut Vec<T>, order: impl Fn(&T, &T) -> std::cmp::Ordering) {
-    // Stable: equal items keep their order, and the later one replaces the kept one.
-    items.sort_by(&order);
-    items.dedup_by(|later, kept| {
-        let same = order(later, kept).is_eq();
-        if same {
-            std::mem::swap(later, kept);
-        }
-        same
-    });
-}
-
-impl Sorted {
-    fn get_key_value(&self, key: &str) -> Option<(&str, &Slot)> {
-        let at = self.0.binary_search_by(|(k, _)| (**k).cmp(key)).ok()?;
-        self.0.get(at).map(|(k, slot)| (&**k, slot))
-    }
-
-    fn contains_key(&self, key: &str) -> bool {
-        self.get_key_value(key).is_some()
-    }
-
-    /// The pairs from the first key at or after `from` (after it, when `inclusive` is false).
-    fn from(&self, from: &str, inclusive: bool) -> std::slice::Iter<'_, (Box<str>, Slot)> {
-        let at = self.0.partition_point(|(k, _)| match (**k).cmp(from) {
-            std::cmp::Ordering::Less => true,
-            std::cmp::Ordering::Equal => !inclusive,
-            std::cmp::Ordering::Greater => false,
-        });
-        self.0[at..].iter()
-    }
-}
-
 /// The keys of an opened source, sorted, with their entries.
 #[derive(Clone, Debug, Default)]
 pub struct StoreIndex {
@@ -216,7 +163,7 @@ impl StoreIndex {
     /// An index over the given entries.
     pub fn new(entries: BTreeMap<String, Entry>, root_mtime: Option<SystemTime>) -> StoreIndex {
         StoreIndex {
-            entries: Sorted(
+            entries: Sorted::new(
                 entries
                     .into_iter()
                     .map(|(key, entry)| (key.into_boxed_str(), Slot::Made(entry)))
@@ -237,7 +184,7 @@ impl StoreIndex {
         // Sorted as (key, number) pairs, half the size of the slots they become.
         sort_last_wins(&mut keys);
         StoreIndex {
-            entries: Sorted(
+            entries: Sorted::new(
                 keys.into_iter()
                     .map(|(key, id)| (key, Slot::Deferred(id)))
                     .collect(),
@@ -276,7 +223,7 @@ impl StoreIndex {
     pub(crate) fn made_count(&self) -> usize {
         let made = self
             .entries
-            .0
+            .pairs()
             .iter()
             .filter(|(_, s)| matches!(s, Slot::Made(_)));
         made.count() + self.maker.as_ref().map_or(0, |m| m.made())
@@ -296,17 +243,17 @@ impl StoreIndex {
 
     /// Number of entries.
     pub fn len(&self) -> usize {
-        self.entries.0.len()
+        self.entries.pairs().len()
     }
 
     /// Whether the index is empty.
     pub fn is_empty(&self) -> bool {
-        self.entries.0.is_empty()
+        self.entries.pairs().is_empty()
     }
 
     /// All keys, sorted.
     pub fn keys(&self) -> impl Iterator<Item = &str> {
-        self.entries.0.iter().map(|(key, _)| &**key)
+        self.entries.pairs().iter().map(|(key, _)| &**key)
     }
 
     /// The names directly under directory `dir` ("" for the root): files and sub-directories,
@@ -360,6 +307,18 @@ impl StoreIndex {
         names
     }
 
+    /// The sub-directories of `dir` ("" for the root), sorted, each with the window of the keys
+    /// under it (see [`StoreIndex::see`]).
+    pub fn dir_windows(&self, dir: &str) -> Vec<(String, Window)> {
+        self.entries.dir_windows(dir)
+    }
+
+    /// Makes this copy of an index see only the keys of `window` (one of the index's
+    /// [`StoreIndex::dir_windows`]): a reader of one sub-directory then searches only its keys.
+    pub fn see(&mut self, window: &Window) {
+        self.entries.see(window);
+    }
+
     /// Whether directory `dir` holds any key (without listing them).
     pub fn has_children(&self, dir: &str) -> bool {
         let prefix = format!("{dir}/");
@@ -380,7 +339,7 @@ impl StoreIndex {
             .map(|(key, slot)| (Box::from(&key[full.len()..]), slot.clone()))
             .collect();
         StoreIndex {
-            entries: Sorted(entries),
+            entries: Sorted::new(entries),
             maker: self.maker.clone(),
             root_mtime: self.root_mtime,
         }
@@ -493,6 +452,45 @@ mod tests {
         );
         assert_eq!(idx.children("g/a").len(), 21); // 00…19 and the directory 0
         assert_eq!(idx.children(""), vec!["g", "g0", "h"]);
+    }
+
+    #[test]
+    fn a_copy_seeing_a_dir_window_finds_exactly_that_dirs_keys() {
+        let mut keys: Vec<String> = (0..300).map(|i| format!("g/big/c/{i:03}")).collect();
+        keys.extend(
+            [
+                "g/.zattrs",
+                "g/a/zarr.json",
+                "g/a/c/0",
+                "g/a.x/zarr.json",
+                "g/a-y/z",
+                "g/a0/zarr.json",
+                "g/f",
+                "g//odd",
+                "g0/a/zarr.json",
+                "a/zarr.json",
+            ]
+            .map(String::from),
+        );
+        let idx = index(&keys.iter().map(String::as_str).collect::<Vec<_>>());
+        let dirs = idx.dir_windows("g");
+        let names: Vec<&str> = dirs.iter().map(|(n, _)| n.as_str()).collect();
+        // Sorted by name (the keys have `a-y/` and `a.x/` before `a/`); files and the empty
+        // name left out.
+        assert_eq!(names, ["a", "a-y", "a.x", "a0", "big"]);
+        for (name, window) in &dirs {
+            let mut seen = idx.clone();
+            seen.see(window);
+            let under = format!("g/{name}/");
+            let expected: Vec<&str> = idx.keys().filter(|k| k.starts_with(&under)).collect();
+            assert_eq!(seen.keys().collect::<Vec<_>>(), expected, "{name}");
+            assert!(expected
+                .iter()
+                .all(|k| seen.contains(k) && seen.get_once(k).is_some()));
+            assert!(!seen.contains("g/f") && !seen.contains("g0/a/zarr.json"));
+        }
+        assert_eq!(idx.dir_windows("").len(), 3); // a, g, g0
+        assert!(idx.dir_windows("zz").is_empty() && idx.dir_windows("g/f").is_empty());
     }
 
     #[test]

@@ -95,12 +95,20 @@ impl Namespace {
             if range.len() < LARGE_DIR {
                 continue;
             }
-            let children: Option<Vec<&Node>> = slice_of(&children, range)
-                .iter()
-                .map(|c| nodes.get(u64::from(*c)))
-                .collect();
-            if let Some(children) = children.filter(|c| c.iter().all(|n| !n.elidable())) {
-                kept.insert(ino, children.iter().filter(|n| n.is_dir()).count() as u32);
+            let mut subdirs = Some(0u32);
+            for child in slice_of(&children, range) {
+                match nodes.get(u64::from(*child)) {
+                    Some(node) if !node.elidable() => {
+                        subdirs = subdirs.map(|n| n + u32::from(node.is_dir()));
+                    }
+                    _ => {
+                        subdirs = None;
+                        break;
+                    }
+                }
+            }
+            if let Some(subdirs) = subdirs {
+                kept.insert(ino, subdirs);
             }
         }
         kept.shrink_to_fit();

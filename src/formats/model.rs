@@ -236,6 +236,15 @@ impl FilesSource {
         self.documents.get(path).filter(|_| fits)
     }
 
+    /// [`FilesSource::document`] of the descriptor of the property at `path` (`path.json`;
+    /// none, without a path made, when the source has no documents: a Zarr source).
+    pub fn descriptor(&self, path: &str, view: FilesVersion) -> Option<&Arc<Blob>> {
+        if self.documents.is_empty() {
+            return None;
+        }
+        self.document(&[path, ".json"].concat(), view)
+    }
+
     /// Forgets the documents of item `id` (it was replaced or removed: they no longer describe it).
     fn forget(&mut self, id: &PropertyId) {
         let path = format!("{}.json", id.path());
@@ -339,14 +348,14 @@ impl Dataset {
         let len = |axis: &str| self.axes.get(axis).map_or(0, Axis::len);
         let vectors = self.vectors.iter().flat_map(move |(axis, props)| {
             props.iter().map(move |(name, property)| PropertyRef {
-                path: format!("vectors/{axis}/{name}"),
+                path: ["vectors/", axis, "/", name].concat(),
                 shape: Shape::Vector(len(axis)),
                 property,
             })
         });
         let matrices = self.matrices.iter().flat_map(move |((rows, cols), props)| {
             props.iter().map(move |(name, property)| PropertyRef {
-                path: format!("matrices/{rows}/{cols}/{name}"),
+                path: ["matrices/", rows, "/", cols, "/", name].concat(),
                 shape: Shape::Matrix(len(rows), len(cols)),
                 property,
             })

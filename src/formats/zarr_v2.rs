@@ -11,6 +11,7 @@
 //! non-negative integers whose products (and byte sizes) fit a `u64`, and the chunk grid is never
 //! enumerated: only the keys the store holds under the array are parsed as chunk coordinates.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -51,8 +52,12 @@ pub fn zarray_json(dtype: &str, strings: bool, shape: &[u64]) -> String {
 }
 
 /// The chunk key of a single-chunk array of `ndim` dimensions (`0`, `0.0`).
-pub fn single_chunk_key(ndim: usize) -> String {
-    vec!["0"; ndim.max(1)].join(".")
+pub fn single_chunk_key(ndim: usize) -> Cow<'static, str> {
+    match ndim {
+        0 | 1 => "0".into(),
+        2 => "0.0".into(),
+        _ => vec!["0"; ndim].join(".").into(),
+    }
 }
 
 /// An opened array: what it holds, its shape, and its contiguous content.

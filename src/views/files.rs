@@ -54,9 +54,7 @@ pub fn files_view_into(
         item_files(&mut view, dataset, &PropertyId::Axis(name.clone()), version);
     }
     for p in dataset.properties() {
-        let document = dataset
-            .files_source
-            .document(&format!("{}.json", p.path), version);
+        let document = dataset.files_source.descriptor(&p.path, version);
         let document = property_files(&mut view, &p.path, p.property, version, document);
         documents.push((p.path, document));
     }
@@ -182,9 +180,7 @@ fn item_files(
         PropertyId::Vector { .. } | PropertyId::Matrix { .. } => {
             let property = dataset.property(id)?;
             let base = id.path();
-            let document = dataset
-                .files_source
-                .document(&format!("{base}.json"), version);
+            let document = dataset.files_source.descriptor(&base, version);
             Some(property_files(view, &base, property, version, document))
         }
     }
@@ -201,7 +197,7 @@ fn property_files(
 ) -> Arc<Blob> {
     let mtime = prop.mtime.get();
     let mut file =
-        |ext: &str, blob: &Arc<Blob>| view.file(&format!("{base}.{ext}"), blob.clone(), mtime);
+        |ext: &str, blob: &Arc<Blob>| view.file_at(&[base, ".", ext], blob.clone(), mtime);
     // The descriptor's text, made on first access (a 1.1 sparse one counts the index files).
     type Make = Box<dyn Fn() -> Result<String, StoreError> + Send + Sync>;
     // A dense one is known now: shared with every equal one (`ViewBuilder::document`).
@@ -210,7 +206,7 @@ fn property_files(
             Some(blob) => blob.clone(),
             None => view.document(dense_descriptor(eltype).into_bytes()).1,
         };
-        view.file(&format!("{base}.json"), blob.clone(), mtime);
+        view.file_at(&[base, ".json"], blob.clone(), mtime);
         blob
     };
     let descriptor: Make = match &prop.payload {
@@ -244,7 +240,7 @@ fn property_files(
             Ok(Bytes::from_vec(descriptor()?.into_bytes()))
         }),
     };
-    view.file(&format!("{base}.json"), blob.clone(), mtime);
+    view.file_at(&[base, ".json"], blob.clone(), mtime);
     blob
 }
 

@@ -138,13 +138,20 @@ impl ViewBuilder {
     fn full(&self, path: &str) -> String {
         // One allocation of the exact size (a view makes one path per entry).
         let path = path.trim_end_matches('/');
-        let mut full = String::with_capacity(self.prefix.len() + path.len());
-        full.push_str(&self.prefix);
-        full.push_str(path);
+        let mut full = self.full_of(&[path]);
         if path.is_empty() {
             let kept = full.trim_end_matches('/').len();
             full.truncate(kept);
         }
+        full
+    }
+
+    /// The full path of the relative path made of `parts`, in one allocation of the exact size.
+    fn full_of(&self, parts: &[&str]) -> String {
+        let len = parts.iter().map(|p| p.len()).sum::<usize>();
+        let mut full = String::with_capacity(self.prefix.len() + len);
+        full.push_str(&self.prefix);
+        parts.iter().for_each(|part| full.push_str(part));
         full
     }
 
@@ -162,10 +169,16 @@ impl ViewBuilder {
     }
 
     pub(crate) fn file(&mut self, path: &str, blob: Arc<Blob>, mtime: SystemTime) {
+        self.file_at(&[path], blob, mtime);
+    }
+
+    /// A file at the relative path made of `parts` (`[base, ".json"]`: no path is formatted
+    /// first).
+    pub(crate) fn file_at(&mut self, parts: &[&str], blob: Arc<Blob>, mtime: SystemTime) {
         if self.muted {
             return;
         }
-        let path = self.full(path);
+        let path = self.full_of(parts);
         self.push(ViewEntry {
             path,
             node: ViewNode::File(blob),
@@ -176,12 +189,12 @@ impl ViewBuilder {
 
     /// A file shown only if its blob turns out present (see [`ViewEntry::elidable`]); a blob
     /// that cannot be absent makes a plain file.
-    pub(crate) fn elidable_file(&mut self, path: &str, blob: Arc<Blob>, mtime: SystemTime) {
+    pub(crate) fn elidable_file_at(&mut self, parts: &[&str], blob: Arc<Blob>, mtime: SystemTime) {
         if self.muted {
             return;
         }
         let elidable = blob.may_be_absent();
-        self.file(path, blob, mtime);
+        self.file_at(parts, blob, mtime);
         if let Some(entry) = self.entries.last_mut() {
             entry.elidable = elidable;
         }
@@ -298,7 +311,7 @@ pub fn join(dir: &str, rel: &str) -> String {
     match (dir.is_empty(), rel.is_empty()) {
         (true, _) => rel.to_string(),
         (false, true) => dir.to_string(),
-        (false, false) => format!("{dir}/{rel}"),
+        (false, false) => [dir, "/", rel].concat(),
     }
 }
 

@@ -118,11 +118,8 @@ impl ZarrBuilder {
             }
         }
         if !shape.contains(&0) {
-            self.view.file(
-                &format!("{path}/{}", single_chunk_key(shape.len())),
-                chunk,
-                mtime,
-            );
+            let key = single_chunk_key(shape.len());
+            self.view.file_at(&[path, "/", &key], chunk, mtime);
         }
     }
 

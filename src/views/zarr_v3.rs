@@ -17,6 +17,7 @@
 //! With `--dimension-names`, every array's `zarr.json` (and its entry in the consolidated
 //! metadata) also holds `dimension_names` ([`super::dimensions`]), in its sorted place.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -187,8 +188,12 @@ fn compact(value: &Value) -> String {
 }
 
 /// The key of the one chunk of an array of `ndim` dimensions: `c/0`, `c/0/0`.
-pub fn single_chunk_key(ndim: usize) -> String {
-    format!("c/{}", vec!["0"; ndim.max(1)].join("/"))
+pub fn single_chunk_key(ndim: usize) -> Cow<'static, str> {
+    match ndim {
+        0 | 1 => "c/0".into(),
+        2 => "c/0/0".into(),
+        _ => format!("c/{}", vec!["0"; ndim].join("/")).into(),
+    }
 }
 
 /// Whether a synthesised scalar chunk holds the fill value (`isequal` to it in Julia: `+0.0`, not
@@ -276,8 +281,8 @@ impl V3Builder {
         // does not store such chunks; a chunk that may be absent (a remote one a 404 would
         // make the fill) is listed only once it is known present.
         if let Some(chunk) = chunk.filter(|c| !c.is_fill()) {
-            let key = format!("{path}/{}", single_chunk_key(ndim));
-            self.view.elidable_file(&key, chunk, mtime);
+            let key = single_chunk_key(ndim);
+            self.view.elidable_file_at(&[path, "/", &key], chunk, mtime);
         }
         self.metadata.push(path, doc);
     }

@@ -526,13 +526,18 @@ impl Builder<'_> {
     fn remember(&mut self, recent: Recent, hash: u64) {
         let now = self.clock;
         let stale = |r: &Recent| r.len == 0 || now.wrapping_sub(r.used) > RECENT_NAMES as u32;
-        let (mut held, mut slots) = (recent, slots_of(hash).to_vec());
+        // The held name's slots (the second one when `both`; a moved name's other slot only).
+        let (mut held, mut slots, mut both) = (recent, slots_of(hash), true);
         for _ in 0..8 {
-            if let Some(slot) = slots.iter().copied().find(|s| stale(&self.recent[*s])) {
+            let candidates = &slots[..if both { 2 } else { 1 }];
+            if let Some(slot) = candidates.iter().copied().find(|s| stale(&self.recent[*s])) {
                 self.recent[slot] = held;
                 return;
             }
-            let oldest = slots.iter().copied().min_by_key(|s| self.recent[*s].used);
+            let oldest = candidates
+                .iter()
+                .copied()
+                .min_by_key(|s| self.recent[*s].used);
             let Some(slot) = oldest else {
                 return;
             };
@@ -542,10 +547,12 @@ impl Builder<'_> {
                 return;
             };
             held = moved;
-            slots = slots_of(self.hasher.hash_one(name))
-                .into_iter()
-                .filter(|s| *s != slot)
-                .collect();
+            let [first, second] = slots_of(self.hasher.hash_one(name));
+            let other = if first == slot { second } else { first };
+            if other == slot {
+                return;
+            }
+            (slots, both) = ([other, other], false);
         }
     }
 

@@ -144,7 +144,8 @@ pub fn map_slices_with<T: Sync, R: Send, S>(
 
 /// Sorts stably by `order` each of up to `split.threads` contiguous slices of `items`, on a
 /// thread of its own (a thread that cannot be started leaves its slice as it was): a stable sort
-/// of the whole then finds the slices as runs and merges them, the sort the sequential one.
+/// of the whole then finds the slices as runs and merges them (the result is the sequential
+/// sort's).
 pub fn sort_slices<T: Send>(
     items: &mut [T],
     split: Split,

@@ -42,11 +42,14 @@ pub fn files_view_into(
 ) -> Vec<ViewEntry> {
     let mut view = ViewBuilder::into_sink(prefix, sink);
     root_files(&mut view, dataset, version);
-    // The documents `metadata.json` indexes (every one the view shows, in the order of its keys).
+    // The documents a 1.1 view's `metadata.json` indexes (every one the view shows, in the
+    // order of its keys).
+    let indexed = version == FilesVersion::V1_1;
     let mut documents = Vec::new();
     for name in dataset.scalars.keys() {
         let id = PropertyId::Scalar(name.clone());
-        if let Some(document) = item_files(&mut view, dataset, &id, version) {
+        let document = item_files(&mut view, dataset, &id, version);
+        if let Some(document) = document.filter(|_| indexed) {
             documents.push((format!("scalars/{name}"), document));
         }
     }
@@ -56,10 +59,12 @@ pub fn files_view_into(
     for p in dataset.properties() {
         let document = dataset.files_source.descriptor(&p.path, version);
         let document = property_files(&mut view, &p.path, p.property, version, document);
-        documents.push((p.path, document));
+        if indexed {
+            documents.push((p.path, document));
+        }
     }
     let mut entries = view.finish();
-    if version == FilesVersion::V1_1 {
+    if indexed {
         entries.push(metadata_json(dataset, prefix, documents));
     }
     entries

@@ -195,12 +195,5 @@ pub(super) fn kids_of<'a>(
 
 /// Whether `path` has an empty component (it is empty, starts or ends with `/`, or has `//`).
 pub(super) fn has_empty_component(path: &str) -> bool {
-    let mut previous = b'/';
-    for &byte in path.as_bytes() {
-        if byte == b'/' && previous == b'/' {
-            return true;
-        }
-        previous = byte;
-    }
-    previous == b'/'
+    path.is_empty() || path.starts_with('/') || path.ends_with('/') || path.contains("//")
 }

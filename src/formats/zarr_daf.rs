@@ -75,14 +75,12 @@ impl ZarrVersion {
         }
     }
 
-    /// Whether `name` in `group` is a node (array or group) of the store.
-    fn has_node(self, index: &StoreIndex, group: &str, name: &str) -> bool {
+    /// Whether `key` is a node (array or group) of the store.
+    fn has_node(self, index: &StoreIndex, key: &str) -> bool {
+        let has = |document: &str| index.contains(&[key, "/", document].concat());
         match self {
-            ZarrVersion::V2 => {
-                index.contains(&format!("{group}/{name}/.zarray"))
-                    || index.contains(&format!("{group}/{name}/.zgroup"))
-            }
-            ZarrVersion::V3 => index.contains(&format!("{group}/{name}/zarr.json")),
+            ZarrVersion::V2 => has(".zarray") || has(".zgroup"),
+            ZarrVersion::V3 => has("zarr.json"),
         }
     }
 }
@@ -246,14 +244,21 @@ impl TreeReader<'_> {
         let dirs = index.dir_windows(group);
         // Each thread keeps the layouts of the documents it parsed: most arrays of a group
         // have the same document.
-        let init = || (MetaCache::new(), index.clone());
-        let read = map_slices_with(&dirs, self.split, init, |(cache, seen), (name, keys)| {
-            seen.see(keys);
-            let node = !name.starts_with('.') && version.has_node(seen, group, name);
-            node.then(|| {
-                read_property_through(version, seen, &format!("{group}/{name}"), shape, cache)
-            })
-        });
+        let init = || (MetaCache::new(), index.clone(), String::new());
+        let read = map_slices_with(
+            &dirs,
+            self.split,
+            init,
+            |(cache, seen, key), (name, keys)| {
+                seen.see(keys);
+                key.clear();
+                key.push_str(group);
+                key.push('/');
+                key.push_str(name);
+                let node = !name.starts_with('.') && version.has_node(seen, key);
+                node.then(|| read_property_through(version, seen, key, shape, cache))
+            },
+        );
         dirs.into_iter()
             .zip(read)
             .filter_map(|((name, _), read)| Some((name, read?)))
@@ -274,7 +279,7 @@ impl TreeReader<'_> {
         let (index, version) = (self.index, self.version);
         let children = index.children(group);
         let nodes = map_slices(&children, self.split, |name| {
-            !name.starts_with('.') && version.has_node(index, group, name)
+            !name.starts_with('.') && version.has_node(index, &format!("{group}/{name}"))
         });
         children
             .into_iter()

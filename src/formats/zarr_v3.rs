@@ -37,7 +37,7 @@ fn meta_key(key: &str) -> String {
     if key.is_empty() {
         ZARR_JSON.to_string()
     } else {
-        format!("{key}/{ZARR_JSON}")
+        [key, "/", ZARR_JSON].concat()
     }
 }
 

@@ -13,7 +13,7 @@ use crate::formats::source::{open_source, parse_source, Source, SourceSpec};
 use crate::fuse::{mount_config, FuseAdapter, MountSettings};
 use crate::staging::StagingArea;
 use crate::stores::http::redact;
-use crate::stores::zip_append::{start_tail_writer, tail_writer_started};
+use crate::stores::zip_append::start_tail_writer;
 use crate::sys::{fork, Forked};
 
 use super::lock::{lock_source, WriterLock};
@@ -79,9 +79,10 @@ pub fn run(args: Args) -> Result<(), CliError> {
     // A writable ZIP source's helper is forked now, while the process is single-threaded and
     // small: forked after the source read, it shared every page of the model and the tree with
     // the daemon, and the first commit's writes then copied them (141,000 page faults, readers
-    // stalled 11-16 ms behind the state lock at 1M entries).
+    // stalled 11-16 ms behind the state lock at 1M entries). It keeps the writer lock, if any
+    // (a file system without `flock` has none).
     let zip = matches!(parse_source(&source_arg), Ok(SourceSpec::Zip { .. }));
-    if lock.is_some() && !remote && zip {
+    if !options.read_only && zip {
         let keep: Vec<_> = lock.iter().map(WriterLock::raw_fd).collect();
         start_tail_writer(&keep).map_err(system("starting the ZIP tail writer"))?;
     }
@@ -120,7 +121,6 @@ pub fn run(args: Args) -> Result<(), CliError> {
         .and_then(|m| m.modified())
         .unwrap_or(SystemTime::UNIX_EPOCH);
     let staging = (!options.read_only).then(|| StagingArea::for_source(&source.path));
-    let appends_to_zip = staging.is_some() && source.datasets.iter().any(|d| d.target.is_zip());
     let core = Arc::new(DafFs::with_staging(
         source.datasets,
         args.view_options(&options),
@@ -194,12 +194,6 @@ pub fn run(args: Args) -> Result<(), CliError> {
             super::logging::warn_if_unheard();
             detach()?;
             super::logging::stop_stderr();
-        }
-        if appends_to_zip && !tail_writer_started() {
-            // Still single-threaded: fork the helper that finishes ZIP commits even if we are
-            // killed (if it was not forked before the source was read).
-            let keep: Vec<_> = lock.iter().map(WriterLock::raw_fd).collect();
-            start_tail_writer(&keep).map_err(system("starting the ZIP tail writer"))?;
         }
         // Block the signals before any thread exists, so every FUSE worker inherits the mask
         // and only the waiting thread below receives them.

@@ -81,11 +81,6 @@ pub fn start_tail_writer(keep: &[std::os::fd::RawFd]) -> std::io::Result<()> {
     }
 }
 
-/// Whether [`start_tail_writer`] started the helper.
-pub fn tail_writer_started() -> bool {
-    matches!(TAIL_WRITER.get(), Some(TailWriter::Helper(_)))
-}
-
 /// The helper's loop: read a complete job, perform it, answer (0 or the errno). Exits when the
 /// daemon is gone.
 fn serve_tail_jobs(mut jobs: File, mut acks: File) {

@@ -13,6 +13,7 @@
 pub mod datasets;
 pub mod files_daf;
 pub mod files_index;
+pub mod files_source;
 pub mod json;
 pub mod model;
 pub mod mtime;

@@ -21,8 +21,21 @@ impl Editor<'_> {
         let components: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
         let mut ancestors = vec![ROOT];
         for dir in components.iter().rev().skip(1).rev() {
-            let ino = self.ns.child(*ancestors.last()?, dir)?.ok()?;
-            self.show(ino)?;
+            let parent = *ancestors.last()?;
+            let ino = match self.ns.child(parent, dir) {
+                Some(found) => {
+                    let ino = found.ok()?;
+                    self.show(ino)?;
+                    ino
+                }
+                // A directory the view implies (a v3 chunk's `c/`), as a build makes it.
+                None => {
+                    let ino = self.insert(parent, dir, mtime, None)?;
+                    self.ns.overlay.made.insert(ino, None);
+                    self.propagate(&ancestors, None, Some(mtime))?;
+                    ino
+                }
+            };
             ancestors.push(ino);
         }
         let Some(name) = components.last() else {

@@ -6,8 +6,8 @@ use std::ffi::OsStr;
 use std::path::Path;
 use std::time::SystemTime;
 
-use super::edit_tests::{copied_fixture, snapshot};
-use super::namespace::VISITS;
+use super::edit_tests::{copied, snapshot, FIXTURES};
+use super::namespace::{NodeKind, VISITS};
 use super::DafFs;
 
 use crate::formats::source::open_source;
@@ -22,9 +22,10 @@ fn visits(f: impl FnOnce()) -> u64 {
     VISITS.with(Cell::get) - before
 }
 
-/// A writable mount of a copy of the fixture (in `tmp`) with 20,000 more vectors, showing `views`.
-fn large_writable(tmp: &Path, views: ViewSelection) -> DafFs {
-    let copy = copied_fixture(tmp);
+/// A writable mount of a copy of fixture `name` (in `tmp`) with 20,000 more vectors, showing
+/// `views`.
+fn large_writable(tmp: &Path, name: &str, views: ViewSelection) -> DafFs {
+    let copy = copied(tmp, name);
     let mut opened = open_source(copy.to_str().unwrap()).unwrap();
     add_vectors(&mut opened.datasets[0].dataset, 20_000);
     let staging = StagingArea::for_source(&opened.path);
@@ -39,7 +40,7 @@ fn large_writable(tmp: &Path, views: ViewSelection) -> DafFs {
 #[test]
 fn a_change_of_a_staged_path_looks_at_few_nodes_of_a_large_tree() {
     let tmp = tempfile::tempdir().unwrap();
-    let fs = large_writable(tmp.path(), ViewSelection::Both);
+    let fs = large_writable(tmp.path(), FIXTURES[0], ViewSelection::Both);
     assert!(fs.namespace().len() >= 100_000, "{}", fs.namespace().len());
     let scalars = fs.resolve("files_v1_0.daf/scalars").unwrap();
     let vectors = fs.resolve("files_v1_0.daf/vectors").unwrap();
@@ -66,7 +67,7 @@ fn a_change_of_a_staged_path_looks_at_few_nodes_of_a_large_tree() {
 #[test]
 fn a_commit_looks_at_few_nodes_of_a_large_tree() {
     let tmp = tempfile::tempdir().unwrap();
-    let fs = large_writable(tmp.path(), ViewSelection::Files);
+    let fs = large_writable(tmp.path(), FIXTURES[0], ViewSelection::Files);
     assert!(fs.namespace().len() >= 40_000, "{}", fs.namespace().len());
     // The path, binary searches among a directory's 20,000 children, the groups: not the tree.
     const BOUND: u64 = 1_000;
@@ -108,39 +109,78 @@ fn a_commit_looks_at_few_nodes_of_a_large_tree() {
 /// With both views, a commit of a vector edits the item's entries and the groups, not the
 /// directories of the other 20,000 arrays of its axis in the Zarr view; a `stat` of its
 /// directories after it counts no children (their sub-directory counts are kept through edits,
-/// as a build gives them).
+/// as a build gives them). The documents made of every item (`.zmetadata`, or the v3 root
+/// `zarr.json` and the FilesDaf 1.1 `metadata.json`) are made from those shown before, not from
+/// the whole view rendered again. For both fixtures (FilesDaf 1.0 and Zarr v2, FilesDaf 1.1 and
+/// Zarr v3, whose chunk is in a directory `c/` a commit's edit makes).
 #[test]
 fn a_commit_into_both_views_of_a_large_tree_edits_few_nodes() {
-    let tmp = tempfile::tempdir().unwrap();
-    let fs = large_writable(tmp.path(), ViewSelection::Both);
-    // Binary searches along the paths of the 44 entries edited (the item's and the groups').
-    const BOUND: u64 = 5_000;
-    let dirs = [
-        "files_v1_0.daf/vectors/cell",
-        "files_v1_0.daf.zarr/vectors/cell",
-    ];
-    // Numbers taken once: a lookup (`resolve`) is a `stat` too.
-    let inos = dirs.map(|dir| fs.resolve(dir).unwrap());
-    let descriptor = b"{\"format\":\"dense\",\"eltype\":\"Float32\"}";
-    for (name, content) in [("new.json", &descriptor[..]), ("new.data", &[0; 12][..])] {
-        let visited = visits(|| {
-            let (_, fh) = fs.create(inos[0], OsStr::new(name), false).unwrap();
-            fs.write(fh, 0, content).unwrap();
-            fs.flush(fh, None).unwrap();
-            fs.release(fh);
-        });
-        assert!(visited <= BOUND, "writing {name} looked at {visited} nodes");
-        for (dir, ino) in dirs.iter().zip(inos) {
-            let stat = visits(|| {
-                fs.getattr(ino).unwrap();
+    for name in FIXTURES {
+        let tmp = tempfile::tempdir().unwrap();
+        let fs = large_writable(tmp.path(), name, ViewSelection::Both);
+        // Binary searches along the paths of the 44 entries edited (the item's and the groups').
+        const BOUND: u64 = 5_000;
+        let dirs = [
+            format!("{name}.daf/vectors/cell"),
+            format!("{name}.daf.zarr/vectors/cell"),
+        ];
+        // Numbers taken once: a lookup (`resolve`) is a `stat` too.
+        let inos = dirs.clone().map(|dir| fs.resolve(&dir).unwrap());
+        let documents = [
+            format!("{name}.daf.zarr/.zmetadata"),
+            format!("{name}.daf.zarr/zarr.json"),
+            format!("{name}.daf/metadata.json"),
+        ];
+        let bases = || {
+            let ns = fs.namespace();
+            let base = |path: &String| {
+                let node = ns.node(fs.resolve(path).ok()?)?;
+                match node.kind() {
+                    NodeKind::File(blob) => crate::views::document_base(blob),
+                    _ => None,
+                }
+            };
+            documents.iter().filter_map(base).collect::<Vec<usize>>()
+        };
+        let before = bases();
+        assert_eq!(
+            before.len(),
+            if name == FIXTURES[0] { 1 } else { 2 },
+            "{name}"
+        );
+        let descriptor = b"{\"format\":\"dense\",\"eltype\":\"Float32\"}";
+        for (file, content) in [("new.json", &descriptor[..]), ("new.data", &[1; 12][..])] {
+            let visited = visits(|| {
+                let (_, fh) = fs.create(inos[0], OsStr::new(file), false).unwrap();
+                fs.write(fh, 0, content).unwrap();
+                fs.flush(fh, None).unwrap();
+                fs.release(fh);
             });
-            assert!(stat <= BOUND, "a stat of {dir} looked at {stat} nodes");
+            assert!(
+                visited <= BOUND,
+                "{name}: writing {file} looked at {visited} nodes"
+            );
+            for (dir, ino) in dirs.iter().zip(inos) {
+                let stat = visits(|| {
+                    fs.getattr(ino).unwrap();
+                });
+                assert!(stat <= BOUND, "a stat of {dir} looked at {stat} nodes");
+            }
         }
+        let chunk = match name == FIXTURES[0] {
+            true => "0",
+            false => "c/0",
+        };
+        assert!(fs
+            .resolve(&format!("{name}.daf.zarr/vectors/cell/new/{chunk}"))
+            .is_ok());
+        assert_eq!(
+            bases(),
+            before,
+            "{name}: a document was rendered whole again"
+        );
+        let state = fs.read_state();
+        let rebuilt = state.build(&mut state.inodes.clone());
+        assert_eq!(snapshot(&state.namespace), snapshot(&rebuilt), "{name}");
     }
-    assert!(fs
-        .resolve("files_v1_0.daf.zarr/vectors/cell/new/.zarray")
-        .is_ok());
-    let state = fs.read_state();
-    let rebuilt = state.build(&mut state.inodes.clone());
-    assert_eq!(snapshot(&state.namespace), snapshot(&rebuilt));
 }

@@ -19,12 +19,21 @@ use crate::views::ViewSelection;
 
 const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/vectors");
 
-/// A copy of the FilesDaf fixture in `dir`, its files' times kept.
+/// The FilesDaf fixtures: version 1.0 (views: FilesDaf 1.0 and Zarr v2) and 1.1 (FilesDaf 1.1,
+/// with `metadata.json`, and Zarr v3).
+pub(super) const FIXTURES: [&str; 2] = ["files_v1_0", "files_v1_1"];
+
+/// A copy of the FilesDaf 1.0 fixture in `dir`, its files' times kept.
 pub(super) fn copied_fixture(dir: &Path) -> std::path::PathBuf {
-    let copy = dir.join("files_v1_0.daf");
+    copied(dir, FIXTURES[0])
+}
+
+/// A copy of the FilesDaf fixture `name` (see [`FIXTURES`]) in `dir`, its files' times kept.
+pub(super) fn copied(dir: &Path, name: &str) -> std::path::PathBuf {
+    let copy = dir.join(format!("{name}.daf"));
     let copied = std::process::Command::new("cp")
         .arg("-a")
-        .arg(Path::new(VECTORS).join("files_v1_0.daf"))
+        .arg(Path::new(VECTORS).join(format!("{name}.daf")))
         .arg(&copy)
         .status()
         .unwrap();
@@ -32,18 +41,18 @@ pub(super) fn copied_fixture(dir: &Path) -> std::path::PathBuf {
     copy
 }
 
-/// A writable mount (both views) of a copy of the FilesDaf fixture in `dir`.
+/// A writable mount (both views) of a copy of the FilesDaf 1.0 fixture in `dir`.
 fn writable(dir: &Path) -> DafFs {
     writable_both(&copied_fixture(dir))
 }
 
-/// A writable mount of a copy of the FilesDaf fixture in `dir`: both views (`prefix` is then
-/// `files_v1_0.daf/`) or only the FilesDaf one, at the root (`prefix` "").
-fn writable_as(dir: &Path, prefix: &str) -> DafFs {
-    if !prefix.is_empty() {
-        return writable(dir);
+/// A writable mount of a copy of the FilesDaf fixture `name` in `dir`: both views (`NAME.daf/`
+/// and `NAME.daf.zarr/`) if `both`, else only the FilesDaf one, at the root.
+fn writable_as(dir: &Path, name: &str, both: bool) -> DafFs {
+    let copy = copied(dir, name);
+    if both {
+        return writable_both(&copy);
     }
-    let copy = copied_fixture(dir);
     let opened = open_source(copy.to_str().unwrap()).unwrap();
     let staging = StagingArea::for_source(&opened.path);
     DafFs::with_staging(
@@ -72,7 +81,18 @@ pub(super) fn snapshot(ns: &Namespace) -> Vec<Shown> {
         let node = ns.node(ino).unwrap();
         let kind = match node.kind() {
             NodeKind::Dir { .. } => "dir".to_string(),
-            NodeKind::File(blob) => format!("file {:?}", blob.bytes().ok().map(|b| b.len())),
+            // Its length and a digest of its bytes (a document made of every item included).
+            NodeKind::File(blob) => {
+                let digest = |bytes: &[u8]| {
+                    use std::hash::{Hash, Hasher};
+                    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+                    bytes.hash(&mut hasher);
+                    hasher.finish()
+                };
+                let content = blob.bytes().ok();
+                let content = content.map(|b| (b.len(), digest(b.as_slice())));
+                format!("file {content:?}")
+            }
             NodeKind::Staged(disk) => format!("staged {:?}", disk.file_name()),
         };
         out.push(Shown {
@@ -129,24 +149,25 @@ const FILE_NAMES: [&str; 9] = [
 ];
 const DIR_NAMES: [&str; 4] = ["m0", "m1", "gene", "score"];
 
+/// The FilesDaf view's directory in `fs` (a mount of that view alone shows it at the root) and
+/// the Zarr view's, if shown.
+fn views(fs: &DafFs) -> (String, Option<String>) {
+    FIXTURES
+        .iter()
+        .find(|name| fs.resolve(&format!("{name}.daf")).is_ok())
+        .map_or((String::new(), None), |name| {
+            (format!("{name}.daf/"), Some(format!("{name}.daf.zarr/")))
+        })
+}
+
 /// The directories changes go to: a few fixed ones, and the directories in them.
 fn dirs(fs: &DafFs) -> Vec<String> {
-    let fixed = [
-        "files_v1_0.daf/scalars",
-        "files_v1_0.daf/vectors",
-        "files_v1_0.daf/vectors/cell",
-        "files_v1_0.daf/matrices/cell",
-        "files_v1_0.daf.zarr/vectors/cell",
-    ];
-    // A mount of the FilesDaf view alone shows it at the root.
-    let alone = fs.resolve("files_v1_0.daf").is_err();
+    let (files, zarr) = views(fs);
+    let fixed = ["scalars", "vectors", "vectors/cell", "matrices/cell"];
     let fixed: Vec<String> = fixed
         .iter()
-        .filter(|d| !alone || d.starts_with("files_v1_0.daf/"))
-        .map(|d| match alone {
-            true => d.trim_start_matches("files_v1_0.daf/").to_string(),
-            false => d.to_string(),
-        })
+        .map(|d| format!("{files}{d}"))
+        .chain(zarr.map(|zarr| format!("{zarr}vectors/cell")))
         .collect();
     let ns = fs.namespace();
     let mut out = fixed.clone();
@@ -225,10 +246,7 @@ fn run(fs: &DafFs, op: &Op) -> Result<(), String> {
             fs.rmdir(parent, OsStr::new(&name)).map_err(kind)?;
         }
         Op::Commit(what, n) => {
-            let root = match fs.resolve("files_v1_0.daf") {
-                Ok(_) => "files_v1_0.daf/",
-                Err(_) => "",
-            };
+            let (root, _) = views(fs);
             let n = n % 3;
             let files: Vec<(String, Vec<u8>)> = match what % 3 {
                 0 => vec![(
@@ -296,7 +314,7 @@ fn time(at: u8) -> SystemTime {
 }
 
 /// Runs `op` on the edited mount and on its twin that builds anew, at `now`.
-fn both(edited: &DafFs, built: &DafFs, op: &Op, now: SystemTime) {
+fn run_both(edited: &DafFs, built: &DafFs, op: &Op, now: SystemTime) {
     CLOCK.with(|c| c.set(Some(now)));
     let a = run(edited, op);
     EDITS_OFF.with(|o| o.set(true));
@@ -306,21 +324,21 @@ fn both(edited: &DafFs, built: &DafFs, op: &Op, now: SystemTime) {
     assert_eq!(a, b, "{op:?}: answers differ");
 }
 
-/// Runs `ops` on an edited mount (both views under `prefix`, else the FilesDaf view alone) and
-/// on its twin that builds anew at every change; after each, the edited tree must be the tree a
-/// build of the same state gives, and the twin's.
-fn edited_is_built(ops: &[(Op, u8)], prefix: &str) -> Result<(), TestCaseError> {
+/// Runs `ops` on an edited mount of fixture `name` (both views if `both`, else the FilesDaf view
+/// alone) and on its twin that builds anew at every change; after each, the edited tree must be
+/// the tree a build of the same state gives, and the twin's.
+fn edited_is_built(ops: &[(Op, u8)], name: &str, both: bool) -> Result<(), TestCaseError> {
     let (one, two) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let (edited, built) = (
-        writable_as(one.path(), prefix),
-        writable_as(two.path(), prefix),
+        writable_as(one.path(), name, both),
+        writable_as(two.path(), name, both),
     );
     // File times come from the kernel's coarse clock, which may lag `now` by a tick.
     let started = SystemTime::now() - Duration::from_secs(1);
     {
         {
             for (step, (op, at)) in ops.iter().enumerate() {
-                both(&edited, &built, op, time(*at));
+                run_both(&edited, &built, op, time(*at));
                 // The same state built anew: the same tree, exactly.
                 let state = edited.read_state();
                 let rebuilt = state.build(&mut state.inodes.clone());
@@ -361,17 +379,61 @@ proptest! {
     fn edited_trees_are_the_trees_a_build_gives(
         ops in prop::collection::vec((op(), any::<u8>()), 1..14)
     ) {
-        edited_is_built(&ops, "files_v1_0.daf/")?;
+        edited_is_built(&ops, FIXTURES[0], true)?;
     }
 
-    /// Commits too, into a FilesDaf 1.0 view alone (edited) and with the Zarr view (built).
+    /// Commits too, into either fixture (FilesDaf 1.0 and Zarr v2, FilesDaf 1.1 and Zarr v3),
+    /// with the FilesDaf view alone or both.
     #[test]
     fn trees_edited_by_commits_are_the_trees_a_build_gives(
         ops in prop::collection::vec((op_or_commit(), any::<u8>()), 1..14),
+        fixture in 0..FIXTURES.len(),
         both_views in any::<bool>(),
     ) {
-        edited_is_built(&ops, if both_views { "files_v1_0.daf/" } else { "" })?;
+        edited_is_built(&ops, FIXTURES[fixture], both_views)?;
     }
+}
+
+/// A change of a staged path (here a create) works out its edited tree under the state lock taken
+/// shared: a read of another file is served while that is paused, and the new file is shown
+/// once it resumes.
+#[test]
+fn reads_go_on_while_a_change_edits_the_tree() {
+    use std::sync::mpsc::channel;
+    use std::sync::Arc;
+    let tmp = tempfile::tempdir().unwrap();
+    let fs = Arc::new(writable(tmp.path()));
+    let (paused, edit_paused) = channel();
+    let (resume, resumed) = channel();
+    *crate::stores::lock(&fs.read_state().edit_pause) = Some((paused, resumed));
+    let scalars = fs.resolve("files_v1_0.daf/scalars").unwrap();
+    let writer = {
+        let fs = fs.clone();
+        std::thread::spawn(move || {
+            let (_, fh) = fs.create(scalars, OsStr::new("new.json"), false).unwrap();
+            fs.release(fh);
+        })
+    };
+    edit_paused
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the create edits the tree");
+    let (served, done) = channel();
+    let reader = {
+        let fs = fs.clone();
+        std::thread::spawn(move || {
+            let ino = fs.resolve("files_v1_0.daf/scalars/title.json").unwrap();
+            let size = fs.getattr(ino).unwrap().size;
+            let read = fs.read(ino, 0, 0, 4096).unwrap().len() as u64;
+            let _ = served.send(size == read);
+        })
+    };
+    let answer = done.recv_timeout(Duration::from_secs(10));
+    assert!(fs.resolve("files_v1_0.daf/scalars/new.json").is_err());
+    resume.send(()).unwrap();
+    writer.join().unwrap();
+    reader.join().unwrap();
+    assert_eq!(answer, Ok(true), "a read waited for the edit of the tree");
+    assert!(fs.resolve("files_v1_0.daf/scalars/new.json").is_ok());
 }
 
 /// A commit works out its new tree (its edits, or a build) under the state lock taken shared, its
@@ -478,5 +540,5 @@ fn a_commit_keeps_another_views_staged_file_of_the_item_on_top() {
         // files_v1_0.daf.zarr/vectors/cell/score/0: a commit of `score`.
         (Op::Unlink(38), 0),
     ];
-    edited_is_built(&ops, "files_v1_0.daf/").unwrap();
+    edited_is_built(&ops, FIXTURES[0], true).unwrap();
 }

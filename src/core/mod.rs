@@ -270,6 +270,8 @@ impl DafFs {
             namespace: Namespace::build(Vec::new(), root_mtime, &mut InodeTable::default()),
             #[cfg(test)]
             build_pause: Arc::default(),
+            #[cfg(test)]
+            edit_pause: Arc::default(),
             publisher: options
                 .zip
                 .then(|| (Mutex::new(Publisher::default()), options)),

@@ -77,6 +77,10 @@ pub(super) struct State {
     /// so on the sender, then waits for the receiver).
     #[cfg(test)]
     pub(super) build_pause: Arc<super::appender::Pause>,
+    /// Tests only: where the next edit of the tree by a `Writer` (`Writer::apply`) pauses, under
+    /// the state lock taken shared.
+    #[cfg(test)]
+    pub(super) edit_pause: Arc<super::appender::Pause>,
     /// The files made from whole data sets at the mount root (`--zip`), and the options they
     /// are made with.
     /// (Behind a lock of its own: a tree is built under the state lock taken shared.)
@@ -153,8 +157,13 @@ impl State {
         let ds = &self.datasets.get(dataset)?.dataset;
         let mut edits = Vec::new();
         let mut shown = BTreeSet::new();
+        let tree = &self.namespace;
+        let blob_at = |path: &str| match tree.node(resolve_in(tree, path)?)?.kind() {
+            super::NodeKind::File(blob) => Some(blob.clone()),
+            _ => None,
+        };
         for root in self.roots.iter().filter(|r| r.dataset == dataset) {
-            for entry in local_entries(ds, root, id)? {
+            for entry in local_entries(ds, root, id, &blob_at)? {
                 if entry.elidable {
                     return None;
                 }

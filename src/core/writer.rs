@@ -46,13 +46,16 @@ pub(super) struct Writer<'a> {
 /// Trees (and tables) replaced under the lock, dropped after it (a large tree takes a while to
 /// free), then their pages are given back.
 #[derive(Default)]
-struct Retired(Vec<Arc<Namespace>>, Vec<InodeTable>);
+struct Retired {
+    trees: Vec<Arc<Namespace>>,
+    tables: Vec<InodeTable>,
+}
 
 impl Drop for Retired {
     fn drop(&mut self) {
-        if !self.0.is_empty() {
-            self.0.clear();
-            self.1.clear();
+        if !self.trees.is_empty() {
+            self.trees.clear();
+            self.tables.clear();
             crate::sys::release_free_memory();
         }
     }
@@ -80,12 +83,17 @@ impl<'a> Writer<'a> {
             super::appender::pause_once(&state.build_pause);
             (tree, inodes)
         });
-        let state = &mut *writer.guard;
-        let replaced = std::mem::replace(&mut state.namespace, tree);
-        writer.retired.0.push(replaced);
-        let replaced = std::mem::replace(&mut state.inodes, inodes);
-        writer.retired.1.push(replaced);
+        writer.swap(tree, inodes);
         writer
+    }
+
+    /// Takes `tree` and `inodes` as the state's; the ones they replace are freed after the locks.
+    fn swap(&mut self, tree: Arc<Namespace>, inodes: InodeTable) {
+        let state = &mut *self.guard;
+        let replaced = std::mem::replace(&mut state.namespace, tree);
+        self.retired.trees.push(replaced);
+        let replaced = std::mem::replace(&mut state.inodes, inodes);
+        self.retired.tables.push(replaced);
     }
 
     /// Runs `f` with the state lock taken shared (readers go on, other writers still wait), then
@@ -155,22 +163,27 @@ impl<'a> Writer<'a> {
         self.apply([edit])
     }
 
-    /// [`State::apply`], building a new tree as [`Writer::rebuilt`] does when an edit cannot.
-    pub(super) fn apply(mut self, edits: impl IntoIterator<Item = Option<Edit>>) -> Writer<'a> {
+    /// [`State::apply`], building a new tree as [`Writer::rebuilt`] does when an edit cannot. The
+    /// edited tree is made under the state lock taken shared (readers go on: the copy of a large
+    /// directory's children takes milliseconds), then swapped in.
+    pub(super) fn apply(self, edits: impl IntoIterator<Item = Option<Edit>>) -> Writer<'a> {
         let edits: Vec<Edit> = edits.into_iter().flatten().collect();
         #[cfg(test)]
         if EDITS_OFF.with(std::cell::Cell::get) {
             return self.rebuilt();
         }
-        let state = &mut *self.guard;
-        match state.namespace.edited(&edits, &mut state.inodes) {
-            Some(tree) => {
-                let before = std::mem::replace(&mut state.namespace, tree);
-                self.retired.0.push(before);
-                self
-            }
-            None => self.rebuilt(),
-        }
+        let (mut writer, edited) = self.with_shared(|state| {
+            let mut inodes = state.inodes.clone();
+            let tree = state.namespace.edited(&edits, &mut inodes)?;
+            #[cfg(test)]
+            super::appender::pause_once(&state.edit_pause);
+            Some((tree, inodes))
+        });
+        let Some((tree, inodes)) = edited else {
+            return writer.rebuilt();
+        };
+        writer.swap(tree, inodes);
+        writer
     }
 }
 

@@ -308,6 +308,22 @@ impl Dataset {
         vectors.chain(matrices)
     }
 
+    /// The vector or matrix property `id`, with its path and dimensions (as
+    /// [`Dataset::properties`] gives it).
+    pub fn property_ref(&self, id: &PropertyId) -> Option<PropertyRef<'_>> {
+        let len = |axis: &str| self.axes.get(axis).map_or(0, Axis::len);
+        let shape = match id {
+            PropertyId::Vector { axis, .. } => Shape::Vector(len(axis)),
+            PropertyId::Matrix { rows, cols, .. } => Shape::Matrix(len(rows), len(cols)),
+            _ => return None,
+        };
+        Some(PropertyRef {
+            path: id.path(),
+            shape,
+            property: self.property(id)?,
+        })
+    }
+
     /// The latest modification time of anything in the data set (for synthesised files).
     pub fn latest_mtime(&self) -> SystemTime {
         let props = self

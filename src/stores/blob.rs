@@ -45,6 +45,11 @@ pub trait RangeSource: Send + Sync {
     fn check_state(&self) -> Option<CheckState> {
         None
     }
+
+    /// What the content is made of, when it is made when read (see [`super::rendered`]).
+    fn made_of(&self) -> Option<Arc<dyn std::any::Any + Send + Sync>> {
+        None
+    }
 }
 
 /// Whether content that may be absent exists (a remote object the server may answer 404 for).
@@ -383,6 +388,12 @@ impl Blob {
     /// Where ranges come from, for a ranged blob.
     fn ranged_source(&self) -> Option<&Arc<dyn RangeSource>> {
         self.rare()?.ranged.as_ref()
+    }
+
+    /// What the blob is made of, if it is a document made when read ([`super::rendered`]): a
+    /// change of a few of its parts can then make the next one from it.
+    pub fn made_of(&self) -> Option<Arc<dyn std::any::Any + Send + Sync>> {
+        self.ranged_source()?.made_of()
     }
 
     /// Whether the blob is a constant fill ([`Blob::fill`]): a view may show it as a missing

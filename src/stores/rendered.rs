@@ -10,32 +10,31 @@ use super::blob::{Blob, RangeSource};
 use super::decode_cache::cache;
 use super::{Bytes, StoreError};
 
-type Render = Box<dyn Fn() -> Result<Vec<u8>, StoreError> + Send + Sync>;
-type Count = Box<dyn Fn() -> Result<u64, StoreError> + Send + Sync>;
+/// A document made when read: it must make the same bytes every time.
+pub trait Document: std::any::Any + Send + Sync {
+    /// Its length, counted without making it (asked once).
+    fn count(&self) -> Result<u64, StoreError>;
 
-/// A document `render` makes (it must make the same bytes every time), of the length `count`
-/// says (asked once).
-pub fn rendered(
-    count: impl Fn() -> Result<u64, StoreError> + Send + Sync + 'static,
-    render: impl Fn() -> Result<Vec<u8>, StoreError> + Send + Sync + 'static,
-) -> Arc<Blob> {
-    let document = Arc::new(Rendered {
+    /// Its bytes.
+    fn render(&self) -> Result<Vec<u8>, StoreError>;
+}
+
+/// The blob of `document` ([`Blob::made_of`] gives `document` back).
+pub fn rendered(document: Arc<dyn Document>) -> Arc<Blob> {
+    let rendered = Arc::new(Rendered {
         owner: cache().owner(),
         len: OnceLock::new(),
-        count: Box::new(count),
-        render: Box::new(render),
+        document,
     });
-    let sized = document.clone();
-    Blob::ranged_sized(move || sized.len(), document)
+    let sized = rendered.clone();
+    Blob::ranged_sized(move || sized.len(), rendered)
 }
 
 struct Rendered {
     /// Its key in the decode cache.
     owner: u64,
     len: OnceLock<u64>,
-    /// How its length is counted without rendering it.
-    count: Count,
-    render: Render,
+    document: Arc<dyn Document>,
 }
 
 impl Rendered {
@@ -44,7 +43,7 @@ impl Rendered {
         if let Some(bytes) = cache().get(self.owner, 0) {
             return Ok(bytes);
         }
-        let mut bytes = (self.render)()?;
+        let mut bytes = self.document.render()?;
         // The cache keeps what the rendering's growth left over otherwise (up to as much again).
         bytes.shrink_to_fit();
         let bytes = Arc::new(bytes);
@@ -56,7 +55,7 @@ impl Rendered {
         if let Some(len) = self.len.get() {
             return Ok(*len);
         }
-        let len = (self.count)()?;
+        let len = self.document.count()?;
         Ok(*self.len.get_or_init(|| len))
     }
 }
@@ -68,6 +67,10 @@ impl RangeSource for Rendered {
             .ok_or_else(|| {
                 StoreError::Produce(format!("range {offset}+{len} is outside its document"))
             })
+    }
+
+    fn made_of(&self) -> Option<Arc<dyn std::any::Any + Send + Sync>> {
+        Some(self.document.clone())
     }
 }
 
@@ -82,24 +85,36 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
+    /// Counts its renderings.
+    struct Counted(AtomicUsize);
+
+    impl Document for Counted {
+        fn count(&self) -> Result<u64, StoreError> {
+            Ok(15)
+        }
+
+        fn render(&self) -> Result<Vec<u8>, StoreError> {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            Ok(b"{\"metadata\":{}}".to_vec())
+        }
+    }
+
     #[test]
     fn a_rendered_document_keeps_only_its_length() {
-        let runs = Arc::new(AtomicUsize::new(0));
-        let counted = runs.clone();
-        let blob = rendered(
-            || Ok(15),
-            move || {
-                counted.fetch_add(1, Ordering::Relaxed);
-                Ok(b"{\"metadata\":{}}".to_vec())
-            },
-        );
+        let document = Arc::new(Counted(AtomicUsize::new(0)));
+        let blob = rendered(document.clone());
+        let runs = || document.0.load(Ordering::Relaxed);
         assert_eq!(blob.len().unwrap(), 15);
-        assert_eq!(runs.load(Ordering::Relaxed), 0, "its length rendered it");
+        assert_eq!(runs(), 0, "its length rendered it");
         assert_eq!(blob.read_range(1, 10).unwrap().as_slice(), b"\"metadata\"");
         assert_eq!(blob.read_range(10, 100).unwrap().as_slice(), b"\":{}}");
         // Rendered at the first need, then read from the cache (other tests may shrink the
         // process-wide cache: then it is rendered again, never kept by the blob itself).
-        assert!(runs.load(Ordering::Relaxed) >= 1);
+        assert!(runs() >= 1);
         assert!(blob.is_ranged());
+        // What it is made of is given back.
+        let made_of = blob.made_of().unwrap().downcast::<Counted>().unwrap();
+        assert!(Arc::ptr_eq(&made_of, &document));
+        assert!(Blob::ready(Bytes::empty()).made_of().is_none());
     }
 }

@@ -22,11 +22,13 @@ use crate::formats::json::{
 };
 use crate::formats::model::{Dataset, Payload, Property, PropertyId, SparseIndex};
 use crate::formats::types::ElementType;
-use crate::stores::rendered::rendered;
+use crate::stores::rendered::{rendered, Document};
 use crate::stores::{Blob, Bytes, StoreError};
 
 use super::keyed::KeyedBuilder;
-use super::{dataset_mtime, EntrySink, ViewBuilder, ViewEntry, ViewNode};
+use super::layered::Layered;
+use super::zarr_v2_layout::zarr_item_of_dir;
+use super::{dataset_mtime, EntrySink, Shown, ViewBuilder, ViewEntry, ViewNode};
 
 /// The FilesDaf tree of `dataset` in FilesDaf `version`, rooted at `prefix`.
 pub fn files_view(dataset: &Dataset, prefix: &str, version: FilesVersion) -> Vec<ViewEntry> {
@@ -87,21 +89,38 @@ fn root_files(view: &mut ViewBuilder, dataset: &Dataset, version: FilesVersion) 
 }
 
 /// The entries of the view (rooted at `prefix`) that a change of item `id` alone changes, in
-/// the view's order: the root, `daf.json` and the groups (they show the data set's time), and
-/// the item's files. `None` in version 1.1, whose `metadata.json` depends on every item.
+/// the view's order: the root, `daf.json` and the groups (they show the data set's time), the
+/// item's files, and in version 1.1 `metadata.json`, made from the one the tree shows (`None` if
+/// it shows none).
 pub fn local_entries(
     dataset: &Dataset,
     prefix: &str,
     id: &PropertyId,
     version: FilesVersion,
+    shown: Shown<'_>,
 ) -> Option<Vec<ViewEntry>> {
-    if version != FilesVersion::V1_0 {
-        return None;
-    }
+    let previous = match version {
+        FilesVersion::V1_0 => None,
+        FilesVersion::V1_1 => Some(super::shown_made_of::<Index>(
+            shown,
+            prefix,
+            "metadata.json",
+        )?),
+    };
     let mut view = ViewBuilder::new(prefix);
     root_files(&mut view, dataset, version);
-    item_files(&mut view, dataset, id, version);
-    Some(view.finish())
+    let document = item_files(&mut view, dataset, id, version);
+    let mut entries = view.finish();
+    if let Some(previous) = previous {
+        let value = match id {
+            PropertyId::Axis(name) => dataset.axes.get(name).map(|a| IndexValue::Axis(a.len())),
+            _ => document.map(IndexValue::Document),
+        };
+        let values = value.map(|value| (id.path(), value)).into_iter().collect();
+        let index = previous.0.with(&[Some(id.clone())], values)?;
+        entries.push(metadata_entry(dataset, prefix, index));
+    }
+    Some(entries)
 }
 
 /// The view's `metadata.json` (§3.5), made from the documents the view shows when read (kept in
@@ -112,7 +131,6 @@ fn metadata_json(
     prefix: &str,
     documents: Vec<(String, Arc<Blob>)>,
 ) -> ViewEntry {
-    let view = ViewBuilder::new(prefix);
     let mut index = KeyedBuilder::default();
     for (name, axis) in &dataset.axes {
         index.push(&format!("axes/{name}"), IndexValue::Axis(axis.len()));
@@ -120,21 +138,40 @@ fn metadata_json(
     for (key, document) in documents {
         index.push(&key, IndexValue::Document(document));
     }
-    let index = Arc::new(index.finish());
-    let counted = index.clone();
-    let blob = rendered(
-        move || index_len(counted.iter()),
-        move || {
-            let entries = index.iter().map(|(key, value)| (key, value.clone()));
-            index_text(entries.collect())
-        },
-    );
+    let index = Layered::new(index.finish(), zarr_item_of_dir);
+    metadata_entry(dataset, prefix, index)
+}
+
+/// `metadata.json` of `index`.
+fn metadata_entry(dataset: &Dataset, prefix: &str, index: Layered<IndexValue>) -> ViewEntry {
     ViewEntry {
-        path: view.full("metadata.json"),
-        node: ViewNode::File(blob),
+        path: ViewBuilder::new(prefix).full("metadata.json"),
+        node: ViewNode::File(rendered(Arc::new(Index(index)))),
         mtime: dataset_mtime(dataset),
         elidable: false,
     }
+}
+
+/// The index `metadata.json` is made of: each item's entry under its path (the item of a key is
+/// the one at that path, see [`zarr_item_of_dir`]).
+struct Index(Layered<IndexValue>);
+
+impl Document for Index {
+    fn count(&self) -> Result<u64, StoreError> {
+        index_len(self.0.iter())
+    }
+
+    fn render(&self) -> Result<Vec<u8>, StoreError> {
+        let entries = self.0.iter().map(|(key, value)| (key, value.clone()));
+        index_text(entries.collect())
+    }
+}
+
+/// Tests only: the base of the document `made_of` if it is this view's (see
+/// [`super::document_base`]).
+#[cfg(test)]
+pub(super) fn base_of(made_of: &Arc<dyn std::any::Any + Send + Sync>) -> Option<usize> {
+    Some(made_of.downcast_ref::<Index>()?.0.base_id())
 }
 
 /// The files (and, for an axis, the new directories) of one item, relative to the data set root:

@@ -10,7 +10,7 @@ use crate::formats::{files_daf, files_index};
 use crate::stores::{StoreError, StoreIndex};
 
 use super::layout::{Layout, Removal, Staged};
-use super::{files, EntrySink, ViewEntry};
+use super::{files, EntrySink, Shown, ViewEntry};
 
 const VECTOR_FILES: [&str; 6] = ["json", "data", "txt", "nzind", "nzval", "nztxt"];
 const MATRIX_FILES: [&str; 7] = ["json", "data", "txt", "colptr", "rowval", "nzval", "nztxt"];
@@ -91,8 +91,9 @@ impl Layout for FilesLayout {
         dataset: &Dataset,
         prefix: &str,
         id: &PropertyId,
+        shown: Shown<'_>,
     ) -> Option<Vec<ViewEntry>> {
-        files::local_entries(dataset, prefix, id, self.version)
+        files::local_entries(dataset, prefix, id, self.version, shown)
     }
 
     fn item_of(&self, rel: &str) -> Option<PropertyId> {

@@ -97,6 +97,16 @@ impl<V: Shared> KeyedBuilder<V> {
         self.keys.get(start..end).unwrap_or("")
     }
 
+    /// The keys and values in push order, plain.
+    pub(super) fn into_pairs(self) -> Vec<(String, V)> {
+        (0..self.values.len())
+            .filter_map(|i| {
+                let value = self.distinct.get(*self.values.get(i)? as usize)?;
+                Some((self.key(i).to_string(), value.clone()))
+            })
+            .collect()
+    }
+
     /// The keys and values in push order.
     pub(super) fn finish(self) -> Keyed<V> {
         let order: Vec<usize> = (0..self.values.len()).collect();

@@ -14,7 +14,7 @@ use crate::formats::source::Format;
 use crate::formats::FormatError;
 use crate::stores::{Bytes, StoreError, StoreIndex};
 
-use super::{files_layout, zarr_v2_layout, zarr_v3_layout, EntrySink, ViewEntry, ViewKind};
+use super::{files_layout, zarr_v2_layout, zarr_v3_layout, EntrySink, Shown, ViewEntry, ViewKind};
 
 /// Whether the staged files of an item can be committed.
 #[derive(Debug, PartialEq, Eq)]
@@ -73,15 +73,15 @@ pub trait Layout: Sync + Send {
 
     /// The entries of the view (rooted at `prefix`, without dimension names) that a change of
     /// item `id` alone changes, in the view's order: the item's and those of no item (see
-    /// [`super::local_entries`]); `None` if this layout does not make them apart from the view.
+    /// [`super::local_entries`]), its document made of every item made from the one the tree
+    /// has (`shown`); `None` if it cannot be (the tree shows no such document there).
     fn local_view(
         &self,
-        _dataset: &Dataset,
-        _prefix: &str,
-        _id: &PropertyId,
-    ) -> Option<Vec<ViewEntry>> {
-        None
-    }
+        dataset: &Dataset,
+        prefix: &str,
+        id: &PropertyId,
+        shown: Shown<'_>,
+    ) -> Option<Vec<ViewEntry>>;
 
     /// The item a path of the view belongs to (`None` for other names, such as temporaries).
     fn item_of(&self, rel: &str) -> Option<PropertyId>;

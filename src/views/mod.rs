@@ -8,6 +8,7 @@ pub mod dimensions;
 pub mod files;
 pub mod files_layout;
 mod keyed;
+mod layered;
 pub mod layout;
 pub mod zarr;
 pub mod zarr_v2_layout;
@@ -91,9 +92,6 @@ pub(crate) struct ViewBuilder {
     documents: HashMap<Vec<u8>, Document, foldhash::fast::RandomState>,
     /// Where full batches go, if anywhere.
     sink: Option<EntrySink>,
-    /// While set, entries are not made (a commit's view of one item renders the others only
-    /// for the documents made of every item).
-    pub(crate) muted: bool,
 }
 
 impl ViewBuilder {
@@ -108,7 +106,6 @@ impl ViewBuilder {
             entries: Vec::new(),
             documents: HashMap::default(),
             sink: None,
-            muted: false,
         }
     }
 
@@ -156,9 +153,6 @@ impl ViewBuilder {
     }
 
     pub(crate) fn dir(&mut self, path: &str, mtime: SystemTime) {
-        if self.muted {
-            return;
-        }
         let path = self.full(path);
         self.push(ViewEntry {
             path,
@@ -175,9 +169,6 @@ impl ViewBuilder {
     /// A file at the relative path made of `parts` (`[base, ".json"]`: no path is formatted
     /// first).
     pub(crate) fn file_at(&mut self, parts: &[&str], blob: Arc<Blob>, mtime: SystemTime) {
-        if self.muted {
-            return;
-        }
         let path = self.full_of(parts);
         self.push(ViewEntry {
             path,
@@ -190,9 +181,6 @@ impl ViewBuilder {
     /// A file shown only if its blob turns out present (see [`ViewEntry::elidable`]); a blob
     /// that cannot be absent makes a plain file.
     pub(crate) fn elidable_file_at(&mut self, parts: &[&str], blob: Arc<Blob>, mtime: SystemTime) {
-        if self.muted {
-            return;
-        }
         let elidable = blob.may_be_absent();
         self.file_at(parts, blob, mtime);
         if let Some(entry) = self.entries.last_mut() {
@@ -234,13 +222,10 @@ impl ViewBuilder {
 
 /// Renders every item of `dataset` into `z` in the order of a Zarr view (scalars, axes, then
 /// vectors and matrices: `node` renders a scalar's or an axis's node, `property` a vector's or
-/// a matrix's), the builder's entries (`view(z)`) muted for every item but `only` if given:
-/// their documents still go into the view's consolidated metadata.
+/// a matrix's).
 pub(crate) fn zarr_items<Z>(
     z: &mut Z,
     dataset: &Dataset,
-    only: Option<&PropertyId>,
-    view: impl Fn(&mut Z) -> &mut ViewBuilder,
     mut node: impl FnMut(&mut Z, &PropertyId),
     mut property: impl FnMut(&mut Z, &crate::formats::model::PropertyRef<'_>),
 ) {
@@ -250,15 +235,42 @@ pub(crate) fn zarr_items<Z>(
         .map(|n| PropertyId::Scalar(n.clone()));
     let axes = dataset.axes.keys().map(|n| PropertyId::Axis(n.clone()));
     for id in scalars.chain(axes) {
-        view(z).muted = only.is_some_and(|only| *only != id);
         node(z, &id);
     }
-    let only = only.map(PropertyId::path);
     for p in dataset.properties() {
-        view(z).muted = only.as_ref().is_some_and(|only| *only != p.path);
         property(z, &p);
     }
-    view(z).muted = false;
+}
+
+/// Renders item `id` of `dataset` into `z` as [`zarr_items`] does (nothing if it is gone).
+pub(crate) fn zarr_item<Z>(
+    z: &mut Z,
+    dataset: &Dataset,
+    id: &PropertyId,
+    node: impl FnOnce(&mut Z, &PropertyId),
+    property: impl FnOnce(&mut Z, &crate::formats::model::PropertyRef<'_>),
+) {
+    match id {
+        PropertyId::Scalar(_) | PropertyId::Axis(_) => node(z, id),
+        _ => {
+            if let Some(p) = dataset.property_ref(id) {
+                property(z, &p);
+            }
+        }
+    }
+}
+
+/// The blob the mount's tree shows at a mount path, if a file is there: a commit's view of one
+/// item makes the document made of every item from the one shown ([`Blob::made_of`]).
+pub type Shown<'a> = &'a dyn Fn(&str) -> Option<Arc<Blob>>;
+
+/// What the document shown at `path` of the view at `prefix` is made of, if it is a `T`.
+pub(crate) fn shown_made_of<T: Send + Sync + 'static>(
+    shown: Shown<'_>,
+    prefix: &str,
+    path: &str,
+) -> Option<Arc<T>> {
+    shown(&join(prefix, path))?.made_of()?.downcast::<T>().ok()
 }
 
 /// The two kinds of view (`NAME.daf/`, `NAME.daf.zarr/`): the two families of formats.
@@ -446,22 +458,34 @@ fn keep_showable(entries: &mut Vec<ViewEntry>) {
     });
 }
 
+/// Tests only: the identity of what a whole view's rendering made of the document made of every
+/// item that `blob` is (shared by those commits' edits made from it), if it is one.
+#[cfg(test)]
+pub(crate) fn document_base(blob: &Blob) -> Option<usize> {
+    let made_of = blob.made_of()?;
+    zarr::base_of(&made_of)
+        .or_else(|| zarr_v3::base_of(&made_of))
+        .or_else(|| files::base_of(&made_of))
+}
+
 /// The entries of view `root` of `dataset` that a change of item `id` alone changes, as
 /// [`view_entries`] shows them, in its order: the item's, and every entry of no item (the root,
 /// groups, their documents, the files derived from every item), not the other items' files and
-/// directories. A layout renders just those if it can ([`layout::Layout::local_view`]), else the
-/// whole view is rendered and they are kept. `None` when a change of one item changes other
-/// items' entries (dimension names).
+/// directories. A layout renders just those if it can ([`layout::Layout::local_view`], its
+/// documents made of every item made from those the tree `shown` has), else the whole view is
+/// rendered and they are kept. `None` when a change of one item changes other items' entries
+/// (dimension names).
 pub fn local_entries(
     dataset: &Dataset,
     root: &ViewRoot,
     id: &PropertyId,
+    shown: Shown<'_>,
 ) -> Option<Vec<ViewEntry>> {
     if root.dimension_names {
         return None;
     }
     let layout = root.layout();
-    let mut entries = match layout.local_view(dataset, &root.mount, id) {
+    let mut entries = match layout.local_view(dataset, &root.mount, id, shown) {
         Some(entries) => entries,
         None => {
             let mut entries = view_entries(dataset, root);

@@ -126,25 +126,53 @@ fn items(dataset: &Dataset) -> Vec<PropertyId> {
     scalars.chain(axes).chain(vectors).chain(matrices).collect()
 }
 
-/// What a commit of one item edits in a Zarr view (`Layout::local_view`, which renders the
-/// other items into the consolidated document only) is the whole view's entries of that item
-/// and of no item, for every item of the fixture (scalars, axes, dense and sparse vectors and
-/// matrices).
+/// The blob a view's entries show at `path`, as a tree would.
+fn blob_in(entries: &[ViewEntry], path: &str) -> Option<Arc<Blob>> {
+    entries.iter().find_map(|e| match &e.node {
+        ViewNode::File(blob) if e.path == path => Some(blob.clone()),
+        _ => None,
+    })
+}
+
+/// What a commit of one item edits in a view (`Layout::local_view`, its document made of every
+/// item made from the one `shown` has) is the whole view's entries of that item and of no item,
+/// for every layout and every item of the fixture (scalars, axes, dense and sparse vectors and
+/// matrices): unchanged, then after the item is removed, then put back (each time from the last
+/// local view's document, as a tree edited by commits has it).
 #[test]
 fn a_commits_local_view_is_the_whole_view_but_the_other_items() {
-    let opened = open_source(FIXTURE).unwrap();
-    let dataset = &opened.datasets[0].dataset;
-    let ids = items(dataset);
-    assert!(ids.len() >= 8, "{ids:?}");
-    for format in [Format::ZarrV2, Format::ZarrV3] {
+    let formats = [
+        Format::ZarrV2,
+        Format::ZarrV3,
+        Format::Files(FilesVersion::V1_0),
+        Format::Files(FilesVersion::V1_1),
+    ];
+    for format in formats {
+        let mut opened = open_source(FIXTURE).unwrap();
+        let dataset = &mut opened.datasets[0].dataset;
+        let ids = items(dataset);
+        assert!(ids.len() >= 8, "{ids:?}");
         let root = root_at_v(format, false);
-        let whole = view_entries(dataset, &root);
+        // What the tree shows: the whole view at first, then each local view's entries.
+        let mut shown = view_entries(dataset, &root);
         for id in &ids {
-            let mut expected = whole.clone();
-            expected.retain(|e| of_item_or_none(&root, e, id));
-            let local = local_entries(dataset, &root, id).unwrap();
-            assert_eq!(seen(&local), seen(&expected), "{format:?}, {id:?}");
-            assert!(local.len() < whole.len(), "{format:?}, {id:?}");
+            let in_use = matches!(id, PropertyId::Axis(a) if dataset.axis_in_use(a));
+            let mut removed = (!in_use).then(|| dataset.remove(id)).flatten();
+            for step in ["unchanged or removed", "put back"] {
+                if step == "put back" {
+                    let Some(item) = removed.take() else {
+                        continue;
+                    };
+                    dataset.insert(id, item).unwrap();
+                }
+                let whole = view_entries(dataset, &root);
+                let mut expected = whole.clone();
+                expected.retain(|e| of_item_or_none(&root, e, id));
+                let local = local_entries(dataset, &root, id, &|p| blob_in(&shown, p)).unwrap();
+                assert_eq!(seen(&local), seen(&expected), "{format:?}, {id:?}, {step}");
+                assert!(local.len() < whole.len(), "{format:?}, {id:?}");
+                shown = local;
+            }
         }
     }
 }

@@ -13,12 +13,13 @@ use serde_json::{Map, Value};
 use crate::formats::model::{Dataset, Payload, PropertyId, SparseIndex};
 use crate::formats::types::{ElementType, NumType};
 use crate::formats::zarr_v2::{single_chunk_key, zarray_json, ZATTRS, ZGROUP};
-use crate::stores::rendered::rendered;
+use crate::stores::rendered::{rendered, Document};
 use crate::stores::{Blob, Bytes};
 
 use super::dimensions::DimensionNames;
 use super::keyed::KeyedBuilder;
-use super::{dataset_mtime, EntrySink, ViewBuilder, ViewEntry};
+use super::layered::Layered;
+use super::{dataset_mtime, EntrySink, Shown, ViewBuilder, ViewEntry};
 
 /// Builds the Zarr tree and remembers every metadata document for `.zmetadata`.
 struct ZarrBuilder {
@@ -153,22 +154,52 @@ pub fn zarr_view_into(
     dimension_names: bool,
     sink: Option<&EntrySink>,
 ) -> Vec<ViewEntry> {
-    render(dataset, prefix, dimension_names, sink, None)
+    render(dataset, prefix, dimension_names, sink)
 }
 
 /// The entries of the view (rooted at `prefix`, without dimension names) that a change of item
-/// `id` alone changes: the other items are rendered only into `.zmetadata`.
-pub fn local_view(dataset: &Dataset, prefix: &str, id: &PropertyId) -> Vec<ViewEntry> {
-    render(dataset, prefix, false, None, Some(id))
+/// `id` alone changes, its `.zmetadata` made from the one the tree shows (`None` if it shows none).
+pub fn local_view(
+    dataset: &Dataset,
+    prefix: &str,
+    id: &PropertyId,
+    shown: Shown<'_>,
+) -> Option<Vec<ViewEntry>> {
+    let previous = super::shown_made_of::<ZMetadata>(shown, prefix, ".zmetadata")?;
+    let mtime = dataset_mtime(dataset);
+    let mut z = ZarrBuilder::new(prefix, None, None);
+    no_items(&mut z, dataset, mtime);
+    super::zarr_item(
+        &mut z,
+        dataset,
+        id,
+        |z, id| item_nodes(z, dataset, id),
+        |z, p| {
+            property(
+                z,
+                &p.path,
+                &p.property.payload,
+                &p.shape.zarr(),
+                p.property.mtime.get(),
+            )
+        },
+    );
+    let values = std::mem::take(&mut z.metadata).into_pairs();
+    let documents = previous.0.with(&[None, Some(id.clone())], values)?;
+    z.view.file(
+        ".zmetadata",
+        rendered(Arc::new(ZMetadata(documents))),
+        mtime,
+    );
+    Some(z.view.finish())
 }
 
-/// The view, or only its entries of no item and of item `only` if given.
+/// The view, its arrays with their dimension names if `dimension_names`.
 fn render(
     dataset: &Dataset,
     prefix: &str,
     dimension_names: bool,
     sink: Option<&EntrySink>,
-    only: Option<&PropertyId>,
 ) -> Vec<ViewEntry> {
     let mtime = dataset_mtime(dataset);
     let mut z = ZarrBuilder::new(
@@ -176,6 +207,34 @@ fn render(
         dimension_names.then(|| DimensionNames::new(dataset)),
         sink,
     );
+    no_items(&mut z, dataset, mtime);
+    super::zarr_items(
+        &mut z,
+        dataset,
+        |z, id| item_nodes(z, dataset, id),
+        |z, p| {
+            property(
+                z,
+                &p.path,
+                &p.property.payload,
+                &p.shape.zarr(),
+                p.property.mtime.get(),
+            )
+        },
+    );
+    // Rendered when read (into the bounded decode cache), its size counted: a `stat` (every
+    // `ls -l` of the root) renders nothing.
+    let documents = Layered::new(std::mem::take(&mut z.metadata).finish(), document_item);
+    z.view.file(
+        ".zmetadata",
+        rendered(Arc::new(ZMetadata(documents))),
+        mtime,
+    );
+    z.view.finish()
+}
+
+/// The root group, the `daf` version array and the groups: the nodes of no item.
+fn no_items(z: &mut ZarrBuilder, dataset: &Dataset, mtime: SystemTime) {
     z.group("", mtime);
     z.array(
         "daf",
@@ -188,31 +247,34 @@ fn render(
     for group in dataset.groups() {
         z.group(&group, mtime);
     }
-    super::zarr_items(
-        &mut z,
-        dataset,
-        only,
-        |z| &mut z.view,
-        |z, id| item_nodes(z, dataset, id),
-        |z, p| {
-            let mtime = p.property.mtime.get();
-            property(z, &p.path, &p.property.payload, &p.shape.zarr(), mtime);
-        },
-    );
-    // Rendered when read (into the bounded decode cache), its size counted: a `stat` (every
-    // `ls -l` of the root) renders nothing.
-    // In view order: a view's paths are unique, and `consolidated` sorts them.
-    let documents = Arc::new(std::mem::take(&mut z.metadata).finish());
-    let counted = documents.clone();
-    z.view.file(
-        ".zmetadata",
-        rendered(
-            move || consolidated_len(counted.iter()),
-            move || consolidated(documents.iter()),
-        ),
-        mtime,
-    );
-    z.view.finish()
+}
+
+/// `.zmetadata`: every node's documents (under their paths in the view, in view order: a view's
+/// paths are unique, and [`consolidated`] sorts them).
+struct ZMetadata(Layered<Arc<Blob>>);
+
+impl Document for ZMetadata {
+    fn count(&self) -> Result<u64, crate::stores::StoreError> {
+        consolidated_len(self.0.iter())
+    }
+
+    fn render(&self) -> Result<Vec<u8>, crate::stores::StoreError> {
+        consolidated(self.0.iter())
+    }
+}
+
+/// Tests only: the base of the document `made_of` if it is this view's (see
+/// [`super::document_base`]).
+#[cfg(test)]
+pub(super) fn base_of(made_of: &Arc<dyn std::any::Any + Send + Sync>) -> Option<usize> {
+    Some(made_of.downcast_ref::<ZMetadata>()?.0.base_id())
+}
+
+/// The item the document at `path` belongs to (that of its node, see
+/// [`super::zarr_v2_layout::zarr_item_of_dir`]).
+fn document_item(path: &str) -> Option<PropertyId> {
+    let node = path.rsplit_once('/').map_or("", |(node, _)| node);
+    super::zarr_v2_layout::zarr_item_of_dir(node)
 }
 
 /// The nodes of one item, relative to the data set root; a new axis also brings the groups of its

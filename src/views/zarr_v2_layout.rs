@@ -12,7 +12,7 @@ use crate::formats::{zarr_v2, FormatError};
 use crate::stores::{Bytes, StoreError, StoreIndex};
 
 use super::layout::{Layout, Removal, Staged};
-use super::{zarr, EntrySink, ViewEntry};
+use super::{zarr, EntrySink, Shown, ViewEntry};
 
 /// ZarrDaf on Zarr v2 (DataAxesFormats 0.2).
 #[derive(Debug)]
@@ -198,8 +198,9 @@ impl Layout for ZarrV2 {
         dataset: &Dataset,
         prefix: &str,
         id: &PropertyId,
+        shown: Shown<'_>,
     ) -> Option<Vec<ViewEntry>> {
-        Some(zarr::local_view(dataset, prefix, id))
+        zarr::local_view(dataset, prefix, id, shown)
     }
 
     fn item_of(&self, rel: &str) -> Option<PropertyId> {

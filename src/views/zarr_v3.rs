@@ -28,11 +28,13 @@ use crate::formats::model::{Dataset, Payload, Property, PropertyId, SparseIndex}
 use crate::formats::scalar::Scalar;
 use crate::formats::shard::Packing;
 use crate::formats::types::{ElementType, NumType};
+use crate::stores::rendered::rendered;
 use crate::stores::{Blob, Bytes, StoreError};
 
 use super::dimensions::DimensionNames;
-use super::keyed::{Keyed, KeyedBuilder};
-use super::{dataset_mtime, Document, EntrySink, ViewBuilder, ViewEntry};
+use super::keyed::KeyedBuilder;
+use super::layered::Layered;
+use super::{dataset_mtime, Document, EntrySink, Shown, ViewBuilder, ViewEntry};
 
 /// The `zarr.json` of every group but the root (37 bytes).
 pub const GROUP: &str = "{\"node_type\":\"group\",\"zarr_format\":3}";
@@ -359,51 +361,99 @@ pub fn zarr_v3_view_into(
     dimension_names: bool,
     sink: Option<&EntrySink>,
 ) -> Vec<ViewEntry> {
-    render(dataset, prefix, dimension_names, sink, None)
+    render(dataset, prefix, dimension_names, sink)
 }
 
 /// The entries of the view (rooted at `prefix`, without dimension names) that a change of item
-/// `id` alone changes: the other items are rendered only into the root `zarr.json`.
-pub fn local_view(dataset: &Dataset, prefix: &str, id: &PropertyId) -> Vec<ViewEntry> {
-    render(dataset, prefix, false, None, Some(id))
+/// `id` alone changes, its root `zarr.json` made from the one the tree shows (`None` if it shows
+/// none).
+pub fn local_view(
+    dataset: &Dataset,
+    prefix: &str,
+    id: &PropertyId,
+    shown: Shown<'_>,
+) -> Option<Vec<ViewEntry>> {
+    let previous = super::shown_made_of::<RootDocument>(shown, prefix, "zarr.json")?;
+    let mtime = dataset_mtime(dataset);
+    let mut z = V3Builder::new(prefix, None);
+    no_items(&mut z, dataset, mtime);
+    super::zarr_item(
+        &mut z,
+        dataset,
+        id,
+        |z, id| item_nodes(z, dataset, id),
+        |z, p| property(z, &p.path, p.property, &p.shape.zarr()),
+    );
+    let values = std::mem::take(&mut z.metadata).into_pairs();
+    let metadata = previous.0.with(&[None, Some(id.clone())], values)?;
+    z.view.file(
+        "zarr.json",
+        rendered(Arc::new(RootDocument(metadata))),
+        mtime,
+    );
+    Some(z.view.finish())
 }
 
-/// The view, or only its entries of no item and of item `only` if given.
+/// The view, its arrays with their dimension names if `dimension_names`.
 fn render(
     dataset: &Dataset,
     prefix: &str,
     dimension_names: bool,
     sink: Option<&EntrySink>,
-    only: Option<&PropertyId>,
 ) -> Vec<ViewEntry> {
     let mtime = dataset_mtime(dataset);
     let mut z = V3Builder::new(prefix, sink);
     z.dimensions = dimension_names.then(|| DimensionNames::new(dataset));
-    z.view.dir("", mtime);
-    for group in dataset.groups() {
-        z.group(&group, mtime);
-    }
+    no_items(&mut z, dataset, mtime);
     super::zarr_items(
         &mut z,
         dataset,
-        only,
-        |z| &mut z.view,
         |z, id| item_nodes(z, dataset, id),
         |z, p| property(z, &p.path, p.property, &p.shape.zarr()),
     );
     // Rendered when read (into the bounded decode cache), its size counted: a `stat` (every
     // `ls -l` of the root) renders nothing.
-    let metadata = Arc::new(std::mem::take(&mut z.metadata).sorted());
-    let counted = metadata.clone();
+    let metadata = Layered::new(std::mem::take(&mut z.metadata).sorted(), node_item);
     z.view.file(
         "zarr.json",
-        crate::stores::rendered::rendered(
-            move || Ok(consolidated_root_len(slices(&counted))),
-            move || Ok(consolidated_root(slices(&metadata))),
-        ),
+        rendered(Arc::new(RootDocument(metadata))),
         mtime,
     );
     z.view.finish()
+}
+
+/// The root and the groups: the nodes of no item.
+fn no_items(z: &mut V3Builder, dataset: &Dataset, mtime: SystemTime) {
+    z.view.dir("", mtime);
+    for group in dataset.groups() {
+        z.group(&group, mtime);
+    }
+}
+
+/// The root `zarr.json`: every other node's entry in its consolidated metadata, by node path
+/// (sorted).
+struct RootDocument(Layered<Bytes>);
+
+impl crate::stores::rendered::Document for RootDocument {
+    fn count(&self) -> Result<u64, StoreError> {
+        Ok(consolidated_root_len(slices(&self.0)))
+    }
+
+    fn render(&self) -> Result<Vec<u8>, StoreError> {
+        Ok(consolidated_root(slices(&self.0)))
+    }
+}
+
+/// Tests only: the base of the document `made_of` if it is this view's (see
+/// [`super::document_base`]).
+#[cfg(test)]
+pub(super) fn base_of(made_of: &Arc<dyn std::any::Any + Send + Sync>) -> Option<usize> {
+    Some(made_of.downcast_ref::<RootDocument>()?.0.base_id())
+}
+
+/// The item the node at `path` belongs to (see [`super::zarr_v2_layout::zarr_item_of_dir`]).
+fn node_item(path: &str) -> Option<PropertyId> {
+    super::zarr_v2_layout::zarr_item_of_dir(path)
 }
 
 /// What a commit writes for item `id` into a Zarr v3 source, relative to the data set root: the
@@ -425,7 +475,7 @@ pub fn item_entries(dataset: &Dataset, id: &PropertyId) -> Vec<ViewEntry> {
 }
 
 /// The entries of `metadata` as the root document takes them.
-fn slices(metadata: &Keyed<Bytes>) -> impl Iterator<Item = (String, &[u8])> {
+fn slices(metadata: &Layered<Bytes>) -> impl Iterator<Item = (String, &[u8])> {
     metadata.iter().map(|(key, entry)| (key, entry.as_slice()))
 }
 

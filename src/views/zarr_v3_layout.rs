@@ -10,7 +10,7 @@ use crate::stores::{StoreError, StoreIndex};
 
 use super::layout::{Layout, Removal, Staged};
 use super::zarr_v2_layout::parent_groups;
-use super::{zarr_v3 as view, zarr_v3_rules as rules, EntrySink, ViewEntry};
+use super::{zarr_v3 as view, zarr_v3_rules as rules, EntrySink, Shown, ViewEntry};
 
 /// ZarrDaf on Zarr v3 (DataAxesFormats 0.3).
 #[derive(Debug)]
@@ -49,8 +49,9 @@ impl Layout for ZarrV3 {
         dataset: &Dataset,
         prefix: &str,
         id: &PropertyId,
+        shown: Shown<'_>,
     ) -> Option<Vec<ViewEntry>> {
-        Some(view::local_view(dataset, prefix, id))
+        view::local_view(dataset, prefix, id, shown)
     }
 
     fn item_of(&self, rel: &str) -> Option<PropertyId> {

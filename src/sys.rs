@@ -74,14 +74,14 @@ pub enum Forked {
     Child,
 }
 
-/// Forks the process (to detach the daemon once the mount is ready).
+/// Forks the process (the daemon, before it reads the source).
 ///
 /// Must be called while the process has a single thread.
 pub fn fork() -> nix::Result<Forked> {
     // SAFETY: `fork` is unsafe because only async-signal-safe code may run in the child of a
-    // multi-threaded process. daf-mount forks before it starts any thread (the FUSE session has
-    // mounted and completed its handshake, but its worker threads start only after the fork), so
-    // the child is a full copy of a single-threaded process and may run any code.
+    // multi-threaded process. daf-mount forks the daemon before it starts any thread (before it
+    // reads the source, whose reading starts threads), so the child is a full copy of a
+    // single-threaded process and may run any code.
     match unsafe { nix::unistd::fork() }? {
         nix::unistd::ForkResult::Parent { child } => Ok(Forked::Parent(child)),
         nix::unistd::ForkResult::Child => Ok(Forked::Child),

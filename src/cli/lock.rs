@@ -4,7 +4,7 @@
 //! ZIP archive whatever group of it is mounted) before it reads it. The lock belongs to the
 //! inode, so every path that names the same source (a symlink, a relative path, a bind mount, a
 //! `#/GROUP` of the archive mounted whole elsewhere) meets the same lock. It belongs to the open
-//! file description, which the background daemon inherits across the detach fork and which the
+//! file description, which the daemon opens (a background daemon is forked before) and which the
 //! ZIP tail-writer helper keeps (so a helper still finishing a central-directory write after the
 //! daemon was killed keeps the archive locked until it is done). The kernel drops it when the
 //! last of those processes ends, so a killed daemon never blocks the next mount. Read-only

@@ -394,6 +394,27 @@ proptest! {
     }
 }
 
+/// Reads another file of `fs` on a thread of its own: whether it was served whole within 10 s
+/// (`Err` if not), and the thread.
+fn read_meanwhile(
+    fs: &std::sync::Arc<DafFs>,
+) -> (
+    Result<bool, std::sync::mpsc::RecvTimeoutError>,
+    std::thread::JoinHandle<()>,
+) {
+    let (served, done) = std::sync::mpsc::channel();
+    let reader = {
+        let fs = fs.clone();
+        std::thread::spawn(move || {
+            let ino = fs.resolve("files_v1_0.daf/scalars/title.json").unwrap();
+            let size = fs.getattr(ino).unwrap().size;
+            let read = fs.read(ino, 0, 0, 4096).unwrap().len();
+            let _ = served.send(size == read);
+        })
+    };
+    (done.recv_timeout(Duration::from_secs(10)), reader)
+}
+
 /// A change of a staged path (here a create) works out its edited tree under the state lock taken
 /// shared: a read of another file is served while that is paused, and the new file is shown
 /// once it resumes.
@@ -417,17 +438,7 @@ fn reads_go_on_while_a_change_edits_the_tree() {
     edit_paused
         .recv_timeout(Duration::from_secs(60))
         .expect("the create edits the tree");
-    let (served, done) = channel();
-    let reader = {
-        let fs = fs.clone();
-        std::thread::spawn(move || {
-            let ino = fs.resolve("files_v1_0.daf/scalars/title.json").unwrap();
-            let size = fs.getattr(ino).unwrap().size;
-            let read = fs.read(ino, 0, 0, 4096).unwrap().len() as u64;
-            let _ = served.send(size == read);
-        })
-    };
-    let answer = done.recv_timeout(Duration::from_secs(10));
+    let (answer, reader) = read_meanwhile(&fs);
     assert!(fs.resolve("files_v1_0.daf/scalars/new.json").is_err());
     resume.send(()).unwrap();
     writer.join().unwrap();
@@ -467,17 +478,7 @@ fn reads_go_on_while_a_commit_builds_its_tree() {
         .into_iter()
         .map(crate::sys::thread_priority)
         .collect();
-    let (served, done) = channel();
-    let reader = {
-        let fs = fs.clone();
-        std::thread::spawn(move || {
-            let ino = fs.resolve("files_v1_0.daf/scalars/title.json").unwrap();
-            let size = fs.getattr(ino).unwrap().size;
-            let read = fs.read(ino, 0, 0, 4096).unwrap().len() as u64;
-            let _ = served.send(size == read);
-        })
-    };
-    let answer = done.recv_timeout(Duration::from_secs(10));
+    let (answer, reader) = read_meanwhile(&fs);
     resume.send(()).unwrap();
     writer.join().unwrap();
     reader.join().unwrap();

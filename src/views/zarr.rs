@@ -147,16 +147,6 @@ pub fn zarr_view_with(dataset: &Dataset, prefix: &str, dimension_names: bool) ->
     zarr_view_into(dataset, prefix, dimension_names, None)
 }
 
-/// [`zarr_view_with`], handing its entries to `sink` in batches if given: returns the rest.
-pub fn zarr_view_into(
-    dataset: &Dataset,
-    prefix: &str,
-    dimension_names: bool,
-    sink: Option<&EntrySink>,
-) -> Vec<ViewEntry> {
-    render(dataset, prefix, dimension_names, sink)
-}
-
 /// The entries of the view (rooted at `prefix`, without dimension names) that a change of item
 /// `id` alone changes, its `.zmetadata` made from the one the tree shows (`None` if it shows none).
 pub fn local_view(
@@ -174,15 +164,7 @@ pub fn local_view(
         dataset,
         id,
         |z, id| item_nodes(z, dataset, id),
-        |z, p| {
-            property(
-                z,
-                &p.path,
-                &p.property.payload,
-                &p.shape.zarr(),
-                p.property.mtime.get(),
-            )
-        },
+        property_ref,
     );
     let values = std::mem::take(&mut z.metadata).into_pairs();
     let documents = previous.0.with(&[None, Some(id.clone())], values)?;
@@ -194,8 +176,8 @@ pub fn local_view(
     Some(z.view.finish())
 }
 
-/// The view, its arrays with their dimension names if `dimension_names`.
-fn render(
+/// [`zarr_view_with`], handing its entries to `sink` in batches if given: returns the rest.
+pub fn zarr_view_into(
     dataset: &Dataset,
     prefix: &str,
     dimension_names: bool,
@@ -212,15 +194,7 @@ fn render(
         &mut z,
         dataset,
         |z, id| item_nodes(z, dataset, id),
-        |z, p| {
-            property(
-                z,
-                &p.path,
-                &p.property.payload,
-                &p.shape.zarr(),
-                p.property.mtime.get(),
-            )
-        },
+        property_ref,
     );
     // Rendered when read (into the bounded decode cache), its size counted: a `stat` (every
     // `ls -l` of the root) renders nothing.
@@ -333,6 +307,12 @@ fn item_nodes(z: &mut ZarrBuilder, dataset: &Dataset, id: &PropertyId) {
             }
         }
     }
+}
+
+/// The nodes of vector or matrix `p` ([`property`]).
+fn property_ref(z: &mut ZarrBuilder, p: &crate::formats::model::PropertyRef<'_>) {
+    let mtime = p.property.mtime.get();
+    property(z, &p.path, &p.property.payload, &p.shape.zarr(), mtime);
 }
 
 fn property(z: &mut ZarrBuilder, path: &str, payload: &Payload, shape: &[u64], mtime: SystemTime) {

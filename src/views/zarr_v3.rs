@@ -354,16 +354,6 @@ pub fn zarr_v3_view_with(dataset: &Dataset, prefix: &str, dimension_names: bool)
     zarr_v3_view_into(dataset, prefix, dimension_names, None)
 }
 
-/// [`zarr_v3_view_with`], handing its entries to `sink` in batches if given: returns the rest.
-pub fn zarr_v3_view_into(
-    dataset: &Dataset,
-    prefix: &str,
-    dimension_names: bool,
-    sink: Option<&EntrySink>,
-) -> Vec<ViewEntry> {
-    render(dataset, prefix, dimension_names, sink)
-}
-
 /// The entries of the view (rooted at `prefix`, without dimension names) that a change of item
 /// `id` alone changes, its root `zarr.json` made from the one the tree shows (`None` if it shows
 /// none).
@@ -394,8 +384,8 @@ pub fn local_view(
     Some(z.view.finish())
 }
 
-/// The view, its arrays with their dimension names if `dimension_names`.
-fn render(
+/// [`zarr_v3_view_with`], handing its entries to `sink` in batches if given: returns the rest.
+pub fn zarr_v3_view_into(
     dataset: &Dataset,
     prefix: &str,
     dimension_names: bool,

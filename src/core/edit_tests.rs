@@ -132,7 +132,7 @@ enum Op {
     Unlink(u8),
     Rmdir(u8),
     /// Writes a complete new item through the FilesDaf view (the close commits it): a scalar,
-    /// a vector or an axis, by the first number; its name by the second.
+    /// a vector or an axis, by the first number; its name (and a vector's values) by the second.
     Commit(u8, u8),
 }
 
@@ -247,7 +247,9 @@ fn run(fs: &DafFs, op: &Op) -> Result<(), String> {
         }
         Op::Commit(what, n) => {
             let (root, _) = views(fs);
-            let n = n % 3;
+            // A vector's values: zeros (a fill: a v3 view shows no chunk) or not, so that a
+            // vector committed again may gain or lose its chunk.
+            let (n, value) = (n % 3, (n / 3) % 2 * (n % 3 + 1));
             let files: Vec<(String, Vec<u8>)> = match what % 3 {
                 0 => vec![(
                     format!("scalars/c{n}.json"),
@@ -258,7 +260,7 @@ fn run(fs: &DafFs, op: &Op) -> Result<(), String> {
                         format!("vectors/cell/c{n}.json"),
                         b"{\"format\":\"dense\",\"eltype\":\"Float32\"}".to_vec(),
                     ),
-                    (format!("vectors/cell/c{n}.data"), vec![n; 12]),
+                    (format!("vectors/cell/c{n}.data"), vec![value; 12]),
                 ],
                 _ => vec![(format!("axes/a{n}.txt"), b"x\ny\n".to_vec())],
             };
@@ -526,6 +528,52 @@ fn commits_into_a_zip_source_give_the_tree_a_build_gives() {
     ));
     let opened = open_source(archive.to_str().unwrap()).unwrap();
     assert!(opened.datasets[0].dataset.scalars.contains_key("new"));
+}
+
+/// A vector of fill values committed into a Zarr v3 ZIP: staged, the Zarr view shows its chunk
+/// (`c/0`); appended, the archive keeps no chunk (as Julia writes it), so the append's swap takes
+/// the chunk and the directory `c/` out. Both are edits (the documents made of every item keep
+/// their base: no view was rendered whole), each time the tree a build of the state gives.
+#[test]
+fn an_append_that_drops_a_fill_chunk_is_an_edit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let archive = tmp.path().join("zarr_v3.daf.zarr.zip");
+    std::fs::copy(Path::new(VECTORS).join("zarr_v3.daf.zarr.zip"), &archive).unwrap();
+    let fs = writable_both(&archive);
+    let same_as_built = |when: &str| {
+        let state = fs.read_state();
+        let rebuilt = state.build(&mut state.inodes.clone());
+        assert_eq!(snapshot(&state.namespace), snapshot(&rebuilt), "{when}");
+    };
+    let bases = || {
+        let ns = fs.namespace();
+        ["zarr_v3.daf.zarr/zarr.json", "zarr_v3.daf/metadata.json"].map(|path| {
+            match ns.node(fs.resolve(path).unwrap()).unwrap().kind() {
+                NodeKind::File(blob) => crate::views::document_base(blob).unwrap(),
+                _ => panic!("{path} is not a file"),
+            }
+        })
+    };
+    let before = bases();
+    let cell = fs.resolve("zarr_v3.daf/vectors/cell").unwrap();
+    let descriptor = b"{\"format\":\"dense\",\"eltype\":\"Float32\"}";
+    for (name, content) in [("z.json", &descriptor[..]), ("z.data", &[0; 12][..])] {
+        let (_, fh) = fs.create(cell, OsStr::new(name), false).unwrap();
+        fs.write(fh, 0, content).unwrap();
+        fs.flush(fh, None).unwrap();
+        fs.release(fh);
+    }
+    let chunk = "zarr_v3.daf.zarr/vectors/cell/z/c/0";
+    assert!(fs.resolve(chunk).is_ok(), "staged: the chunk is shown");
+    same_as_built("at the close");
+    fs.finalize("").unwrap();
+    assert!(fs.resolve(chunk).is_err(), "appended: no chunk");
+    assert!(fs.resolve("zarr_v3.daf.zarr/vectors/cell/z/c").is_err());
+    assert!(fs
+        .resolve("zarr_v3.daf.zarr/vectors/cell/z/zarr.json")
+        .is_ok());
+    same_as_built("after the append");
+    assert_eq!(bases(), before, "a view was rendered whole");
 }
 
 /// A writer unlinking a committed Zarr chunk commits its item (the chunk now holds fill

@@ -15,8 +15,9 @@
 //! a directory's mtime is the latest of its own and its descendants'; an edit that takes out or
 //! lowers the latest needs the directory's own mtime, known for directories the overlay made
 //! (a staged directory's own, none for one only implied) and for base directories no base
-//! descendant of which was taken out or replaced since the build (their base mtime). Other
-//! cases (a directory left empty that only its entries implied, a directory shown both as a file
+//! descendant of which was taken out or replaced since the build (their base mtime). A directory
+//! left empty that only its entries implied goes with its last entry if an edit made it (a v3
+//! chunk's `c/`). Other cases (such a directory of the base, a directory shown both as a file
 //! and a directory, a node that made an elidable directory shown) answer `None`: the caller then
 //! builds the tree anew.
 
@@ -277,7 +278,10 @@ impl Editor<'_> {
         self.drop_node(ino);
         self.removed.push((parent, name.to_string(), ino));
         if empty && !self.keeps_empty(parent) {
-            return None;
+            // A directory only its entries implied (a v3 chunk's `c/`) goes with its last one, as
+            // in a build; its time was that one's, which its own removal takes out above it.
+            let (dir, _) = path.rsplit_once('/')?;
+            return self.remove(dir, false);
         }
         self.propagate(&ancestors, Some(was), None)
     }

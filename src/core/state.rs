@@ -190,8 +190,19 @@ impl State {
                 });
             }
         }
-        if !before.iter().all(|p| shown.contains(p)) {
-            return None;
+        // What the item had and no longer has (a v3 chunk of fill values, which the archive does
+        // not keep) goes, deepest first; not a file staged there (a build keeps it on top).
+        let mut vanished: Vec<&String> = before.iter().filter(|p| !shown.contains(*p)).collect();
+        vanished.sort_unstable_by(|a, b| b.cmp(a));
+        for path in vanished {
+            let (root, rel) = split_mount(&self.roots, path)?;
+            if self.staged.contains_key(&root.canonical_path(rel)) {
+                return None;
+            }
+            edits.push(Edit::Remove {
+                path: path.clone(),
+                uncover: false,
+            });
         }
         for canonical in gone {
             let (root, rel) = split_canonical(&self.roots, canonical)?;

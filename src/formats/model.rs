@@ -290,7 +290,7 @@ impl Dataset {
 
     /// Every vector and matrix property, with its path and dimensions.
     pub fn properties(&self) -> impl Iterator<Item = PropertyRef<'_>> {
-        let len = |axis: &str| self.axes.get(axis).map_or(0, Axis::len);
+        let len = |axis: &str| self.axis_len(axis);
         let vectors = self.vectors.iter().flat_map(move |(axis, props)| {
             props.iter().map(move |(name, property)| PropertyRef {
                 path: ["vectors/", axis, "/", name].concat(),
@@ -308,10 +308,15 @@ impl Dataset {
         vectors.chain(matrices)
     }
 
+    /// The length of axis `axis` (0 if there is none).
+    fn axis_len(&self, axis: &str) -> u64 {
+        self.axes.get(axis).map_or(0, Axis::len)
+    }
+
     /// The vector or matrix property `id`, with its path and dimensions (as
     /// [`Dataset::properties`] gives it).
     pub fn property_ref(&self, id: &PropertyId) -> Option<PropertyRef<'_>> {
-        let len = |axis: &str| self.axes.get(axis).map_or(0, Axis::len);
+        let len = |axis: &str| self.axis_len(axis);
         let shape = match id {
             PropertyId::Vector { axis, .. } => Shape::Vector(len(axis)),
             PropertyId::Matrix { rows, cols, .. } => Shape::Matrix(len(rows), len(cols)),

@@ -44,30 +44,25 @@ pub fn files_view_into(
 ) -> Vec<ViewEntry> {
     let mut view = ViewBuilder::into_sink(prefix, sink);
     root_files(&mut view, dataset, version);
-    // The documents a 1.1 view's `metadata.json` indexes (every one the view shows, in the
-    // order of its keys).
+    // The entries of a 1.1 view's `metadata.json` (every document the view shows, every axis).
     let indexed = version == FilesVersion::V1_1;
-    let mut documents = Vec::new();
-    for name in dataset.scalars.keys() {
-        let id = PropertyId::Scalar(name.clone());
+    let mut index = Vec::new();
+    for id in super::scalars_and_axes(dataset) {
         let document = item_files(&mut view, dataset, &id, version);
-        if let Some(document) = document.filter(|_| indexed) {
-            documents.push((format!("scalars/{name}"), document));
+        if indexed {
+            index.extend(index_entry(dataset, &id, document));
         }
-    }
-    for name in dataset.axes.keys() {
-        item_files(&mut view, dataset, &PropertyId::Axis(name.clone()), version);
     }
     for p in dataset.properties() {
         let document = dataset.files_source.descriptor(&p.path, version);
         let document = property_files(&mut view, &p.path, p.property, version, document);
         if indexed {
-            documents.push((p.path, document));
+            index.push((p.path, IndexValue::Document(document)));
         }
     }
     let mut entries = view.finish();
     if indexed {
-        entries.push(metadata_json(dataset, prefix, documents));
+        entries.push(metadata_json(dataset, prefix, index));
     }
     entries
 }
@@ -112,31 +107,34 @@ pub fn local_entries(
     let document = item_files(&mut view, dataset, id, version);
     let mut entries = view.finish();
     if let Some(previous) = previous {
-        let value = match id {
-            PropertyId::Axis(name) => dataset.axes.get(name).map(|a| IndexValue::Axis(a.len())),
-            _ => document.map(IndexValue::Document),
-        };
-        let values = value.map(|value| (id.path(), value)).into_iter().collect();
+        let values = index_entry(dataset, id, document).into_iter().collect();
         let index = previous.0.with(&[Some(id.clone())], values)?;
         entries.push(metadata_entry(dataset, prefix, index));
     }
     Some(entries)
 }
 
-/// The view's `metadata.json` (§3.5), made from the documents the view shows when read (kept in
-/// the bounded decode cache, made again once evicted; its keys kept compact, see
-/// [`super::keyed`]).
-fn metadata_json(
+/// Item `id`'s entry in `metadata.json`, if it has one: its JSON `document` (as the view shows
+/// it), or an axis's length.
+fn index_entry(
     dataset: &Dataset,
-    prefix: &str,
-    documents: Vec<(String, Arc<Blob>)>,
-) -> ViewEntry {
+    id: &PropertyId,
+    document: Option<Arc<Blob>>,
+) -> Option<(String, IndexValue)> {
+    let value = match id {
+        PropertyId::Axis(name) => IndexValue::Axis(dataset.axes.get(name)?.len()),
+        _ => IndexValue::Document(document?),
+    };
+    Some((id.path(), value))
+}
+
+/// The view's `metadata.json` (§3.5) of `entries` (the documents the view shows, the axes'
+/// lengths: [`index_entry`]), made when read (kept in the bounded decode cache, made again once
+/// evicted; its keys kept compact, see [`super::keyed`]).
+fn metadata_json(dataset: &Dataset, prefix: &str, entries: Vec<(String, IndexValue)>) -> ViewEntry {
     let mut index = KeyedBuilder::default();
-    for (name, axis) in &dataset.axes {
-        index.push(&format!("axes/{name}"), IndexValue::Axis(axis.len()));
-    }
-    for (key, document) in documents {
-        index.push(&key, IndexValue::Document(document));
+    for (key, value) in entries {
+        index.push(&key, value);
     }
     let index = Layered::new(index.finish(), zarr_item_of_dir);
     metadata_entry(dataset, prefix, index)

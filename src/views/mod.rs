@@ -229,17 +229,23 @@ pub(crate) fn zarr_items<Z>(
     mut node: impl FnMut(&mut Z, &PropertyId),
     mut property: impl FnMut(&mut Z, &crate::formats::model::PropertyRef<'_>),
 ) {
-    let scalars = dataset
-        .scalars
-        .keys()
-        .map(|n| PropertyId::Scalar(n.clone()));
-    let axes = dataset.axes.keys().map(|n| PropertyId::Axis(n.clone()));
-    for id in scalars.chain(axes) {
+    for id in scalars_and_axes(dataset) {
         node(z, &id);
     }
     for p in dataset.properties() {
         property(z, &p);
     }
+}
+
+/// The scalars, then the axes, of `dataset`: the items every view renders before its vectors
+/// and matrices.
+pub(crate) fn scalars_and_axes(dataset: &Dataset) -> impl Iterator<Item = PropertyId> + '_ {
+    let scalars = dataset
+        .scalars
+        .keys()
+        .map(|n| PropertyId::Scalar(n.clone()));
+    let axes = dataset.axes.keys().map(|n| PropertyId::Axis(n.clone()));
+    scalars.chain(axes)
 }
 
 /// Renders item `id` of `dataset` into `z` as [`zarr_items`] does (nothing if it is gone).

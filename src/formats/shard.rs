@@ -186,9 +186,7 @@ impl Packing {
         let compression = descriptor.get("compression").and_then(Value::as_str);
         let compressor = match compression {
             None | Some("none") => None,
-            Some("zstd") => {
-                Some(json!({"name":"zstd","configuration":{"level":level,"checksum":false}}))
-            }
+            Some("zstd") => Some(json!({"name":"zstd","configuration":{"level":level}})),
             Some("gzip") => Some(json!({"name":"gzip","configuration":{"level":level}})),
             Some(blosc) if blosc.starts_with("blosc_") => {
                 Some(blosc_codec(blosc, level, typesize)?)

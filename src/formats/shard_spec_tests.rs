@@ -240,7 +240,7 @@ fn the_spec_example_descriptor_gives_the_zarr_codecs() {
     assert_eq!(
         packing.codecs,
         json!([{"name":"bytes","configuration":{"endian":"little"}},
-               {"name":"zstd","configuration":{"level":5,"checksum":false}}])
+               {"name":"zstd","configuration":{"level":5}}])
     );
     assert_eq!(packing.inner, vec![1024]);
     assert_eq!(packing.shard_shape, vec![2048]);

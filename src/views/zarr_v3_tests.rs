@@ -288,7 +288,7 @@ fn zstd_packing(shape: Vec<u64>, inner: Vec<u64>, shard: Arc<Blob>) -> Packing {
         eltype: ElementType::Num(NumType::Float64),
         codecs: serde_json::json!([
             {"name": "bytes", "configuration": {"endian": "little"}},
-            {"name": "zstd", "configuration": {"level": 5, "checksum": false}}
+            {"name": "zstd", "configuration": {"level": 5}}
         ]),
         index_at_start: true,
         shard_shape: rounded_shard_shape(&shape, &inner),
@@ -335,7 +335,7 @@ fn packed_arrays_show_their_shard_as_the_only_chunk() {
         .insert("packed".into(), property);
     let files = view_files(&zarr_v3_view(&ds, ""));
     assert!(Arc::ptr_eq(&files["vectors/cell/packed/c/0"], &shard));
-    let doc = "{\"attributes\":{\"daf_packed_format\":\"indexed+zipped\"},\"chunk_grid\":{\"configuration\":{\"chunk_shape\":[4]},\"name\":\"regular\"},\"chunk_key_encoding\":{\"configuration\":{\"separator\":\"/\"},\"name\":\"default\"},\"codecs\":[{\"configuration\":{\"chunk_shape\":[2],\"codecs\":[{\"configuration\":{\"endian\":\"little\"},\"name\":\"bytes\"},{\"configuration\":{\"checksum\":false,\"level\":5},\"name\":\"zstd\"}],\"index_codecs\":[{\"configuration\":{\"endian\":\"little\"},\"name\":\"bytes\"},{\"name\":\"crc32c\"}],\"index_location\":\"start\"},\"name\":\"sharding_indexed\"}],\"data_type\":\"float64\",\"fill_value\":0.0,\"node_type\":\"array\",\"shape\":[3],\"zarr_format\":3}";
+    let doc = "{\"attributes\":{\"daf_packed_format\":\"indexed+zipped\"},\"chunk_grid\":{\"configuration\":{\"chunk_shape\":[4]},\"name\":\"regular\"},\"chunk_key_encoding\":{\"configuration\":{\"separator\":\"/\"},\"name\":\"default\"},\"codecs\":[{\"configuration\":{\"chunk_shape\":[2],\"codecs\":[{\"configuration\":{\"endian\":\"little\"},\"name\":\"bytes\"},{\"configuration\":{\"level\":5},\"name\":\"zstd\"}],\"index_codecs\":[{\"configuration\":{\"endian\":\"little\"},\"name\":\"bytes\"},{\"name\":\"crc32c\"}],\"index_location\":\"start\"},\"name\":\"sharding_indexed\"}],\"data_type\":\"float64\",\"fill_value\":0.0,\"node_type\":\"array\",\"shape\":[3],\"zarr_format\":3}";
     assert_eq!(text(&files["vectors/cell/packed/zarr.json"]), doc);
     let root: Value = serde_json::from_str(&text(&files["zarr.json"])).unwrap();
     let entry = &root["consolidated_metadata"]["metadata"]["vectors/cell/packed"];

@@ -98,7 +98,10 @@ impl Appender {
                     let mut learnt = None;
                     for job in jobs {
                         #[cfg(test)]
-                        let before_swap = || pause_once(&pause);
+                        let before_swap = || {
+                            pause_once(&pause);
+                            super::steps::reach_unlocked(&state, super::steps::APPEND_WRITTEN);
+                        };
                         #[cfg(not(test))]
                         let before_swap = || {};
                         let result = run(&job, (&state, &writers), &staging, &before_swap, &mut learnt);
@@ -226,14 +229,19 @@ fn run(
         job.append.archive.display()
     );
     drop(served_before);
-    let state = state.read().unwrap_or_else(|p| p.into_inner());
-    // Staged anew meanwhile (never, as a ZIP source's items cannot be rewritten): kept.
-    let files = job
-        .staged
-        .iter()
-        .filter(|(p, _)| !state.staged.contains_key(p))
-        .map(|(p, disk)| (p.as_str(), disk.as_path()));
-    super::commit::discard_staged(&state, staging, files);
+    // With the writers' lock too: a change waiting for the state lock meanwhile would make every
+    // reader wait behind it.
+    super::writer::shared(state, writers, |state| {
+        #[cfg(test)]
+        state.steps.reach(super::steps::APPEND_DROPPING);
+        // Staged anew meanwhile (never, as a ZIP source's items cannot be rewritten): kept.
+        let files = job
+            .staged
+            .iter()
+            .filter(|(p, _)| !state.staged.contains_key(p))
+            .map(|(p, disk)| (p.as_str(), disk.as_path()));
+        super::commit::discard_staged(state, staging, files);
+    });
     Ok(())
 }
 

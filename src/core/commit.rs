@@ -116,16 +116,19 @@ impl DafFs {
                 // lock: readers go on meanwhile, and see the item as it was until the swap.
                 let stamps: Vec<_> = members.iter().map(|(_, f)| stamp(&f.disk)).collect();
                 drop(state);
-                let written = pending
-                    .write(staging)
-                    .map_err(|e| self.commit_error(staging, &root.canonical, &id, &files, e))?;
+                let written = pending.write(staging);
                 #[cfg(test)]
-                self.pause_commit();
+                {
+                    self.pause_commit();
+                    super::steps::reach_unlocked(&self.state, super::steps::PAYLOADS_WRITTEN);
+                }
                 state = self.lock_state();
                 swap_began = Some(std::time::Instant::now());
-                // Rewritten, removed or committed by another close meanwhile: not these files
-                // (the written copies and the record go, out of the lock); whoever changed them
-                // commits them.
+                // Rewritten, removed or committed by another close meanwhile (which may have
+                // failed this one's copy: the files moved into the source by that commit's swap,
+                // or unlinked): not these files (the written copies and the record go, out of the
+                // lock); whoever changed them commits them. Answered once the swaps begun are
+                // durable (another commit's of these very files among them).
                 let now = item_members(&state, &root, &id);
                 let same = now.len() == members.len()
                     && now
@@ -137,8 +140,16 @@ impl DafFs {
                     drop(state);
                     drop(written);
                     log::debug!("{} changed while it was committed: left staged", id.path());
+                    self.unfinished.wait();
                     return Ok(());
                 }
+                let written = match written {
+                    Ok(written) => written,
+                    Err(e) => {
+                        drop(state);
+                        return Err(self.commit_error(staging, &root.canonical, &id, &files, e));
+                    }
+                };
                 // Until it is durable, an `fsync` waits for it (the swap is seen before).
                 finishing = Some(self.unfinished.begin());
                 let checked = std::time::Instant::now();
@@ -251,7 +262,7 @@ impl DafFs {
         // changes still wait), once the append is queued: an unlink or `rmdir` can wait for
         // the disk's journal.
         if !discarded.is_empty() || !made_for_item.is_empty() {
-            let (shared, ()) = state.with_shared(|state| {
+            let (shared, ()) = state.with_shared(super::steps::STAGED_DROPPED, |state| {
                 let files = discarded.iter().map(|(p, d)| (p.as_str(), d.as_path()));
                 discard_staged(state, staging, files);
                 for dir in &made_for_item {
@@ -277,6 +288,7 @@ impl DafFs {
         #[cfg(test)]
         if finishing.is_some() {
             super::appender::pause_once(&self.finish_pause);
+            super::steps::reach_unlocked(&self.state, super::steps::SWAPPED);
         }
         let finished = finishing.map_or(Ok(()), |token| {
             token

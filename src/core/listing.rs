@@ -4,7 +4,8 @@
 //! reply has room for, and the visit stops as soon as the reply is full.
 
 use super::namespace::{Namespace, Node, NodeKind};
-use super::{presence, Attr, DafFs, DirEntry, FsError, Kind};
+use super::writer::{settled, Trust, Try};
+use super::{presence, staged_io, Attr, DafFs, DirEntry, FsError, Kind};
 
 /// One entry of a directory page, as the listing visits it.
 #[derive(Debug)]
@@ -26,11 +27,14 @@ impl DafFs {
     /// Attributes of `ino` (not found once it is known absent: an elidable file whose blob does
     /// not exist).
     pub fn getattr(&self, ino: u64) -> Result<Attr, FsError> {
-        self.attr_in(&self.namespace(), ino)
+        settled(&self.writers, |trust| {
+            self.attr_in(&self.namespace(), ino, trust)
+        })
     }
 
-    /// Attributes of `ino` in tree `ns`.
-    fn attr_in(&self, ns: &Namespace, ino: u64) -> Result<Attr, FsError> {
+    /// Attributes of `ino` in tree `ns`; [`Try::Again`] for a staged file a running commit
+    /// renamed into the source (see [`settled`]).
+    fn attr_in(&self, ns: &Namespace, ino: u64, trust: Trust) -> Result<Try<Attr>, FsError> {
         let node = ns.node(ino).ok_or(FsError::NotFound)?;
         // Its own presence, and its sub-directories' (for `st_nlink`) unless their count is kept:
         // a large directory is stat'ed for every `..` of a recursive listing.
@@ -44,7 +48,7 @@ impl DafFs {
             return Err(FsError::NotFound);
         }
         let dir_perm = if self.writable() { 0o755 } else { 0o555 };
-        Ok(match node.kind() {
+        Ok(Try::Done(match node.kind() {
             NodeKind::Dir { .. } => Attr {
                 ino,
                 kind: Kind::Dir,
@@ -71,7 +75,9 @@ impl DafFs {
                 }
             }
             NodeKind::Staged(disk) => {
-                let meta = std::fs::metadata(disk)?;
+                let Try::Done(meta) = staged_io(std::fs::metadata(disk), trust)? else {
+                    return Ok(Try::Again);
+                };
                 Attr {
                     ino,
                     kind: Kind::File,
@@ -83,7 +89,7 @@ impl DafFs {
                     unknown_size: false,
                 }
             }
-        })
+        }))
     }
 
     /// At most `limit` entries of directory `ino` from `offset` on, with `.` and `..` first.
@@ -143,7 +149,13 @@ impl DafFs {
                 };
                 let dot = next <= 2;
                 let attr = if plus && !dot {
-                    match self.attr_in(&ns, child) {
+                    let attr = match self.attr_in(&ns, child, Trust::AsItIs) {
+                        Ok(Try::Done(attr)) => Ok(attr),
+                        // A staged file its commit renamed meanwhile: as the commit's tree shows.
+                        Ok(Try::Again) => self.getattr(child),
+                        Err(e) => Err(e),
+                    };
+                    match attr {
                         Ok(attr) => Some(attr),
                         Err(_) => continue,
                     }

@@ -20,6 +20,7 @@ mod remove;
 mod rename;
 mod state;
 mod status;
+mod steps;
 mod write;
 mod writer;
 
@@ -35,7 +36,7 @@ use std::time::SystemTime;
 use crate::formats::source::NamedDataset;
 use crate::staging::StagingArea;
 use crate::stores::blob::CheckState;
-use crate::stores::{Bytes, StoreError};
+use crate::stores::{Blob, Bytes, StoreError};
 use crate::views::zip_publish::Publisher;
 use crate::views::{view_roots, ViewOptions};
 
@@ -44,6 +45,7 @@ pub use listing::Listed;
 use namespace::{InodeTable, Namespace, NodeKind, ROOT};
 use state::{resolve_in, split_canonical, split_mount, Staged, State};
 pub use status::{ItemState, StagedItem, StagingReport};
+use writer::{Trust, Try};
 
 /// Errors of filesystem operations.
 #[derive(Debug, thiserror::Error)]
@@ -155,6 +157,9 @@ struct Handle {
     ino: u64,
     /// The staged file, for handles on staged files.
     file: Option<Arc<File>>,
+    /// The content, for handles on committed files: what they read, whatever replaces the file
+    /// in the tree while they are open.
+    blob: Option<Arc<Blob>>,
     writable: bool,
     /// Written since the last flush: its file may still be incomplete.
     dirty: bool,
@@ -272,6 +277,8 @@ impl DafFs {
             build_pause: Arc::default(),
             #[cfg(test)]
             edit_pause: Arc::default(),
+            #[cfg(test)]
+            steps: Arc::default(),
             publisher: options
                 .zip
                 .then(|| (Mutex::new(Publisher::default()), options)),
@@ -322,13 +329,19 @@ impl DafFs {
     }
 
     /// The content of committed file `ino` (produced on first access, then shared), or a copy
-    /// of a staged file's current bytes.
+    /// of a staged file's current bytes (once its commit is in, if one is renaming it into the
+    /// source: [`writer::settled`]).
     pub fn content(&self, ino: u64) -> Result<Bytes, FsError> {
-        match self.namespace().node(ino).ok_or(FsError::NotFound)?.kind() {
-            NodeKind::File(blob) => Ok(blob.bytes()?),
-            NodeKind::Staged(disk) => Ok(Bytes::from_vec(std::fs::read(disk)?)),
-            NodeKind::Dir { .. } => Err(FsError::IsDir),
-        }
+        writer::settled(&self.writers, |trust| {
+            match self.namespace().node(ino).ok_or(FsError::NotFound)?.kind() {
+                NodeKind::File(blob) => Ok(Try::Done(blob.bytes()?)),
+                NodeKind::Staged(disk) => match staged_io(std::fs::read(disk), trust)? {
+                    Try::Done(bytes) => Ok(Try::Done(Bytes::from_vec(bytes))),
+                    Try::Again => Ok(Try::Again),
+                },
+                NodeKind::Dir { .. } => Err(FsError::IsDir),
+            }
+        })
     }
 
     /// Whether committed file `ino` is served by ranges (a packed array decoded chunk by
@@ -362,7 +375,13 @@ impl DafFs {
     /// Up to `size` bytes of file `ino` from `offset`: for committed files a range of the shared
     /// content (no copy); staged files are read from disk through the handle `fh`.
     pub fn read(&self, ino: u64, fh: u64, offset: u64, size: u32) -> Result<Bytes, FsError> {
-        let staged_file = self.handles().get(&fh).and_then(|h| h.file.clone());
+        let (staged_file, opened_blob) = match self.handles().get(&fh) {
+            Some(h) => (h.file.clone(), h.blob.clone()),
+            None => (None, None),
+        };
+        if let Some(blob) = opened_blob {
+            return Ok(blob.read_range(offset, u64::from(size))?);
+        }
         if let Some(file) = staged_file {
             let mut buf = vec![0u8; size as usize];
             let mut filled = 0;
@@ -428,6 +447,19 @@ impl DafFs {
     }
 }
 
+/// The outcome of I/O on a staged file's disk path: a file that is gone there while the tree as
+/// it is shows it was renamed into the source by a commit whose tree is not in yet
+/// ([`Try::Again`]); with no change running, it is gone for good.
+fn staged_io<T>(io: std::io::Result<T>, trust: Trust) -> Result<Try<T>, FsError> {
+    match io {
+        Ok(done) => Ok(Try::Done(done)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && trust == Trust::AsItIs => {
+            Ok(Try::Again)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
 #[cfg(test)]
 mod commit_tests;
 #[cfg(test)]
@@ -438,5 +470,7 @@ mod edit_tests;
 mod listing_tests;
 #[cfg(test)]
 mod namespace_tests;
+#[cfg(test)]
+mod steps_tests;
 #[cfg(test)]
 mod tests;

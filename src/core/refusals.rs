@@ -52,7 +52,10 @@ impl DafFs {
     /// else dropped and refused (it could never be committed). `true` if it was dropped.
     pub(super) fn settle_document(&self, mount: &str, disk: &Path) -> Result<bool, FsError> {
         let mut state = self.lock_state();
-        if !Self::is_document(&state, mount) {
+        // Dropped or committed by another close since its closer looked (no file at `disk`).
+        let staged_there = Self::canonical(&state, mount)
+            .is_ok_and(|c| state.staged.get(&c).is_some_and(|s| s.disk == disk));
+        if !staged_there || !Self::is_document(&state, mount) {
             return Ok(false);
         }
         // The committed group documents are Zarr's constants, which are no-ops anyway.

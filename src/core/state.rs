@@ -81,6 +81,9 @@ pub(super) struct State {
     /// the state lock taken shared.
     #[cfg(test)]
     pub(super) edit_pause: Arc<super::appender::Pause>,
+    /// Tests only: the steps at which a change lets other requests in, and where to pause.
+    #[cfg(test)]
+    pub(super) steps: Arc<super::steps::Steps>,
     /// The files made from whole data sets at the mount root (`--zip`), and the options they
     /// are made with.
     /// (Behind a lock of its own: a tree is built under the state lock taken shared.)

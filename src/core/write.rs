@@ -14,12 +14,30 @@ use std::sync::{Arc, MutexGuard, RwLockReadGuard};
 use std::time::SystemTime;
 
 use crate::staging::StagingArea;
-use crate::stores::Bytes;
+use crate::stores::{Blob, Bytes};
 use crate::views::join;
 
 use super::namespace::NodeKind;
-use super::writer::Writer;
+use super::writer::{settled, Trust, Try, Writer};
 use super::{split_mount, Attr, DafFs, FsError, Handle, State};
+
+/// What an open finds to do.
+enum Opened {
+    /// A handle, opened.
+    Handle(u64),
+    /// A committed file (mount path, content) opened for writing: to be replaced by a staged copy.
+    Replace(String, Arc<Blob>),
+}
+
+/// What a `setattr` finds to do once its try is over (out of the state lock).
+enum SetAttr {
+    /// Nothing more.
+    Done,
+    /// The committed file (mount path, content) resized: replaced by a staged copy.
+    Resize(String, Arc<Blob>),
+    /// The committed item of the file at this mount path touched.
+    Touch(String, SystemTime),
+}
 
 impl DafFs {
     pub(super) fn staging_area(&self) -> Result<&StagingArea, FsError> {
@@ -46,10 +64,26 @@ impl DafFs {
     }
 
     pub(super) fn new_handle(&self, ino: u64, file: Option<File>, writable: bool) -> u64 {
+        self.insert_handle(ino, file, None, writable)
+    }
+
+    /// A read-only handle on committed file `ino`, reading `blob` for as long as it is open.
+    fn new_blob_handle(&self, ino: u64, blob: Arc<Blob>) -> u64 {
+        self.insert_handle(ino, None, Some(blob), false)
+    }
+
+    fn insert_handle(
+        &self,
+        ino: u64,
+        file: Option<File>,
+        blob: Option<Arc<Blob>>,
+        writable: bool,
+    ) -> u64 {
         let fh = self.next_handle.fetch_add(1, Ordering::Relaxed);
         let handle = Handle {
             ino,
             file: file.map(Arc::new),
+            blob,
             writable,
             dirty: false,
             passthrough: false,
@@ -203,41 +237,59 @@ impl DafFs {
         Ok((self.getattr(ino)?, fh))
     }
 
-    /// Opens `ino`; committed files open read-only, staged files as asked.
+    /// Opens `ino`; committed files open read-only (a handle reads the content it opened, whatever
+    /// replaces it later), staged files as asked. A staged file whose item a commit is taking out
+    /// opens once that commit's tree is in ([`settled`]): never a handle on a file the commit
+    /// linked into the source (a truncation must not reach it there).
     pub fn open(&self, ino: u64, write: bool, truncate: bool) -> Result<u64, FsError> {
-        let ns = self.namespace();
-        let node = ns.node(ino).ok_or(FsError::NotFound)?;
-        let file = match node.kind() {
-            NodeKind::Dir { .. } if write => return Err(FsError::IsDir),
-            NodeKind::Dir { .. } => None,
-            NodeKind::File(_) if write && !self.writable() => return Err(FsError::ReadOnly),
-            NodeKind::File(blob) if write => {
+        match settled(&self.writers, |trust| {
+            self.open_once(ino, write, truncate, trust)
+        })? {
+            Opened::Handle(fh) => Ok(fh),
+            Opened::Replace(path, blob) => {
+                // A committed file opened for writing: a staged copy replaces it (the copy is
+                // made out of the state lock, then staged under it).
                 let content = if truncate { None } else { Some(blob.bytes()?) };
-                let path = ns.path(ino).ok_or(FsError::NotFound)?;
                 let (path, disk) = self.stage_replacement(&path, content)?;
                 let file = OpenOptions::new().read(true).write(true).open(disk)?;
-                return Ok(self.new_handle(self.namespace_ino(&path), Some(file), true));
+                Ok(self.new_handle(self.namespace_ino(&path), Some(file), true))
             }
-            NodeKind::File(_) => None,
-            NodeKind::Staged(_) if write && !self.writable() => return Err(FsError::ReadOnly),
+        }
+    }
+
+    /// One try of [`open`](Self::open), with the tree and the state read together.
+    fn open_once(
+        &self,
+        ino: u64,
+        write: bool,
+        truncate: bool,
+        _trust: Trust,
+    ) -> Result<Try<Opened>, FsError> {
+        let state = self.read_state();
+        let node = state.namespace.node(ino).ok_or(FsError::NotFound)?;
+        let opened = match node.kind() {
+            NodeKind::Dir { .. } if write => return Err(FsError::IsDir),
+            NodeKind::Dir { .. } => self.new_handle(ino, None, false),
+            NodeKind::File(_) | NodeKind::Staged(_) if write && !self.writable() => {
+                return Err(FsError::ReadOnly)
+            }
+            NodeKind::File(blob) if write => {
+                let path = state.namespace.path(ino).ok_or(FsError::NotFound)?;
+                return Ok(Try::Done(Opened::Replace(path, blob.clone())));
+            }
+            NodeKind::File(blob) => self.new_blob_handle(ino, blob.clone()),
+            NodeKind::Staged(disk) if !state.still_staged(ino, disk) => return Ok(Try::Again),
+            // Under the state lock: a commit's renames wait until the file is open.
             NodeKind::Staged(disk) => {
-                // Under the state lock: a commit may link the file into the source (a truncation
-                // must not reach it there); once committed, the file opens as committed.
-                let state = self.read_state();
-                if !state.still_staged(ino, disk) {
-                    drop(state);
-                    return self.open(ino, write, truncate);
-                }
-                Some(
-                    OpenOptions::new()
-                        .read(true)
-                        .write(write)
-                        .truncate(write && truncate)
-                        .open(disk)?,
-                )
+                let file = OpenOptions::new()
+                    .read(true)
+                    .write(write)
+                    .truncate(write && truncate)
+                    .open(disk)?;
+                self.new_handle(ino, Some(file), write)
             }
         };
-        Ok(self.new_handle(ino, file, write))
+        Ok(Try::Done(Opened::Handle(opened)))
     }
 
     /// The inode a handle is open on.
@@ -292,23 +344,46 @@ impl DafFs {
     }
 
     /// Truncates a staged file or sets its time; for committed files and directories only the
-    /// times may be "set" (a no-op: their times come from the source).
+    /// times may be "set" (a no-op: their times come from the source). A committed file of a
+    /// directory source truncated to another size is replaced by a staged copy of that size.
     pub fn setattr(
         &self,
         ino: u64,
         size: Option<u64>,
         mtime: Option<SystemTime>,
     ) -> Result<Attr, FsError> {
-        let ns = self.namespace();
-        let node = ns.node(ino).ok_or(FsError::NotFound)?;
-        match node.kind() {
+        match settled(&self.writers, |_| self.setattr_once(ino, size, mtime))? {
+            SetAttr::Done => {}
+            SetAttr::Resize(path, blob) => {
+                let (_, disk) = self.stage_replacement(&path, Some(blob.bytes()?))?;
+                OpenOptions::new()
+                    .write(true)
+                    .open(disk)?
+                    .set_len(size.unwrap_or(0))?;
+                self.try_commit(&path, None, false)?;
+            }
+            SetAttr::Touch(path, mtime) => self.touch(&path, mtime)?,
+        }
+        self.getattr(ino)
+    }
+
+    /// One try of [`setattr`](Self::setattr), with the tree and the state read together: a
+    /// staged file is changed here, under the state lock (as in `open`: never a file a commit
+    /// linked into the source).
+    fn setattr_once(
+        &self,
+        ino: u64,
+        size: Option<u64>,
+        mtime: Option<SystemTime>,
+    ) -> Result<Try<SetAttr>, FsError> {
+        let state = self.read_state();
+        let node = state.namespace.node(ino).ok_or(FsError::NotFound)?;
+        let path = || state.namespace.path(ino).ok_or(FsError::NotFound);
+        let set = match node.kind() {
             NodeKind::Staged(disk) => {
                 self.staging_area()?;
-                // Under the state lock, as `open`: never a change to a file a commit linked.
-                let state = self.read_state();
                 if !state.still_staged(ino, disk) {
-                    drop(state);
-                    return self.setattr(ino, size, mtime);
+                    return Ok(Try::Again);
                 }
                 let file = OpenOptions::new().write(true).open(disk)?;
                 if let Some(size) = size {
@@ -317,28 +392,22 @@ impl DafFs {
                 if let Some(mtime) = mtime {
                     file.set_modified(mtime)?;
                 }
+                SetAttr::Done
             }
             _ if (size.is_some() || mtime.is_some()) && !self.writable() => {
                 return Err(FsError::ReadOnly)
             }
             NodeKind::File(blob) if size.is_some_and(|s| Some(s) != blob.known_len()) => {
-                let path = ns.path(ino).ok_or(FsError::NotFound)?;
-                let (_, disk) = self.stage_replacement(&path, Some(blob.bytes()?))?;
-                OpenOptions::new()
-                    .write(true)
-                    .open(disk)?
-                    .set_len(size.unwrap_or(0))?;
-                self.try_commit(&path, None, false)?;
+                SetAttr::Resize(path()?, blob.clone())
             }
-            NodeKind::File(_) => {
-                if let Some(mtime) = mtime {
-                    self.touch(&ns.path(ino).ok_or(FsError::NotFound)?, mtime)?;
-                }
-            }
+            NodeKind::File(_) => match mtime {
+                Some(mtime) => SetAttr::Touch(path()?, mtime),
+                None => SetAttr::Done,
+            },
             NodeKind::Dir { .. } if size.is_some() => return Err(FsError::IsDir),
-            _ => {}
-        }
-        self.getattr(ino)
+            NodeKind::Dir { .. } => SetAttr::Done,
+        };
+        Ok(Try::Done(set))
     }
 
     /// Creates a staged directory.

@@ -76,7 +76,7 @@ impl<'a> Writer<'a> {
     /// Builds the tree of the state anew under the state lock taken shared (readers go on, other
     /// writers still wait), then takes the lock exclusively to swap it in.
     pub(super) fn rebuilt(self) -> Writer<'a> {
-        let (mut writer, (tree, inodes)) = self.with_shared(|state| {
+        let (mut writer, (tree, inodes)) = self.with_shared(super::steps::TREE_BUILT, |state| {
             let mut inodes = state.inodes.clone();
             let tree = state.build(&mut inodes);
             #[cfg(test)]
@@ -98,7 +98,12 @@ impl<'a> Writer<'a> {
 
     /// Runs `f` with the state lock taken shared (readers go on, other writers still wait), then
     /// takes it exclusively again: for file system calls that change nothing readers see.
-    pub(super) fn with_shared<R>(self, f: impl FnOnce(&State) -> R) -> (Writer<'a>, R) {
+    /// (`_step`: what it does then, for tests: [`super::steps`].)
+    pub(super) fn with_shared<R>(
+        self,
+        _step: &'static str,
+        f: impl FnOnce(&State) -> R,
+    ) -> (Writer<'a>, R) {
         let Writer {
             guard,
             lock,
@@ -106,7 +111,11 @@ impl<'a> Writer<'a> {
             retired,
         } = self;
         drop(guard);
-        let result = f(&lock.read().unwrap_or_else(|p| p.into_inner()));
+        let shared = lock.read().unwrap_or_else(|p| p.into_inner());
+        #[cfg(test)]
+        shared.steps.reach(_step);
+        let result = f(&shared);
+        drop(shared);
         let writer = Writer {
             guard: lock.write().unwrap_or_else(|p| p.into_inner()),
             lock,
@@ -132,7 +141,7 @@ impl<'a> Writer<'a> {
         if EDITS_OFF.with(std::cell::Cell::get) {
             return self.rebuilt();
         }
-        let (writer, edits) = self.with_shared(|state| {
+        let (writer, edits) = self.with_shared(super::steps::EDITS_WORKED_OUT, |state| {
             // Rendering the views of a large data set takes a while: at a lowered priority, so
             // that readers on a busy machine are not made to wait for a CPU.
             lowered("daf-commit", || {
@@ -172,7 +181,7 @@ impl<'a> Writer<'a> {
         if EDITS_OFF.with(std::cell::Cell::get) {
             return self.rebuilt();
         }
-        let (mut writer, edited) = self.with_shared(|state| {
+        let (mut writer, edited) = self.with_shared(super::steps::TREE_EDITED, |state| {
             let mut inodes = state.inodes.clone();
             let tree = state.namespace.edited(&edits, &mut inodes)?;
             #[cfg(test)]
@@ -198,6 +207,60 @@ impl std::ops::Deref for Writer<'_> {
 impl std::ops::DerefMut for Writer<'_> {
     fn deref_mut(&mut self) -> &mut State {
         &mut self.guard
+    }
+}
+
+/// Runs `f` with the state lock taken shared and other writers kept out (the writers' lock): for
+/// file system calls of a change that change nothing readers see. (A change waiting for the
+/// state lock while it is held shared would make every reader wait behind it.)
+pub(super) fn shared<R>(
+    lock: &RwLock<State>,
+    writers: &Mutex<()>,
+    f: impl FnOnce(&State) -> R,
+) -> R {
+    let _writers = writers.lock().unwrap_or_else(|p| p.into_inner());
+    f(&lock.read().unwrap_or_else(|p| p.into_inner()))
+}
+
+/// How far an operation that reads the tree without a [`Writer`] may trust it (see
+/// [`settled`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Trust {
+    /// The tree as it is: a change may be between taking an item's staged files out of the
+    /// state (its commit renamed them into a directory source, or the model serves the item now)
+    /// and swapping in the tree that shows the item committed. An operation that meets a staged
+    /// file of such an item answers [`Try::Again`].
+    AsItIs,
+    /// No change is running (the writers' lock is held): the state and the tree agree, and
+    /// neither changes until the operation is over. The operation must not take a [`Writer`].
+    Quiet,
+}
+
+/// What one try of an operation found.
+pub(super) enum Try<T> {
+    Done(T),
+    /// A staged file a running change is taking out: try again once that change is over.
+    Again,
+}
+
+/// Runs `op` on the tree as it is, and, when it met a staged file that a running change is
+/// taking out ([`Try::Again`]), once more with no change running (the writers' lock held, so
+/// the state and the tree agree): at most twice, never by recursion. A change holds the lock
+/// only for its bounded in-lock part (not for a commit's payload copy or an append), so the
+/// second try waits at most that long.
+pub(super) fn settled<T>(
+    writers: &Mutex<()>,
+    op: impl Fn(Trust) -> Result<Try<T>, super::FsError>,
+) -> Result<T, super::FsError> {
+    if let Try::Done(done) = op(Trust::AsItIs)? {
+        return Ok(done);
+    }
+    let _quiet = writers.lock().unwrap_or_else(|p| p.into_inner());
+    match op(Trust::Quiet)? {
+        Try::Done(done) => Ok(done),
+        Try::Again => Err(super::FsError::Internal(
+            "a staged file disagrees with the state while no change runs".into(),
+        )),
     }
 }
 

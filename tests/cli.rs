@@ -37,6 +37,14 @@ fn every_error_is_one_line_naming_the_problem_and_the_path() {
         r#"{"zarr_format":3,"node_type":"group","attributes":{"daf":[1,3]}}"#,
     )
     .unwrap();
+    // A marker that is a FIFO: the walk skips it (a warning it logs), the refusal says why.
+    let fifo = tmp.path().join("fifo.daf");
+    std::fs::create_dir(&fifo).unwrap();
+    let made = Command::new("mkfifo")
+        .arg(fifo.join("daf.json"))
+        .status()
+        .unwrap();
+    assert!(made.success());
     let archive = std::fs::read(format!("{VECTORS}/zarr_v2.daf.zarr.zip")).unwrap();
     let truncated = tmp.path().join("cut.daf.zarr.zip");
     std::fs::write(&truncated, &archive[..archive.len() / 2]).unwrap();
@@ -60,6 +68,11 @@ fn every_error_is_one_line_naming_the_problem_and_the_path() {
             vec![empty_dir.display().to_string(), mnt_s.clone()],
             "not a daf data set",
             empty_dir.display().to_string(),
+        ),
+        (
+            vec![fifo.display().to_string(), mnt_s.clone()],
+            "daf.json is not a regular file",
+            fifo.display().to_string(),
         ),
         (
             vec![future.display().to_string(), mnt_s.clone()],

@@ -106,18 +106,21 @@ pub fn run(args: Args) -> Result<(), CliError> {
         log::info!("the C library keeps freed decoded pieces: RssAnon may exceed the decode cache");
     }
     let started = std::time::Instant::now();
-    let source = if remote {
-        let http = options
-            .http
-            .clone()
-            .with_environment()
-            .map_err(CliError::Option)?;
-        open_remote(&source_arg, &http)?
-    } else if options.read_only {
-        open_source(&source_arg)?
-    } else {
-        finish_interrupted_commit(open_source(&source_arg)?, &source_arg)?
-    };
+    // What the opening logs is written once the source opened: a refused mount says only why.
+    let source = super::logging::held(|| {
+        if remote {
+            let http = options
+                .http
+                .clone()
+                .with_environment()
+                .map_err(CliError::Option)?;
+            Ok(open_remote(&source_arg, &http)?)
+        } else if options.read_only {
+            Ok(open_source(&source_arg)?)
+        } else {
+            finish_interrupted_commit(open_source(&source_arg)?, &source_arg)
+        }
+    })?;
     // A URL is shown (log, fsname in /proc/mounts) without query string or user info.
     let shown = if remote {
         redact(&source_arg)

@@ -52,6 +52,9 @@ impl Destination {
 
 struct Logger {
     filter: env_logger::Logger,
+    /// While the source is opened ([`held`]): the lines logged meanwhile (level, target and
+    /// message), written once it opened, dropped if the mount is refused (its one line says why).
+    held: Mutex<Option<Vec<(Level, String, String)>>>,
     file: Option<Mutex<File>>,
     syslog: Option<Mutex<Option<UnixDatagram>>>,
     /// Lines also go to stderr (foreground, or a background daemon not yet detached).
@@ -93,6 +96,7 @@ pub fn init(verbose: u8, destination: &Destination) -> Result<(), CliError> {
         file,
         syslog: (*destination == Destination::Syslog).then(|| Mutex::new(None)),
         stderr: AtomicBool::new(true),
+        held: Mutex::new(None),
     };
     let installed = LOGGER.get_or_init(|| logger);
     if log::set_logger(installed).is_ok() {
@@ -131,6 +135,33 @@ pub fn stop_stderr() {
         let elsewhere = logger.file.is_some() || logger.syslog.is_some();
         logger.stderr.store(!elsewhere, Ordering::Relaxed);
     }
+}
+
+/// Runs `open` (the source's opening) with the lines it logs held back: written after it if it
+/// succeeds, dropped if it fails (a refused mount prints one line, its error).
+pub fn held<T, E>(open: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
+    let Some(logger) = LOGGER.get() else {
+        return open();
+    };
+    *lock(&logger.held) = Some(Vec::new());
+    let opened = open();
+    let lines = lock(&logger.held).take().unwrap_or_default();
+    if opened.is_ok() {
+        for (level, target, message) in lines {
+            logger.log(
+                &Record::builder()
+                    .level(level)
+                    .target(&target)
+                    .args(format_args!("{message}"))
+                    .build(),
+            );
+        }
+    }
+    opened
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The message of `record` on one line, after the mount point when it is known.
@@ -212,6 +243,11 @@ impl Log for Logger {
 
     fn log(&self, record: &Record) {
         if !self.filter.matches(record) {
+            return;
+        }
+        if let Some(held) = lock(&self.held).as_mut() {
+            let message = record.args().to_string();
+            held.push((record.level(), record.target().to_string(), message));
             return;
         }
         let now = SystemTime::now();

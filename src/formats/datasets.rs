@@ -28,9 +28,26 @@ pub fn root_dataset(
     } else if index.contains(".zgroup") || index.contains("zarr.json") {
         Family::Zarr
     } else {
+        // A directory's marker that is there but not a file was skipped by its walk: say so.
+        let special = ["daf.json", ".zgroup", "zarr.json"]
+            .into_iter()
+            .find(|marker| {
+                use std::os::unix::fs::FileTypeExt;
+                std::fs::symlink_metadata(path.join(marker)).is_ok_and(|m| {
+                    let kind = m.file_type();
+                    kind.is_fifo()
+                        || kind.is_socket()
+                        || kind.is_block_device()
+                        || kind.is_char_device()
+                })
+            });
+        let why = match special {
+            Some(marker) => format!("{marker} is not a regular file (a FIFO, socket or device)"),
+            None => "no daf.json (FilesDaf), .zgroup or zarr.json (ZarrDaf)".into(),
+        };
         return Err(FormatError::NotDaf {
             path: path.to_path_buf(),
-            why: "no daf.json (FilesDaf), .zgroup or zarr.json (ZarrDaf)".into(),
+            why,
         });
     };
     let (dataset, format) = read_dataset(family, &index, path)?;

@@ -18,7 +18,7 @@ use crate::stores::{Blob, Bytes};
 use crate::views::join;
 
 use super::namespace::NodeKind;
-use super::writer::{settled, Trust, Try, Writer};
+use super::writer::{settled, Try, Writer};
 use super::{split_mount, Attr, DafFs, FsError, Handle, State};
 
 /// What an open finds to do.
@@ -242,9 +242,7 @@ impl DafFs {
     /// opens once that commit's tree is in ([`settled`]): never a handle on a file the commit
     /// linked into the source (a truncation must not reach it there).
     pub fn open(&self, ino: u64, write: bool, truncate: bool) -> Result<u64, FsError> {
-        match settled(&self.writers, |trust| {
-            self.open_once(ino, write, truncate, trust)
-        })? {
+        match settled(&self.writers, |_| self.open_once(ino, write, truncate))? {
             Opened::Handle(fh) => Ok(fh),
             Opened::Replace(path, blob) => {
                 // A committed file opened for writing: a staged copy replaces it (the copy is
@@ -258,13 +256,7 @@ impl DafFs {
     }
 
     /// One try of [`open`](Self::open), with the tree and the state read together.
-    fn open_once(
-        &self,
-        ino: u64,
-        write: bool,
-        truncate: bool,
-        _trust: Trust,
-    ) -> Result<Try<Opened>, FsError> {
+    fn open_once(&self, ino: u64, write: bool, truncate: bool) -> Result<Try<Opened>, FsError> {
         let state = self.read_state();
         let node = state.namespace.node(ino).ok_or(FsError::NotFound)?;
         let opened = match node.kind() {

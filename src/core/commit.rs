@@ -554,6 +554,18 @@ pub(super) fn derived_mount_paths(state: &State, dataset: usize) -> Vec<String> 
         .collect()
 }
 
+/// Whether the committed file at mount path `path` is made from every item of its data set (a
+/// layout's derived file, an array document with dimension names, a published file): its content
+/// changes in place (the same inode) with every commit.
+pub(super) fn changes_in_place(state: &State, path: &str) -> bool {
+    let derived = split_mount(&state.roots, path).is_some_and(|(root, rel)| {
+        let name = rel.rsplit('/').next().unwrap_or(rel);
+        root.layout().derived_files().contains(&rel)
+            || (root.dimension_names && matches!(name, ".zattrs" | "zarr.json"))
+    });
+    derived || (0..state.datasets.len()).any(|d| state.published_paths(d).iter().any(|p| p == path))
+}
+
 /// The mount paths of the entries of item `id` of data set `dataset`, in every view shown.
 pub(super) fn item_paths(state: &State, dataset: usize, id: &PropertyId) -> Vec<String> {
     let Some(ds) = state.datasets.get(dataset) else {

@@ -353,6 +353,18 @@ impl DafFs {
         )
     }
 
+    /// Whether committed file `ino` of a writable mount changes in place with every commit (a
+    /// document made from every item): the kernel must not keep its pages, which two handles
+    /// reading two versions would mix (each handle reads the version it opened).
+    pub fn changes_in_place(&self, ino: u64) -> bool {
+        if !self.writable() {
+            return false;
+        }
+        let state = self.read_state();
+        let path = state.namespace.path(ino);
+        path.is_some_and(|p| commit::changes_in_place(&state, &p))
+    }
+
     /// Whether committed file `ino` failed its integrity check (a stored ZIP member whose CRC-32
     /// is wrong): what the kernel cached of it must be dropped, not kept.
     pub fn failed_check(&self, ino: u64) -> bool {

@@ -37,6 +37,17 @@ pub(super) fn no_opendir() -> Errno {
     Errno::ENOSYS
 }
 
+/// The answer to every `ioctl`: what a regular file answers (no file here is a device).
+pub(super) fn no_ioctl() -> Errno {
+    Errno::ENOTTY
+}
+
+/// The answer to an open of an inode whose file changed while passthrough handles on its
+/// previous file are open (the kernel allows one backing file per inode).
+pub(super) fn backing_busy() -> Errno {
+    Errno::ETXTBSY
+}
+
 /// I/O errors of the source or the staging area that reach the caller as they are (a full
 /// disk is `ENOSPC`, not `EIO`); any other I/O error on content is `EIO`.
 const PASSED_ON: [i32; 9] = [

@@ -3,13 +3,25 @@
 
 use std::ffi::OsStr;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
-use fuser::{BackingId, INodeNo};
+use fuser::{BackingId, Errno, INodeNo};
 
 use crate::core::Invalidation;
 
 use super::FuseAdapter;
+
+/// A file's identity (device, inode).
+pub(super) type FileId = (u64, u64);
+
+fn meta_id(meta: Option<std::fs::Metadata>) -> Option<FileId> {
+    use std::os::unix::fs::MetadataExt;
+    meta.map(|m| (m.dev(), m.ino()))
+}
+
+fn file_id(path: &std::path::Path) -> Option<FileId> {
+    meta_id(std::fs::metadata(path).ok())
+}
 
 /// Where the session's notifier goes once the session exists.
 pub type NotifierSlot = Arc<std::sync::Mutex<Option<fuser::Notifier>>>;
@@ -23,39 +35,66 @@ impl FuseAdapter {
 
     /// The kernel's handle on the file on disk that `ino` is the whole of (a source file, or a
     /// staged file), for passthrough I/O (`None`: serve reads and writes here). Shared by every
-    /// handle of the inode while one is open: the kernel refuses two backing files for one inode.
+    /// handle of the inode while one is open: while an inode has passthrough handles the kernel
+    /// fails (`EIO`) an open of it that is not passthrough on that same backing file. So while
+    /// one lives, a new open of the inode gets it: when the inode's file is still that file (a
+    /// staged file its commit renamed into a directory source), or, to read, when the inode has
+    /// no file of its own now (a staged file committed into a ZIP source, now read from the
+    /// archive: the same bytes, as a ZIP's committed content never changes). An open of an inode
+    /// whose file is another one now (a replacement) while handles on the old one are open is
+    /// refused with `ETXTBSY`: they would make it read or write the old file.
     pub(super) fn backing_for(
         &self,
         ino: u64,
         fh: u64,
+        write: bool,
         open_backing: impl FnOnce(&std::fs::File) -> std::io::Result<BackingId>,
-    ) -> Option<Arc<BackingId>> {
+    ) -> Result<Option<Arc<BackingId>>, Errno> {
         if !self.passthrough.load(Ordering::Relaxed) {
-            return None;
+            return Ok(None);
         }
-        let (path, writable) = self.core.backing_file(ino)?;
+        let current = self.core.backing_file(ino);
         let mut by_ino = self
             .backing_by_ino
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        let id = match by_ino.get(&ino).and_then(Weak::upgrade) {
-            Some(id) => id,
-            None => {
-                let file = std::fs::OpenOptions::new()
+        let live = by_ino
+            .get(&ino)
+            .and_then(|(id, file)| Some((id.upgrade()?, *file)));
+        let id = match (live, current) {
+            (Some((id, file)), Some((path, _))) if file_id(&path) == Some(file) => id,
+            (Some((id, _)), None) if !write => id,
+            (Some((id, _)), Some((path, _))) if !write && file_id(&path).is_none() => id,
+            (Some(_), _) => {
+                log::info!(
+                    "inode {ino}: its file changed while handles on the previous one are open: \
+                     refused (ETXTBSY) until they are closed"
+                );
+                return Err(super::errors::backing_busy());
+            }
+            (None, None) => return Ok(None),
+            (None, Some((path, writable))) => {
+                let Ok(file) = std::fs::OpenOptions::new()
                     .read(true)
                     .write(writable)
                     .open(&path)
-                    .ok()?;
+                else {
+                    return Ok(None);
+                };
+                let Some(identity) = meta_id(file.metadata().ok()) else {
+                    return Ok(None);
+                };
                 match open_backing(&file) {
                     Ok(id) => {
                         let id = Arc::new(id);
-                        by_ino.insert(ino, Arc::downgrade(&id));
+                        by_ino.retain(|_, (id, _)| id.strong_count() > 0);
+                        by_ino.insert(ino, (Arc::downgrade(&id), identity));
                         id
                     }
                     Err(e) => {
                         log::info!("passthrough unavailable ({e}); reads go through the daemon");
                         self.passthrough.store(false, Ordering::Relaxed);
-                        return None;
+                        return Ok(None);
                     }
                 }
             }
@@ -64,7 +103,7 @@ impl FuseAdapter {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(fh, id.clone());
-        Some(id)
+        Ok(Some(id))
     }
 
     /// The inode of `name` in `parent` (0 if none): the kernel locks it during unlink/rmdir/rename.
@@ -72,49 +111,91 @@ impl FuseAdapter {
         self.core.lookup(parent.0, name).map_or(0, |a| a.ino)
     }
 
-    /// Sends the invalidations the core queued. They go out before the reply, so the caller's
-    /// next call sees the change, except those about what the kernel holds locked while this
-    /// request is pending (`locked`: its directories, or the inode of a `setattr`): waiting for
-    /// those would deadlock, so they go from another thread.
+    /// Sends the invalidations the core queued, on the mount's invalidation thread (one, in
+    /// order), waiting at most [`INVALIDATION_WAIT`] for them before the reply, so the caller's
+    /// next call sees the change. Never on this thread, and never waited for without a bound:
+    /// the kernel takes the directory's lock to drop a name, and another pending request may
+    /// hold it (an unlink in that directory, waiting for a worker that is itself sending the
+    /// names of this request's directory): both workers would wait for ever. What the kernel
+    /// holds locked while this request is pending (`locked`: its directories, or the inode of a
+    /// `setattr`) cannot go before the reply, so it is not waited for.
     pub(super) fn send_invalidations(&self, locked: &[u64]) {
         let stale = self.core.take_invalidations();
         if stale.is_empty() {
             return;
         }
-        {
-            let mut by_ino = self
-                .backing_by_ino
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            for item in &stale {
-                if let Invalidation::Inode(ino) = item {
-                    by_ino.remove(ino);
-                    self.page_fill.forget(*ino);
-                }
+        // (The inodes' backing files stay theirs while handles use them: see `backing_for`.)
+        for item in &stale {
+            if let Invalidation::Inode(ino) = item {
+                self.page_fill.forget(*ino);
             }
         }
         let Some(notifier) = self.notifier.lock().ok().and_then(|n| n.clone()) else {
             return;
-        };
-        let send = |notifier: &fuser::Notifier, item: &Invalidation| {
-            // ENOENT: the kernel has nothing cached for it.
-            let _ = match item {
-                Invalidation::Inode(ino) => notifier.inval_inode(INodeNo(*ino), 0, 0),
-                Invalidation::Entry(parent, name) => {
-                    notifier.inval_entry(INodeNo(*parent), OsStr::new(name))
-                }
-            };
         };
         let (later, now): (Vec<Invalidation>, Vec<Invalidation>) =
             stale.into_iter().partition(|item| match item {
                 Invalidation::Inode(ino) => locked.contains(ino),
                 Invalidation::Entry(parent, _) => locked.contains(parent),
             });
-        for item in &now {
-            send(&notifier, item);
-        }
-        if !later.is_empty() {
+        let queue = self
+            .invalidator
+            .get_or_init(|| start_invalidator(notifier.clone()));
+        let Some(queue) = queue else {
+            // No thread: sent here, as before it existed (the locked ones from a thread each).
+            now.iter().for_each(|item| send(&notifier, item));
             std::thread::spawn(move || later.iter().for_each(|item| send(&notifier, item)));
+            return;
+        };
+        let (sent, done) = std::sync::mpsc::channel();
+        let queue = queue.lock().unwrap_or_else(|p| p.into_inner());
+        let queued = queue.send((now, Some(sent))).is_ok();
+        if !later.is_empty() {
+            let _ = queue.send((later, None));
+        }
+        drop(queue);
+        if queued && done.recv_timeout(INVALIDATION_WAIT).is_err() {
+            log::debug!("invalidations not sent within {INVALIDATION_WAIT:?}: replying first");
         }
     }
+}
+
+/// How long a reply waits for the kernel to take its invalidations.
+const INVALIDATION_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// A batch of invalidations, and who waits for them to be sent.
+pub(super) type Batch = (Vec<Invalidation>, Option<std::sync::mpsc::Sender<()>>);
+
+/// Starts the thread that sends invalidations to the kernel, in order; `None` if it cannot start.
+fn start_invalidator(
+    notifier: fuser::Notifier,
+) -> Option<std::sync::Mutex<std::sync::mpsc::Sender<Batch>>> {
+    let (queue, batches) = std::sync::mpsc::channel::<Batch>();
+    let started = std::thread::Builder::new()
+        .name("daf-invalidate".into())
+        .spawn(move || {
+            for (items, sent) in batches {
+                items.iter().for_each(|item| send(&notifier, item));
+                if let Some(sent) = sent {
+                    let _ = sent.send(());
+                }
+            }
+        });
+    match started {
+        Ok(_) => Some(std::sync::Mutex::new(queue)),
+        Err(e) => {
+            log::warn!("cannot start the invalidation thread ({e}): invalidations sent by workers");
+            None
+        }
+    }
+}
+
+/// Tells the kernel to forget `item` (`ENOENT`: it has nothing cached for it).
+fn send(notifier: &fuser::Notifier, item: &Invalidation) {
+    let _ = match item {
+        Invalidation::Inode(ino) => notifier.inval_inode(INodeNo(*ino), 0, 0),
+        Invalidation::Entry(parent, name) => {
+            notifier.inval_entry(INodeNo(*parent), OsStr::new(name))
+        }
+    };
 }

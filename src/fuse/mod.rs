@@ -51,10 +51,12 @@ pub struct FuseAdapter {
     /// directory's listing then costs no `opendir` and `releasedir` round trips.
     no_opendir: AtomicBool,
     /// Registered backing files: shared per inode while some handle uses them.
-    backing_by_ino: Mutex<HashMap<u64, Weak<BackingId>>>,
+    backing_by_ino: Mutex<HashMap<u64, (Weak<BackingId>, kernel_cache::FileId)>>,
     backing_by_fh: Mutex<HashMap<u64, Arc<BackingId>>>,
     /// Fills the page cache with large non-passthrough files while they are open.
     page_fill: PageFill,
+    /// The queue of the thread that sends invalidations (started with the first).
+    invalidator: std::sync::OnceLock<Option<Mutex<std::sync::mpsc::Sender<kernel_cache::Batch>>>>,
 }
 
 impl FuseAdapter {
@@ -71,6 +73,7 @@ impl FuseAdapter {
             no_opendir: AtomicBool::new(false),
             backing_by_ino: Mutex::default(),
             backing_by_fh: Mutex::default(),
+            invalidator: std::sync::OnceLock::new(),
         }
     }
 
@@ -168,8 +171,17 @@ impl Filesystem for FuseAdapter {
         if let (true, Ok((fh, _))) = (write, &opened) {
             self.record_opener(req, *fh);
         }
+        let opened = opened.and_then(|(fh, a)| {
+            match self.backing_for(ino.0, fh, write, |file| reply.open_backing(file)) {
+                Ok(backing) => Ok((fh, a, backing)),
+                Err(refused) => {
+                    self.core.release(fh);
+                    Err(refused)
+                }
+            }
+        });
         match opened {
-            Ok((fh, a)) => match self.backing_for(ino.0, fh, |file| reply.open_backing(file)) {
+            Ok((fh, a, backing)) => match backing {
                 Some(id) => {
                     self.core.written_by_kernel(fh);
                     reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id);
@@ -178,6 +190,11 @@ impl Filesystem for FuseAdapter {
                 // after pages of it were cached reads as EIO from its next open on.
                 // Its size shows 0: direct I/O, so that reads reach us (and fail) anyway.
                 None if a.unknown_size => reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO),
+                // Content that changes in place: no page cache, each handle reads its version
+                // whole (direct I/O reads are not cut at a size the kernel cached).
+                None if self.core.changes_in_place(ino.0) => {
+                    reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO)
+                }
                 None if a.volatile || self.core.failed_check(ino.0) => {
                     reply.opened(FileHandle(fh), FopenFlags::empty())
                 }
@@ -284,6 +301,22 @@ impl Filesystem for FuseAdapter {
         }
     }
 
+    /// No file here is a device: every ioctl (`isatty`'s `TCGETS`, which Python's `open` asks)
+    /// gets what a regular file answers, without a log line.
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        reply.error(errors::no_ioctl());
+    }
+
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         let stats = self.core.stats();
         reply.statfs(
@@ -352,14 +385,18 @@ impl Filesystem for FuseAdapter {
             Ok((a, fh)) => {
                 self.record_opener(req, fh);
                 let attr = self.attr(&a);
-                match self.backing_for(a.ino, fh, |file| reply.open_backing(file)) {
-                    Some(id) => {
+                match self.backing_for(a.ino, fh, true, |file| reply.open_backing(file)) {
+                    Err(refused) => {
+                        self.core.release(fh);
+                        reply.error(refused);
+                    }
+                    Ok(Some(id)) => {
                         self.core.written_by_kernel(fh);
                         let flags = FopenFlags::empty();
                         let fh = FileHandle(fh);
                         reply.created_passthrough(ttl(&a), &attr, Generation(0), fh, flags, &id);
                     }
-                    None => {
+                    Ok(None) => {
                         let (fh, flags) = (FileHandle(fh), FopenFlags::empty());
                         reply.created(ttl(&a), &attr, Generation(0), fh, flags);
                     }

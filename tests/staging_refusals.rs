@@ -506,3 +506,24 @@ fn a_leftover_that_can_never_commit_is_reported_once_by_the_daemon() {
     // Left in place for its owner.
     assert!(cell.join("empty.json").exists());
 }
+
+/// A truncation of a committed payload whose commit is refused (`EINVAL`: 11 bytes are not
+/// three Float32) leaves its copy staged, and `stat` shows that copy's size at once, the size a
+/// read gives (the kernel kept the committed size).
+#[test]
+fn a_refused_truncation_shows_the_size_it_left() {
+    require_fuse!();
+    let (_tmp, source) = copy_fixture("files_v1_0.daf");
+    let mount = TestMount::writable(source.to_str().unwrap(), ViewSelection::Both);
+    let root = mount.path.clone();
+    io_timeout(&mount.path, move || {
+        let data = root.join("files_v1_0.daf/vectors/cell/score.data");
+        assert_eq!(std::fs::metadata(&data).unwrap().len(), 12);
+        // truncate(2) on the path: the payload's own size changes, not a copy opened for writing.
+        let truncated = nix::unistd::truncate(&data, 11);
+        assert_eq!(truncated, Err(nix::errno::Errno::EINVAL));
+        let shown = std::fs::metadata(&data).unwrap().len();
+        let read = std::fs::read(&data).unwrap().len() as u64;
+        assert_eq!((shown, read), (11, 11), "stat, then a read");
+    });
+}

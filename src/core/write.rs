@@ -193,7 +193,12 @@ impl DafFs {
         let canonical = Self::canonical(&state, mount)?;
         let disk = staging.prepare_parent(&canonical)?;
         fs::write(&disk, content.as_ref().map_or(&[][..], Bytes::as_slice))?;
-        drop(state.stage(&canonical, disk.clone(), false));
+        let mut state = state.stage(&canonical, disk.clone(), false);
+        // The inode shows the staged copy now: the kernel drops the size it has (a truncation
+        // whose commit is refused leaves the copy staged, at its new size).
+        let ino = state.inodes.ino(mount);
+        drop(state);
+        self.invalidate(vec![ino]);
         Ok((mount.to_string(), disk))
     }
 

@@ -446,9 +446,12 @@ fn mount_path_of(view: &Path) -> std::path::PathBuf {
 #[test]
 fn deleting_properties_of_directory_sources_through_either_view() {
     require_fuse!();
-    for (fixture, name) in [
-        ("files_v1_0.daf", "files_v1_0"),
-        ("zarr_v2.daf.zarr", "zarr_v2"),
+    // A Zarr v3 node's chunk directories (`c/`) are only implied by its chunks: `rm -r` removes
+    // them after the chunks.
+    for (fixture, name, chunk) in [
+        ("files_v1_0.daf", "files_v1_0", "0"),
+        ("zarr_v2.daf.zarr", "zarr_v2", "0"),
+        ("zarr_v3.daf.zarr", "zarr_v3", "c/0"),
     ] {
         let (_tmp, source) = copy_fixture(fixture);
         let mount = TestMount::writable(source.to_str().unwrap(), ViewSelection::Both);
@@ -461,7 +464,7 @@ fn deleting_properties_of_directory_sources_through_either_view() {
             std::fs::remove_file(files.join("vectors/cell/score.data")).unwrap();
             assert!(!files.join("vectors/cell/score.data").exists());
             assert!(
-                zarr.join("vectors/cell/score/0").exists(),
+                zarr.join("vectors/cell/score").join(chunk).exists(),
                 "not deleted until all its files are gone"
             );
             std::fs::remove_file(files.join("vectors/cell/score.json")).unwrap();
@@ -470,6 +473,15 @@ fn deleting_properties_of_directory_sources_through_either_view() {
             std::fs::remove_dir_all(zarr.join("vectors/cell/counts")).unwrap();
             assert!(!files.join("vectors/cell/counts.json").exists());
             assert!(!files.join("vectors/cell/counts.nzind").exists());
+            // A dense matrix's node, whose v3 chunk is `c/0/0`, by `rm -r` (std's remove_dir_all
+            // takes a directory already gone for removed).
+            let removed = std::process::Command::new("rm")
+                .arg("-r")
+                .arg(zarr.join("matrices/cell/gene/expr"))
+                .status()
+                .unwrap();
+            assert!(removed.success(), "rm -r of a dense matrix's node");
+            assert!(!files.join("matrices/cell/gene/expr.data").exists());
             // An axis in use cannot go; an unused one can, with its directories.
             assert_eq!(
                 std::fs::remove_file(files.join("axes/cell.txt"))
@@ -514,7 +526,11 @@ fn deleting_properties_of_directory_sources_through_either_view() {
                     .len(),
                 6
             );
+            assert!(!root.join("matrices/cell/gene/expr.json").exists());
         });
+        drop(mount);
+        let staging = source.with_file_name(format!(".{fixture}.daf-mount"));
+        assert!(!staging.exists(), "{fixture}: {} left", staging.display());
     }
 }
 

@@ -82,11 +82,27 @@ impl DafFs {
                 return Ok(());
             }
         }
-        // Hidden: only that path leaves the tree.
-        drop(state.apply([Some(Edit::Remove {
+        // Hidden: only that path leaves the tree, but for the directories inside the item's node
+        // only its entries implied (a Zarr v3 chunk's `c/`, `c/0/`), which `rm -r` removes next:
+        // they stay, as empty staged directories.
+        let node = ancestors(&rel).find(|dir| root.layout().node_item(dir).as_ref() == Some(&id));
+        let emptied: Vec<String> = match node {
+            Some(node) => ancestors(&rel).filter(|d| d.len() > node.len()).collect(),
+            None => Vec::new(),
+        };
+        state = state.apply([Some(Edit::Remove {
             path: mount.to_string(),
             uncover: false,
-        })]));
+        })]);
+        let staging = self.staging_area()?;
+        for dir in emptied {
+            if resolve_in(&state.namespace, &root.mount_path(&dir)).is_none() {
+                let canonical = root.canonical_path(&dir);
+                let disk = staging.disk_path(&canonical);
+                fs::create_dir_all(&disk)?;
+                state = state.stage(&canonical, disk, true);
+            }
+        }
         Ok(())
     }
 
@@ -206,9 +222,25 @@ impl DafFs {
             return self.remove_committed_dir(state, &path);
         }
         let _ = fs::remove_dir(staging.disk_path(&canonical));
+        // And the directories on disk that held only it (not those staged themselves).
+        let mut above = canonical.as_str();
+        while let Some((parent, _)) = above.rsplit_once('/') {
+            if state.staged.contains_key(parent)
+                || fs::remove_dir(staging.disk_path(parent)).is_err()
+            {
+                break;
+            }
+            above = parent;
+        }
+        let _ = fs::remove_dir(staging.root());
         state.staged.remove(&canonical);
         let edit = state.removal_edit(&canonical);
         drop(state.apply([edit]));
         Ok(())
     }
+}
+
+/// The directories holding the relative path `rel`, shortest first.
+fn ancestors(rel: &str) -> impl Iterator<Item = String> + '_ {
+    rel.match_indices('/').map(|(at, _)| rel[..at].to_string())
 }

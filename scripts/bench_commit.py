@@ -97,6 +97,107 @@ class Probes:
         return out
 
 
+# ---------------------------------------------------------------- what a commit takes from the readers
+
+def _ticks(path):
+    """utime + stime (clock ticks) and the name of the task whose stat file is `path`, or None."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError:
+        return None
+    name = text[text.index("(") + 1:text.rindex(")")]
+    fields = text[text.rindex(")") + 2:].split()
+    return name, int(fields[11]) + int(fields[12])
+
+
+def _meminfo():
+    with open("/proc/meminfo") as f:
+        return {line.split(":")[0]: int(line.split()[1]) for line in f}
+
+
+def _vmstat():
+    with open("/proc/vmstat") as f:
+        return {k: int(v) for k, v in (line.split() for line in f)}
+
+
+def _cpu():
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return sum(v), v[3], v[4]  # total, idle, iowait
+
+
+class Resources:
+    """Samples, every 50 ms while a commit runs, what it takes from the readers on this 2-core machine: the CPU of
+    each thread of the daemon (by name: the append's copy and CRC run on `zip-append-io`, the tail write in the
+    helper process) and of the probes, the machine's CPU (busy and waiting for I/O), the writeback it starts
+    (pages written, dirty and under writeback at the peak), and the page cache it costs the readers (refaults of
+    evicted file pages, major faults)."""
+    TICK = os.sysconf("SC_CLK_TCK")
+
+    def __init__(self, pids, probe_pids):
+        self.pids, self.probe_pids = pids, probe_pids
+        self.first, self.last = {}, {}
+        self.dirty = self.writeback = 0
+        self.cpu0, self.vm0 = _cpu(), _vmstat()
+        self.sample()
+        self.first = dict(self.last)
+        self.stopped = False
+        import threading
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def daemon_pids(self):
+        """The mount's daf-mount processes (the daemon and its tail-writer helper; not the probes, whose command
+        lines name files of the mount too)."""
+        def comm(pid):
+            try:
+                with open(f"/proc/{pid}/comm") as f:
+                    return f.read().strip()
+            except OSError:
+                return ""
+        return [p for p in self.pids() if comm(p) == "daf-mount" and p not in self.probe_pids]
+
+    def sample(self):
+        for pid, role in [(p, "daemon") for p in self.daemon_pids()] + [(p, "probe") for p in self.probe_pids]:
+            try:
+                tasks = os.listdir(f"/proc/{pid}/task")
+            except OSError:
+                continue
+            for tid in tasks:
+                got = _ticks(f"/proc/{pid}/task/{tid}/stat")
+                if got:
+                    self.last[(role, int(tid))] = got
+        mem = _meminfo()
+        self.dirty = max(self.dirty, mem.get("Dirty", 0))
+        self.writeback = max(self.writeback, mem.get("Writeback", 0))
+
+    def run(self):
+        while not self.stopped:
+            self.sample()
+            time.sleep(0.05)
+
+    def stop(self):
+        self.stopped = True
+        self.thread.join()
+        self.sample()
+        cpu1, vm1 = _cpu(), _vmstat()
+        total = max(cpu1[0] - self.cpu0[0], 1)
+        by_name = {}
+        for key, (name, ticks) in self.last.items():
+            spent = ticks - self.first.get(key, (name, 0))[1]
+            label = f"{key[0]} {name}"
+            by_name[label] = by_name.get(label, 0) + spent / self.TICK
+        vm = lambda k: vm1.get(k, 0) - self.vm0.get(k, 0)
+        return {"cpu_busy_cores": round(2 * (total - (cpu1[1] - self.cpu0[1]) - (cpu1[2] - self.cpu0[2])) / total, 2),
+                "cpu_iowait_cores": round(2 * (cpu1[2] - self.cpu0[2]) / total, 2),
+                "thread_cpu_s": {k: round(v, 2) for k, v in sorted(by_name.items(), key=lambda kv: -kv[1]) if v > 0},
+                "written_mib": round(vm("nr_written") * 4096 / 2**20),
+                "dirty_peak_mib": round(self.dirty / 1024), "writeback_peak_mib": round(self.writeback / 1024),
+                "refaults": vm("workingset_refault_file") or vm("workingset_refault"),
+                "major_faults": vm("pgmajfault")}
+
+
 # ---------------------------------------------------------------- sources
 
 def make_sources(bench, work, files_dir):
@@ -171,7 +272,7 @@ def measure_source(bench, source, rounds, payload):
     log = os.environ.get("DAF_BENCH_COMMIT_LOG")  # the daemon's log (say with RUST_LOG=daf_mount::lock_wait=debug)
     m = bench.Mount(source, "--view", "files", *(["--log-file", log] if log else []))
     try:
-        return measure_at(bench, m.path, m.path, rounds, payload)
+        return measure_at(bench, m.path, m.path, rounds, payload, m.pids)
     finally:
         m.close()
 
@@ -215,11 +316,13 @@ def measure_native(bench, directory, rounds, payload):
         shutil.rmtree(target, ignore_errors=True)
 
 
-def measure_at(bench, probed, into, rounds, payload):
-    """`measure_source` for probes of the tree `probed` while the 1 GiB is written under the tree `into`."""
+def measure_at(bench, probed, into, rounds, payload, pids=lambda: []):
+    """`measure_source` for probes of the tree `probed` while the 1 GiB is written under the tree `into` (`pids`: the
+    processes of the mount, whose threads' CPU is counted, with the machine's, by `Resources`)."""
     idle = {"small": [], "random": [], "seq": []}
     busy = {"small": [], "random": [], "seq": []}
     commits, phases, slow = [], [], []
+    taken = []
     other = os.path.join(probed, MATRIX, "other.data")
     bench.dd(other)  # warm, like the idle figure
     for i in range(SMALL):
@@ -233,7 +336,9 @@ def measure_at(bench, probed, into, rounds, payload):
         time.sleep(0.5)
         idle_begin = time.perf_counter()
         time.sleep(IDLE_SECONDS)
+        resources = Resources(pids, [proc.pid for proc in p.procs.values()])
         start, written, closed, synced = copy_phases(payload, name + ".data")
+        taken.append(resources.stop())
         time.sleep(0.1)
         samples = p.stop()
         commits.append(synced - start)
@@ -246,11 +351,13 @@ def measure_at(bench, probed, into, rounds, payload):
                     phase = "write" if t < written else "close" if t < closed else "sync"
                     slow.append({"probe": kind, "at_s": round(t - start, 4), "ms": round(seconds * 1e3, 2),
                                  "phase": phase})
+    bench.log(f"what each commit took (machine and threads, {len(taken)} rounds): {json.dumps(taken)}")
+    phases[0]["taken"] = taken
     return idle, busy, commits, phases, slow
 
 
 def commit_rows(bench, rounds, files_dir, rows):
-    rounds = max(1, min(rounds, 2))
+    rounds = max(1, min(rounds, 3))
     payload = os.path.join(files_dir, MATRIX, "fraction.data")
     work = os.path.join(bench.WORK, f"commit-{os.getpid()}")
     os.makedirs(work)
@@ -309,6 +416,25 @@ def commit_rows(bench, rounds, files_dir, rows):
             bench.log(f"{figure}: {during:.3g} s vs {before:.3g} s idle ({len(busy['seq'])} passes during)")
             rows.append({"figure": figure, "mounted": during, "native": before, "unit": "s",
                          "ratio": before / during if busy["seq"] else None, "target": ">= 0.8"})
+            taken = phases[0].get("taken", [])
+            if taken:
+                # What the commit takes from the readers (issue 27, point 6): the median round's.
+                for key, label, unit in (("cpu_busy_cores", "machine CPU busy (of 2 cores)", "cores"),
+                                         ("cpu_iowait_cores", "machine CPU waiting for I/O (of 2 cores)", "cores"),
+                                         ("written_mib", "written to disk", "MiB"),
+                                         ("dirty_peak_mib", "dirty page cache at the peak", "MiB"),
+                                         ("refaults", "refaults of evicted file pages", "pages")):
+                    value = statistics.median(t[key] for t in taken)
+                    rows.append({"figure": f"{what}: during it, {label}", "mounted": value, "native": None,
+                                 "unit": unit, "ratio": None, "target": "information"})
+                threads = {}
+                for t in taken:
+                    for name, seconds in t["thread_cpu_s"].items():
+                        threads.setdefault(name, []).append(seconds)
+                for name, values in sorted(threads.items(), key=lambda kv: -statistics.median(kv[1]))[:6]:
+                    rows.append({"figure": f"{what}: during it, CPU of {name} (median of {len(values)})",
+                                 "mounted": statistics.median(values), "native": None, "unit": "s", "ratio": None,
+                                 "target": "information"})
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -508,12 +508,14 @@ fn a_leftover_that_can_never_commit_is_reported_once_by_the_daemon() {
 }
 
 /// A truncation of a committed payload whose commit is refused (`EINVAL`: 11 bytes are not
-/// three Float32) leaves its copy staged, and `stat` shows that copy's size at once, the size a
-/// read gives (the kernel kept the committed size).
+/// three Float32) does nothing: `stat` and a read show the committed file, at once and after
+/// the kernel's caches are gone.
 #[test]
-fn a_refused_truncation_shows_the_size_it_left() {
+fn a_refused_truncation_leaves_the_committed_file() {
     require_fuse!();
     let (_tmp, source) = copy_fixture("files_v1_0.daf");
+    let committed = std::fs::read(source.join("vectors/cell/score.data")).unwrap();
+    let staging = staging_of(&source);
     let mount = TestMount::writable(source.to_str().unwrap(), ViewSelection::Both);
     let root = mount.path.clone();
     io_timeout(&mount.path, move || {
@@ -523,7 +525,9 @@ fn a_refused_truncation_shows_the_size_it_left() {
         let truncated = nix::unistd::truncate(&data, 11);
         assert_eq!(truncated, Err(nix::errno::Errno::EINVAL));
         let shown = std::fs::metadata(&data).unwrap().len();
-        let read = std::fs::read(&data).unwrap().len() as u64;
-        assert_eq!((shown, read), (11, 11), "stat, then a read");
+        let read = std::fs::read(&data).unwrap();
+        assert_eq!((shown, read), (12, committed), "stat, then a read");
     });
+    drop(mount);
+    assert!(files_under(&staging).is_empty(), "a copy is left staged");
 }

@@ -202,6 +202,23 @@ impl DafFs {
         Ok((mount.to_string(), disk))
     }
 
+    /// Drops the staged file at `mount` (if it is still `disk`): what it hid shows again.
+    fn unstage(&self, mount: &str, disk: &std::path::Path) {
+        let mut state = self.lock_state();
+        let Ok(canonical) = Self::canonical(&state, mount) else {
+            return;
+        };
+        if state.staged.get(&canonical).is_none_or(|s| s.disk != disk) {
+            return;
+        }
+        let _ = fs::remove_file(disk);
+        state.staged.remove(&canonical);
+        let edit = state.removal_edit(&canonical);
+        let ino = state.inodes.ino(mount);
+        drop(state.apply([edit]));
+        self.invalidate(vec![ino]);
+    }
+
     pub(super) fn namespace_ino(&self, mount: &str) -> u64 {
         self.lock_state().inodes.ino(mount)
     }
@@ -355,9 +372,16 @@ impl DafFs {
                 let (_, disk) = self.stage_replacement(&path, Some(blob.bytes()?))?;
                 OpenOptions::new()
                     .write(true)
-                    .open(disk)?
+                    .open(&disk)?
                     .set_len(size.unwrap_or(0))?;
-                self.try_commit(&path, None, false)?;
+                if let Err(e) = self.try_commit(&path, None, false) {
+                    // Refused: the truncation did nothing, the committed file shows again (as
+                    // the size the kernel kept says).
+                    if matches!(e, FsError::Invalid(_) | FsError::NotPermitted(_)) {
+                        self.unstage(&path, &disk);
+                    }
+                    return Err(e);
+                }
             }
             SetAttr::Touch(path, mtime) => self.touch(&path, mtime)?,
         }

@@ -160,8 +160,10 @@ impl FuseAdapter {
     }
 }
 
-/// How long a reply waits for the kernel to take its invalidations.
-const INVALIDATION_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
+/// How long a reply waits for the kernel to take its invalidations: they take microseconds once
+/// the thread runs, which on a loaded machine can be tens of milliseconds later; the bound is only
+/// reached when the kernel waits for a directory another pending request holds.
+const INVALIDATION_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A batch of invalidations, and who waits for them to be sent.
 pub(super) type Batch = (Vec<Invalidation>, Option<std::sync::mpsc::Sender<()>>);

@@ -12,7 +12,7 @@ import tempfile
 import threading
 import time
 
-from crash_campaign.mounts import mount_device, unmount
+from crash_campaign.mounts import fsync_path, mount_device, unmount  # noqa: F401 (fsync_path: for scripts/soak)
 
 LIVE = set()  # mounts not yet stopped: the exit guard unmounts them
 
@@ -245,11 +245,3 @@ def probe(mnt, timeout):
     t.start()
     t.join(timeout)
     return result[0] if result else f"no answer within {timeout} s"
-
-
-def fsync_path(path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

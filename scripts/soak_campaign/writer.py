@@ -25,8 +25,11 @@ import sys
 import threading
 import time
 
+from crash_campaign.mounts import fsync_path
+
 from .events import EventLog
 from .model import ELTYPES, PLACES, Prop, sha256
+from .verify import read_file
 
 CHUNK = 1 << 20
 
@@ -63,25 +66,6 @@ def put(path, data, flags=os.O_CREAT | os.O_TRUNC, truncate_to=None):
     return None
 
 
-def read_whole(path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        parts = []
-        while True:
-            piece = os.read(fd, CHUNK)
-            if not piece:
-                return b"".join(parts)
-            parts.append(piece)
-    finally:
-        os.close(fd)
-
-
-def fsync_path(path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def expect(what, got, want=None):
@@ -412,7 +396,7 @@ class Writer:
         self.log.emit("mutating", p.key)
         call(f"truncate of committed {p.data_path()} to a wrong length", os.truncate, path,
              p.size - 1, want="EINVAL")
-        size, got = os.stat(path).st_size, len(read_whole(path))
+        size, got = os.stat(path).st_size, len(read_file(path))
         if size != got:
             raise Unexpected(f"after the refused truncate of {p.data_path()}: stat says {size} "
                              f"bytes, a read gives {got}")

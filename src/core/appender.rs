@@ -43,6 +43,8 @@ pub(super) struct Job {
     pub append: PendingAppend,
     /// The item's staged files: `(--view both path, disk path)`, deleted once appended.
     pub staged: Vec<(String, PathBuf)>,
+    /// The item's line in the journal of accepted items, forgotten once appended.
+    pub key: String,
 }
 
 /// Why an append failed: the OS error number when it was an I/O error (`ENOSPC` stays
@@ -242,6 +244,11 @@ fn run(
             .map(|(p, disk)| (p.as_str(), disk.as_path()));
         super::commit::discard_staged(state, staging, files);
     });
+    // In the archive now: the next mount has nothing to commit again for it (a daemon killed
+    // before this finds it accepted, and its staged files gone: the recovery forgets it then).
+    if let Err(e) = staging.forget_accepted(&std::iter::once(job.key.clone()).collect()) {
+        log::warn!("rewriting the journal of accepted items: {e}");
+    }
     Ok(())
 }
 

@@ -252,6 +252,7 @@ impl DafFs {
                     dataset: root.dataset,
                     append,
                     staged,
+                    key: item_key(&root.canonical, &id),
                 };
                 self.appender
                     .push(job, (&self.state, &self.writers), staging)

@@ -221,18 +221,8 @@ impl DafFs {
         if !state.staged.get(&canonical).is_some_and(|s| s.is_dir) {
             return self.remove_committed_dir(state, &path);
         }
-        let _ = fs::remove_dir(staging.disk_path(&canonical));
         // And the directories on disk that held only it (not those staged themselves).
-        let mut above = canonical.as_str();
-        while let Some((parent, _)) = above.rsplit_once('/') {
-            if state.staged.contains_key(parent)
-                || fs::remove_dir(staging.disk_path(parent)).is_err()
-            {
-                break;
-            }
-            above = parent;
-        }
-        let _ = fs::remove_dir(staging.root());
+        staging.prune_until(&canonical, |dir| state.staged.contains_key(dir));
         state.staged.remove(&canonical);
         let edit = state.removal_edit(&canonical);
         drop(state.apply([edit]));

@@ -62,15 +62,17 @@ impl FuseAdapter {
             .get(&ino)
             .and_then(|(id, file)| Some((id.upgrade()?, *file)));
         let id = match (live, current) {
-            (Some((id, file)), Some((path, _))) if file_id(&path) == Some(file) => id,
-            (Some((id, _)), None) if !write => id,
-            (Some((id, _)), Some((path, _))) if !write && file_id(&path).is_none() => id,
-            (Some(_), _) => {
-                log::info!(
-                    "inode {ino}: its file changed while handles on the previous one are open: \
-                     refused (ETXTBSY) until they are closed"
-                );
-                return Err(super::errors::backing_busy());
+            (Some((id, file)), current) => {
+                // The inode's file now: still that file, or (to read) none of its own.
+                let now = current.and_then(|(path, _)| file_id(&path));
+                if now != Some(file) && (write || now.is_some()) {
+                    log::info!(
+                        "inode {ino}: its file changed while handles on the previous one are \
+                         open: refused (ETXTBSY) until they are closed"
+                    );
+                    return Err(super::errors::backing_busy());
+                }
+                id
             }
             (None, None) => return Ok(None),
             (None, Some((path, writable))) => {

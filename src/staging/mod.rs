@@ -134,14 +134,21 @@ impl StagingArea {
 
     /// Removes empty directories left on the way from `path` up to the staging root.
     pub fn prune(&self, path: &str) {
-        let mut current = self.disk_path(path);
-        while current.starts_with(&self.root) && current != self.root {
-            if fs::remove_dir(&current).is_err() {
+        self.prune_until(path, |_| false);
+    }
+
+    /// [`prune`](Self::prune), stopping below the first directory above `path` that is `kept`
+    /// (a `--view both` path staged itself).
+    pub fn prune_until(&self, path: &str, kept: impl Fn(&str) -> bool) {
+        let mut at = Some(path);
+        while let Some(dir) = at.filter(|d| !d.is_empty()) {
+            if fs::remove_dir(self.disk_path(dir)).is_err() {
                 break;
             }
-            if !current.pop() {
-                break;
-            }
+            at = dir
+                .rsplit_once('/')
+                .map(|(parent, _)| parent)
+                .filter(|p| !kept(p));
         }
         let _ = fs::remove_dir(&self.root);
     }

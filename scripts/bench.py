@@ -544,6 +544,22 @@ def main():
     shares = ", ".join(f"{k} {v:.0%}" if v is not None else f"{k} unknown (needs root)" for k, v in folios.items())
     print(f"cached pages of the ZIP payload held in large folios: {shares}")
     bench_report.print_sections(sections)
+    if not args.sections:  # a whole run: its rows become doc/performance.md's table and doc/performance.svg
+        regenerate_doc(args.json)
+
+
+def regenerate_doc(json_path):
+    """Regenerates doc/performance.md's table and its plot from `json_path` (scripts/perf_doc.py); a failure is
+    logged, not fatal: the results are in the JSON already."""
+    import perf_doc
+    try:
+        with open(json_path) as f:
+            results = json.load(f)
+        doc = os.path.join(ROOT, "doc")
+        perf_doc.generate(results, os.path.join(doc, "performance.md"), os.path.join(doc, "performance.svg"))
+        log(f"doc/performance.md and doc/performance.svg regenerated from {json_path}")
+    except (OSError, ValueError) as e:
+        log(f"doc/performance.md NOT regenerated ({e}): run scripts/perf_doc.py {json_path}")
 
 
 def zarr_rows(rounds, files_dir, payload, row, rss):

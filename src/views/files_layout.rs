@@ -18,6 +18,15 @@ const MATRIX_FILES: [&str; 7] = ["json", "data", "txt", "colptr", "rowval", "nzv
 const FILES_INDEX: &str = "metadata.json";
 /// The temporary DataAxesFormats rebuilds the index into, then renames over it.
 const FILES_INDEX_NEW: &str = "metadata.json.new";
+/// The sidecars some FilesDaf writers keep (`daf-formats.md` §2.8: the seed-era DataAxesFormats,
+/// dafr): an index of the axes, and a ZIP of every JSON document for HTTP readers. Both are
+/// derived, rewritten on every writable open and after every write; never stored.
+const AXES_INDEX: &str = "axes/metadata.json";
+const METADATA_ZIP: &str = "metadata.zip";
+/// The temporary the sidecar ZIP is rebuilt into, then renamed over it.
+const METADATA_ZIP_NEW: &str = "metadata.zip.new";
+/// The derived documents a writer may rewrite: judged at close or rename, then dropped.
+const DERIVED: [&str; 3] = [FILES_INDEX, AXES_INDEX, METADATA_ZIP];
 
 /// FilesDaf in the forms of one version.
 #[derive(Debug)]
@@ -127,7 +136,10 @@ impl Layout for FilesLayout {
         let parts: Vec<&str> = rel.split('/').collect();
         let hidden = parts.last().is_some_and(|n| n.starts_with('.'));
         match (is_dir, parts.as_slice()) {
-            (false, [name]) => hidden || [FILES_INDEX, FILES_INDEX_NEW].contains(name),
+            (false, [name]) => {
+                hidden
+                    || [FILES_INDEX, FILES_INDEX_NEW, METADATA_ZIP, METADATA_ZIP_NEW].contains(name)
+            }
             (false, ["scalars" | "axes", _])
             | (false, ["vectors", _, _])
             | (false, ["matrices", _, _, _]) => true,
@@ -136,27 +148,45 @@ impl Layout for FilesLayout {
         }
     }
 
-    /// A hidden name that is not a property's file, or the index's rebuild temporary.
+    /// A hidden name that is not a property's file, or a derived document's rebuild temporary.
     fn is_temporary(&self, rel: &str) -> bool {
         let name = rel.rsplit('/').next().unwrap_or(rel);
-        (name.starts_with('.') && property_stem(name).is_none()) || rel == FILES_INDEX_NEW
+        (name.starts_with('.') && property_stem(name).is_none())
+            || [FILES_INDEX_NEW, METADATA_ZIP_NEW].contains(&rel)
     }
 
     /// The FilesDaf 1.1 root index, which DataAxesFormats appends to after each write (and
-    /// rebuilds through `metadata.json.new`): derived from the items, so always dropped.
+    /// rebuilds through `metadata.json.new`), and the seed-era sidecars: derived from the items,
+    /// so dropped.
     fn is_group_document(&self, rel: &str) -> bool {
-        rel == FILES_INDEX
+        DERIVED.contains(&rel)
     }
 
     fn is_document(&self, rel: &str) -> bool {
-        rel == FILES_INDEX
+        DERIVED.contains(&rel)
     }
 
-    fn group_document_noop(&self, rel: &str, _: &[u8], _: Option<&[u8]>) -> Result<(), String> {
-        if rel == FILES_INDEX {
-            Ok(())
-        } else {
-            Err(format!("{rel}: not a document of a Daf data set"))
+    /// The root index is taken as it comes (DataAxesFormats appends to it); the sidecars must
+    /// have their form: a JSON array of axis names, a ZIP archive.
+    fn group_document_noop(&self, rel: &str, new: &[u8], _: Option<&[u8]>) -> Result<(), String> {
+        let axis_names = || {
+            serde_json::from_slice::<serde_json::Value>(new)
+                .ok()
+                .and_then(|v| {
+                    v.as_array()
+                        .map(|a| a.iter().all(serde_json::Value::is_string))
+                })
+                .unwrap_or(false)
+        };
+        // A local file header, or the end record of an empty archive.
+        let zip = || new.starts_with(b"PK\x03\x04") || new.starts_with(b"PK\x05\x06");
+        match rel {
+            FILES_INDEX => Ok(()),
+            AXES_INDEX if axis_names() => Ok(()),
+            AXES_INDEX => Err(format!("{rel}: not a JSON array of axis names")),
+            METADATA_ZIP if zip() => Ok(()),
+            METADATA_ZIP => Err(format!("{rel}: not a ZIP archive")),
+            _ => Err(format!("{rel}: not a document of a Daf data set")),
         }
     }
 
@@ -227,6 +257,26 @@ mod tests {
         assert!(files.writable_place("matrices/batch/cell", true));
         assert!(!files.writable_place("notes.txt", false));
         assert!(!files.writable_place("vectors/cell/sub", true));
+    }
+
+    /// The seed-era sidecars (daf-formats.md §2.8), which some writers rewrite on every open
+    /// and after every write: accepted in their forms, then dropped.
+    #[test]
+    fn the_sidecars_are_derived_documents() {
+        for layout in [&FILES_1_0, &FILES_1_1] {
+            for rel in ["axes/metadata.json", "metadata.zip", "metadata.zip.new"] {
+                assert_eq!(refusal(layout, rel), None, "{rel}");
+                assert!(layout.writable_place(rel, false), "{rel}");
+            }
+            assert!(layout.is_temporary("metadata.zip.new"));
+            let noop = |rel, new: &[u8]| layout.group_document_noop(rel, new, None);
+            assert_eq!(noop("axes/metadata.json", b"[\"cell\",\"gene\"]\n"), Ok(()));
+            assert_eq!(noop("axes/metadata.json", b"[]"), Ok(()));
+            assert!(noop("axes/metadata.json", b"{}").is_err());
+            assert!(noop("axes/metadata.json", b"").is_err());
+            assert_eq!(noop("metadata.zip", b"PK\x03\x04rest"), Ok(()));
+            assert!(noop("metadata.zip", b"").is_err());
+        }
     }
 
     #[test]

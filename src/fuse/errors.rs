@@ -42,6 +42,12 @@ pub(super) fn no_ioctl() -> Errno {
     Errno::ENOTTY
 }
 
+/// The answer to every extended-attribute request: none are kept, and the kernel asks no more
+/// (it asks `security.capability` before the first write of every file otherwise).
+pub(super) fn no_xattrs() -> Errno {
+    Errno::ENOSYS
+}
+
 /// The answer to an open of an inode whose file changed while passthrough handles on its
 /// previous file are open (the kernel allows one backing file per inode).
 pub(super) fn backing_busy() -> Errno {

@@ -122,9 +122,13 @@ fn close_flags(write: bool) -> FopenFlags {
 impl Filesystem for FuseAdapter {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // The tree never changes while mounted: let the kernel serve `ls -l` from readdirplus.
+        // An `O_TRUNC` open comes as one open that truncates, not an open and then a
+        // truncation: a committed file opened so is replaced by an empty copy, not copied first
+        // (and a document is not taken as written by the truncation).
         let wanted = InitFlags::FUSE_DO_READDIRPLUS
             | InitFlags::FUSE_READDIRPLUS_AUTO
-            | InitFlags::FUSE_PARALLEL_DIROPS;
+            | InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_ATOMIC_O_TRUNC;
         if let Err(missing) = config.add_capabilities(wanted) {
             log::debug!("kernel lacks {missing:?}");
         }
@@ -315,6 +319,16 @@ impl Filesystem for FuseAdapter {
         reply: fuser::ReplyIoctl,
     ) {
         reply.error(errors::no_ioctl());
+    }
+
+    /// Daf keeps no extended attributes: answered without a log line (see
+    /// [`errors::no_xattrs`]).
+    fn getxattr(&self, _: &Request, _: INodeNo, _: &OsStr, _: u32, reply: fuser::ReplyXattr) {
+        reply.error(errors::no_xattrs());
+    }
+
+    fn listxattr(&self, _: &Request, _: INodeNo, _: u32, reply: fuser::ReplyXattr) {
+        reply.error(errors::no_xattrs());
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

@@ -108,16 +108,16 @@ impl DafFs {
 
     /// Called on every `close` of a handle, by `closer`: a close by the opener after writes may
     /// complete an item, which is then committed (or refused, failing the `close`). A close with
-    /// nothing written since the last one (a shell's redirection dance) does nothing; so does a
-    /// close by another process (a forked child), which leaves the writes for the opener's close
-    /// or the release.
-    ///
-    /// A group document or attributes opened for writing is judged at every close by its
-    /// opener, written or not (an empty one left staged would hide the committed document).
+    /// nothing written since the last one judges nothing: the writes may still come through a
+    /// duplicate of the descriptor (`cat x > VIEW/...` makes the shell close its descriptor
+    /// first). If the handle has something to judge all the same (its file was created or
+    /// opened by it, a document written or not, or written by the kernel), its release does. A
+    /// close by another process (a forked child) leaves the writes for the opener's close or the
+    /// release.
     pub fn flush(&self, fh: u64, closer: Option<Process>) -> Result<(), FsError> {
         // (The handles' lock is released before the state's is taken: commits lock the state
         // first, then the handles.)
-        let (ino, written) = match self.handles().get_mut(&fh) {
+        let ino = match self.handles().get_mut(&fh) {
             Some(handle) if !handle.writable => return Ok(()),
             Some(handle) if !by_opener(handle.opener, closer) => {
                 if handle.dirty || handle.passthrough {
@@ -126,23 +126,23 @@ impl DafFs {
                 return Ok(());
             }
             Some(handle) => {
-                let written = handle.dirty || handle.passthrough;
+                let stamp = handle.passthrough.then(|| handle.file_stamp()).flatten();
+                let changed = handle.dirty || (handle.passthrough && stamp != handle.closed_at);
+                handle.deferred =
+                    !changed && (handle.deferred || handle.fresh || handle.passthrough);
                 handle.dirty = false;
+                handle.fresh = false;
                 handle.foreign_close = false;
                 if handle.passthrough {
-                    handle.closed_at = handle.file_stamp();
+                    handle.closed_at = stamp;
                 }
-                (handle.ino, written)
+                if !changed {
+                    return Ok(());
+                }
+                handle.ino
             }
             None => return Ok(()),
         };
-        if !written {
-            let state = self.read_state();
-            let path = state.namespace.path(ino);
-            if !path.is_some_and(|p| Self::is_document(&state, &p)) {
-                return Ok(());
-            }
-        }
         self.commit_staged(ino, fh)
     }
 
@@ -150,6 +150,7 @@ impl DafFs {
     pub fn written_by_kernel(&self, fh: u64) {
         if let Some(handle) = self.handles().get_mut(&fh) {
             handle.passthrough = handle.writable;
+            handle.closed_at = handle.file_stamp();
         }
     }
 
@@ -158,13 +159,18 @@ impl DafFs {
     /// committed now; a refusal is logged, as nothing can report it any more.
     pub fn release(&self, fh: u64) {
         let pending = match self.handles().get(&fh) {
-            Some(h) if h.foreign_close || h.writing() => Some(h.ino),
+            Some(h) if h.foreign_close || h.writing() || h.deferred => Some((h.ino, h.deferred)),
             _ => None,
         };
-        if let Some(ino) = pending {
+        if let Some((ino, deferred)) = pending {
             if let Err(e) = self.commit_staged(ino, fh) {
                 let path = self.path_of(ino).unwrap_or_default();
-                log::warn!("{path}: not committed at its last close (not by its opener): {e}");
+                match deferred {
+                    true => log::warn!("{path}: refused at its last close: {e}"),
+                    false => log::warn!(
+                        "{path}: not committed at its last close (not by its opener): {e}"
+                    ),
+                }
             }
         }
         self.handles().remove(&fh);
@@ -293,6 +299,41 @@ mod tests {
         );
         fs.release(json);
         fs.release(data);
+    }
+
+    /// A shell's `cat x > axes/new.txt`: the shell closes its descriptor before the command
+    /// writes through the duplicate. That close, with nothing written, must not commit the
+    /// (empty, so complete) axis: the writes would then be refused.
+    #[test]
+    fn a_close_with_nothing_written_does_not_commit_a_file_the_kernel_writes() {
+        let (_tmp, fs, axes) = writable();
+        let (_, fh) = fs.create(axes, OsStr::new("new.txt"), false).unwrap();
+        fs.opened_by(fh, OPENER);
+        fs.written_by_kernel(fh);
+        fs.flush(fh, Some(OPENER)).unwrap();
+        assert!(!committed(&fs), "committed empty at the shell's close");
+        fs.write(fh, 0, b"a\n").unwrap();
+        fs.flush(fh, Some(OPENER)).unwrap();
+        assert!(
+            committed(&fs),
+            "not committed at the close after the writes"
+        );
+        fs.release(fh);
+    }
+
+    /// `: > axes/new.txt`: an empty file created and closed is a whole (empty) axis, committed
+    /// by the release at the latest.
+    #[test]
+    fn an_empty_created_file_is_judged_by_its_release() {
+        let (_tmp, fs, axes) = writable();
+        let (_, fh) = fs.create(axes, OsStr::new("new.txt"), false).unwrap();
+        fs.opened_by(fh, OPENER);
+        fs.flush(fh, Some(OPENER)).unwrap();
+        fs.release(fh);
+        assert!(
+            committed(&fs),
+            "an empty axis created and closed was never committed"
+        );
     }
 
     #[test]

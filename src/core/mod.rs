@@ -169,6 +169,12 @@ struct Handle {
     /// last close. Its writes are over while the file still has them (a write after that close
     /// that changes neither, within the clock's tick, goes unseen).
     closed_at: Option<(u64, SystemTime)>,
+    /// No close by its opener yet: its file is to be judged even if nothing is written (a
+    /// created file may be complete empty; an opened document is judged whatever it holds).
+    fresh: bool,
+    /// Its opener's last close had nothing new written, though there is something to judge:
+    /// left to the release, as writes may still come through a duplicate of the descriptor.
+    deferred: bool,
     /// The process that opened the handle, when known: only its closes commit.
     opener: Option<Process>,
     /// Another process closed the handle after writes the opener's closes have not committed

@@ -85,6 +85,10 @@ pub(super) struct Overlay {
     dirty: HashSet<u64, Hasher>,
     /// Children held in replaced lists.
     held: usize,
+    /// The committed files staged ones hide, as shown before (parent, name): what a removal
+    /// of the staged file shows again. A commit's edit may have changed one since the build (a
+    /// derived document, such as the FilesDaf 1.1 `metadata.json`), so the base's is not it.
+    covered: HashMap<(u64, String), Node, Hasher>,
 }
 
 impl Namespace {
@@ -191,6 +195,7 @@ impl Editor<'_> {
         }
         let parent = *ancestors.last()?;
         let Some(existing) = self.ns.child(parent, name) else {
+            self.ns.overlay.covered.remove(&(parent, name.to_string()));
             let ino = self.insert(parent, name, mtime, staged)?;
             if staged.is_none() {
                 self.ns.overlay.made.insert(ino, Some(mtime));
@@ -205,6 +210,10 @@ impl Editor<'_> {
         };
         if node.is_dir() {
             return None;
+        }
+        if let NodeKind::File(_) = node.kind() {
+            let covered = (parent, name.to_string());
+            self.ns.overlay.covered.insert(covered, node.clone());
         }
         let kind = NewKind::Staged(StagedPath::new(disk.clone()));
         self.replace_file(&ancestors, name, (existing, node), kind, mtime)
@@ -221,6 +230,10 @@ impl Editor<'_> {
         mtime: SystemTime,
     ) -> Option<()> {
         let parent = *ancestors.last()?;
+        if let NewKind::File(_) = kind {
+            // Committed now: no longer hiding what was there.
+            self.ns.overlay.covered.remove(&(parent, name.to_string()));
+        }
         let was = self.ns.mtime(&node);
         if self.ns.base.nodes.get(existing).is_some() {
             self.dirty(ancestors);
@@ -247,8 +260,11 @@ impl Editor<'_> {
         if !node.elidable() && ancestors.iter().any(base_elidable) {
             return None;
         }
-        let under = match node.kind() {
-            NodeKind::Staged(_) if uncover => self.base_file(parent, name)?,
+        let covered = self.ns.overlay.covered.remove(&(parent, name.to_string()));
+        let under = match (node.kind(), covered) {
+            // (Not the base's number: the node is put in as a replacement.)
+            (NodeKind::Staged(_), Some(shown)) if uncover => Some((u64::MAX, shown)),
+            (NodeKind::Staged(_), None) if uncover => self.base_file(parent, name)?,
             _ => None,
         };
         if in_base {

@@ -59,6 +59,8 @@ impl DafFs {
         std::mem::take(&mut *self.invalidations.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
+    /// Judges the staged file `ino` a close of handle `fh` ends: a document is dropped or
+    /// refused, a file of an item commits the item if it is complete.
     pub(super) fn commit_staged(&self, ino: u64, fh: u64) -> Result<(), FsError> {
         let ns = self.namespace();
         let (path, disk) = match ns.node(ino) {
@@ -207,14 +209,19 @@ impl DafFs {
         for (path, _) in &members {
             state.staged.remove(path);
         }
-        // Directories made for the item (zarr's mkdir of an array) now hold committed
-        // files: stop staging those that hold no staged file.
+        // Directories made for the item (zarr's mkdir of an array and of its chunk directory)
+        // now hold committed files: stop staging those that hold no staged file (staged
+        // directories inside do not count: they go too).
         let made_for_item: Vec<String> = state
             .staged
             .iter()
             .filter(|(path, s)| {
                 let inside = format!("{path}/");
-                s.is_dir && !state.staged.keys().any(|k| k.starts_with(&inside))
+                s.is_dir
+                    && !state
+                        .staged
+                        .iter()
+                        .any(|(k, f)| !f.is_dir && k.starts_with(&inside))
             })
             .filter(|(path, _)| {
                 let shown = split_canonical(&state.roots, path).map(|(r, rel)| r.mount_path(rel));

@@ -63,16 +63,30 @@ impl DafFs {
             return Ok(false);
         };
         let canonical = Self::canonical(&state, mount)?;
-        fs::remove_file(disk)?;
-        state.staged.remove(&canonical);
-        let edit = state.removal_edit(&canonical);
-        drop(state.apply([edit]));
+        let edit = self.drop_staged(&mut state, &canonical, disk)?;
+        let mut state = state.apply([edit]);
+        self.forget_dropped(&mut state, mount);
+        drop(state);
         match verdict {
             Ok(()) => {
                 log::info!("{mount}: a rewrite that changes nothing dropped");
                 Ok(true)
             }
             Err(refused) => Err(refused),
+        }
+    }
+
+    /// Tells the kernel about a staged file at `mount` it was not told is gone (a document
+    /// dropped): the name, if nothing shows there now (a writer's next create of it would reach
+    /// a cached name that no longer exists, and fail), else the file that shows again.
+    pub(super) fn forget_dropped(&self, state: &mut State, mount: &str) {
+        let ino = state.inodes.ino(mount);
+        if state.namespace.node(ino).is_some() {
+            self.invalidate(vec![ino]);
+        } else {
+            let (dir, name) = mount.rsplit_once('/').unwrap_or(("", mount));
+            let parent = state.inodes.ino(dir);
+            self.invalidate_entries(vec![(parent, name.to_string())]);
         }
     }
 }

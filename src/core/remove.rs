@@ -32,10 +32,8 @@ impl DafFs {
                 return self.remove_committed(state, &path);
             }
         };
-        fs::remove_file(&disk)?;
         let canonical = Self::canonical(&state, &path)?;
-        state.staged.remove(&canonical);
-        let edit = state.removal_edit(&canonical);
+        let edit = self.drop_staged(&mut state, &canonical, &disk)?;
         drop(state.apply([edit]));
         Ok(())
     }

@@ -58,9 +58,8 @@ impl DafFs {
                 // A group document that changes nothing (zarr re-saving a group, a writer's
                 // consolidated metadata, which is derived here): accepted and dropped.
                 log::info!("{new_mount}: a writer's copy that changes nothing dropped");
-                let ino = Self::drop_renamed(&mut state, &disk, &old_path, &new_mount)?;
-                drop(state);
-                self.invalidate(vec![ino]);
+                self.drop_renamed(&mut state, &disk, &old_path, &new_mount)?;
+                self.forget_dropped(&mut state, &new_mount);
                 return Ok(());
             }
             Some(Err(refused)) => return Err(refused),
@@ -73,9 +72,8 @@ impl DafFs {
                     // Rewriting a document with the same content (zarr re-saving a group's
                     // .zgroup) changes nothing: accept it and drop the staged copy.
                     if same_document(&fs::read(&disk)?, blob.bytes()?.as_slice()) {
-                        let ino = Self::drop_renamed(&mut state, &disk, &old_path, &new_mount)?;
-                        drop(state);
-                        self.invalidate(vec![ino]);
+                        self.drop_renamed(&mut state, &disk, &old_path, &new_mount)?;
+                        self.forget_dropped(&mut state, &new_mount);
                         return Ok(());
                     }
                     Self::replaceable(&state, &new_mount)?;
@@ -150,25 +148,25 @@ impl DafFs {
 
     /// Drops the staged file `old_path` renamed onto `new_mount` (a copy that changes nothing):
     /// the kernel now holds the renamed file's inode at `new_mount`, so that inode number stands
-    /// for what is there from now on. Returns it (its cached attributes are the dropped file's).
+    /// for what is there from now on (its cached attributes are the dropped file's).
     fn drop_renamed(
+        &self,
         state: &mut State,
         disk: &Path,
         old_path: &str,
         new_mount: &str,
-    ) -> Result<u64, FsError> {
-        fs::remove_file(disk)?;
+    ) -> Result<(), FsError> {
         let canonical = Self::canonical(state, old_path)?;
-        state.staged.remove(&canonical);
+        let removal = self.drop_staged(state, &canonical, disk)?;
         state.inodes.rename(old_path, new_mount);
         let edits = [
-            state.removal_edit(&canonical),
+            removal,
             Some(Edit::Renumber {
                 path: new_mount.to_string(),
             }),
         ];
         state.apply(edits);
-        Ok(state.inodes.ino(new_mount))
+        Ok(())
     }
 
     /// Adds a second name for a staged file.

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard, RwLockReadGuard};
 use std::time::SystemTime;
@@ -17,7 +17,7 @@ use crate::staging::StagingArea;
 use crate::stores::{Blob, Bytes};
 use crate::views::join;
 
-use super::namespace::NodeKind;
+use super::namespace::{Edit, NodeKind};
 use super::writer::{settled, Try, Writer};
 use super::{split_mount, Attr, DafFs, FsError, Handle, State};
 
@@ -88,6 +88,8 @@ impl DafFs {
             dirty: false,
             passthrough: false,
             closed_at: None,
+            fresh: writable,
+            deferred: false,
             opener: None,
             foreign_close: false,
         };
@@ -180,6 +182,19 @@ impl DafFs {
         }
     }
 
+    /// Checks that the file at `mount` may be rewritten: a derived document (a group document,
+    /// an index) on every source, as it is judged when closed, never kept; else as
+    /// [`replaceable`](Self::replaceable).
+    fn rewritable(state: &State, mount: &str) -> Result<(), FsError> {
+        let document = split_mount(&state.roots, mount)
+            .is_some_and(|(root, rel)| root.layout().is_group_document(rel));
+        if document {
+            Ok(())
+        } else {
+            Self::replaceable(state, mount)
+        }
+    }
+
     /// Stages a replacement for the committed file at `mount` (with `content`, or empty).
     pub(super) fn stage_replacement(
         &self,
@@ -188,7 +203,7 @@ impl DafFs {
     ) -> Result<(String, PathBuf), FsError> {
         let staging = self.staging_area()?;
         let state = self.lock_state();
-        Self::replaceable(&state, mount)?;
+        Self::rewritable(&state, mount)?;
         Self::committable(&state, mount)?;
         let canonical = Self::canonical(&state, mount)?;
         let disk = staging.prepare_parent(&canonical)?;
@@ -202,8 +217,28 @@ impl DafFs {
         Ok((mount.to_string(), disk))
     }
 
+    /// Takes the staged file `canonical` at `disk` off the disk (with the directories on its
+    /// way up it leaves empty, but for staged ones) and out of the state: the edit that shows
+    /// what it hid.
+    pub(super) fn drop_staged(
+        &self,
+        state: &mut State,
+        canonical: &str,
+        disk: &Path,
+    ) -> std::io::Result<Option<Edit>> {
+        fs::remove_file(disk)?;
+        state.staged.remove(canonical);
+        let parent = canonical.rsplit_once('/').map(|(parent, _)| parent);
+        if let (Some(staging), Some(parent)) = (&self.staging, parent) {
+            if !state.staged.contains_key(parent) {
+                staging.prune_until(parent, |dir| state.staged.contains_key(dir));
+            }
+        }
+        Ok(state.removal_edit(canonical))
+    }
+
     /// Drops the staged file at `mount` (if it is still `disk`): what it hid shows again.
-    fn unstage(&self, mount: &str, disk: &std::path::Path) {
+    fn unstage(&self, mount: &str, disk: &Path) {
         let mut state = self.lock_state();
         let Ok(canonical) = Self::canonical(&state, mount) else {
             return;
@@ -211,9 +246,9 @@ impl DafFs {
         if state.staged.get(&canonical).is_none_or(|s| s.disk != disk) {
             return;
         }
-        let _ = fs::remove_file(disk);
-        state.staged.remove(&canonical);
-        let edit = state.removal_edit(&canonical);
+        let Ok(edit) = self.drop_staged(&mut state, &canonical, disk) else {
+            return;
+        };
         let ino = state.inodes.ino(mount);
         drop(state.apply([edit]));
         self.invalidate(vec![ino]);
@@ -241,7 +276,7 @@ impl DafFs {
             match state.namespace.node(existing).map(|n| n.kind()) {
                 _ if exclusive => return Err(FsError::Exists),
                 Some(NodeKind::Dir { .. }) => return Err(FsError::IsDir),
-                Some(NodeKind::File(_)) => Self::replaceable(&state, &mount)?,
+                Some(NodeKind::File(_)) => Self::rewritable(&state, &mount)?,
                 _ => {}
             }
         }
@@ -407,7 +442,11 @@ impl DafFs {
                     return Ok(Try::Again);
                 }
                 let file = OpenOptions::new().write(true).open(disk)?;
-                if let Some(size) = size {
+                // A truncation to the size it has (the kernel's for `O_TRUNC` of an empty file)
+                // leaves the file as it was: its time too, which says whether it was written.
+                if let Some(size) =
+                    size.filter(|&s| s != file.metadata().map_or(u64::MAX, |m| m.len()))
+                {
                     file.set_len(size)?;
                 }
                 if let Some(mtime) = mtime {

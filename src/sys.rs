@@ -17,7 +17,7 @@ pub use memmap2::Mmap;
 
 /// Maps the whole of `file` read-only.
 ///
-/// The contract daf-mount documents (README, "Limits") is that a mounted source is not truncated
+/// The contract daf-mount documents (doc/limits.md) is that a mounted source is not truncated
 /// or rewritten in place while mounted; new data is only ever added as new files or appended ZIP
 /// entries. If that contract is broken, a read through FUSE fails with `EFAULT` inside the
 /// kernel's copy, but code of ours that parses mapped bytes directly could take a `SIGBUS`.

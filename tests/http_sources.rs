@@ -1,7 +1,7 @@
 //! Remote sources over HTTP: a tiny local server (`http_sources/server.rs`) serves copies of the
 //! fixtures; the URL mounts show the same trees, sizes and bytes as local mounts of the same
 //! data, the mount fetches no chunk, and faults (no Range support, 503s, a changed file) are
-//! handled as the README says. A URL mount is read-only (`-o rw` refused, writes EROFS).
+//! handled as doc/user-guide.md says. A URL mount is read-only (`-o rw` refused, writes EROFS).
 
 mod common;
 #[path = "http_sources/server.rs"]

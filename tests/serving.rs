@@ -1,4 +1,4 @@
-//! Serving a mount over HTTP (README "Serving a mount over HTTP"): a real nginx on 127.0.0.1
+//! Serving a mount over HTTP (doc/user-guide.md "Serving a mount over HTTP"): a real nginx on 127.0.0.1
 //! serves the mount point of a read-only mount, and every file of both views comes back over
 //! HTTP byte for byte, with the mount's sizes, ranges and a 404 for what the mount lacks.
 //! zarr-python reading these URLs is tests/interop/test_serving.py.

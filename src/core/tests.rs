@@ -544,7 +544,7 @@ pub(super) fn writable_both(source: &Path) -> DafFs {
 /// The Zarr v3 view of a packed FilesDaf 1.1 directory shows every array's `zarr.json` as
 /// DataAxesFormats 0.3 writes it for the same data in a ZarrDaf, byte for byte (the codecs'
 /// configurations included: zstd's is its level alone), but for the documented shard shape
-/// rounded up to whole inner chunks (README, "The Zarr v3 view").
+/// rounded up to whole inner chunks (doc/user-guide.md, "The Zarr v3 view").
 #[test]
 fn the_zarr_view_of_packed_files_is_what_daf_writes() {
     let packed = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/packed");

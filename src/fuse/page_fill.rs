@@ -12,7 +12,7 @@
 //!
 //! On Linux 6.18 the FUSE page cache holds 4 KiB pages only (readahead and stores alike), while a
 //! native file read from disk is cached in large folios that copy out about twice as fast, so a
-//! cached FUSE read reaches about half of a native one (README, "What bounds the ZIP rows").
+//! cached FUSE read reaches about half of a native one (doc/performance.md, "What bounds the ZIP rows").
 //!
 //! Which pages the kernel has is learnt from the READ replies and from the stores themselves
 //! (a page the kernel dropped under memory pressure is simply read again). A commit that changes a

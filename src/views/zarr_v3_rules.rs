@@ -3,7 +3,7 @@
 //! complete, and which array attributes are refused. (The v2 rules are in [`super::zarr_v2_layout`].)
 //!
 //! What writers really do through a directory (watched with inotify, zarr-python 3.1.6 and
-//! TensorStore 0.1.86, README "Writing through the Zarr v3 view"):
+//! TensorStore 0.1.86, doc/user-guide.md, "Writing through the Zarr v3 view"):
 //! - zarr-python writes every document and chunk to `NAME.<32 hex>.partial` in the same directory
 //!   (`zarr.json` becomes `zarr.<hex>.partial`), then renames it over `NAME`; for the root and the
 //!   parent groups of a new array it writes `zarr.<hex>.partial` and *links* it to `zarr.json`

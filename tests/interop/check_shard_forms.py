@@ -1,5 +1,5 @@
 """Which Zarr v3 readers accept a DataAxesFormats 0.3 packed array, in Julia's own form and in the
-form daf-mount's Zarr v3 view declares (daf-formats.md §8; README "Packed properties").
+form daf-mount's Zarr v3 view declares (daf-formats.md §8; doc/user-guide.md "The Zarr v3 view").
 
 The shards are made here as Julia writes them (§8, the fixture `fpk/zs.files/vectors/cell/score.zip`):
 1200 Float64 values (and a 1200 x 3 matrix, one column per inner chunk column), inner chunks of

@@ -1,4 +1,4 @@
-"""Serving a mount over HTTP (README "Serving a mount over HTTP"): nginx on 127.0.0.1 serves the mount point of a
+"""Serving a mount over HTTP (doc/user-guide.md "Serving a mount over HTTP"): nginx on 127.0.0.1 serves the mount point of a
 read-only daf-mount, and zarr-python (2 and 3, through fsspec's HTTP file system) reads every array of the Zarr v2
 view (from its consolidated `.zmetadata`) and of the v3 view (zarr-python 3, from the root's consolidated metadata)
 over HTTP with exact values."""
@@ -22,7 +22,7 @@ KINDS = ["files-1.0", "zarr-v3-zip", "zipdaf-1.1", "packed-zarr", "packed-multi"
 
 
 def open_v2(url):
-    """The call the README shows, the same for zarr-python 2 and 3."""
+    """The call the user guide shows, the same for zarr-python 2 and 3."""
     return zarr.open_consolidated(url, mode="r")
 
 
@@ -61,7 +61,7 @@ def test_zarr_python_3_reads_the_served_v3_view(kind):
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="nginx workers as another user need root to start")
 def test_workers_of_another_user_need_allow_other():
-    """The README's advice: nginx workers running as an unprivileged user read the mount only with allow_other."""
+    """The user guide's advice: nginx workers running as an unprivileged user read the mount only with allow_other."""
     source, names = SOURCES["files-1.0"]
     (name,) = names
     for options, status in ((("-o", "ro,allow_other"), 200), (RO, 403)):

@@ -1,7 +1,7 @@
 """xarray opens the Zarr view of every source kind mounted with `--dimension-names` (Zarr v2 and v3, consolidated
 and not): `xr.open_datatree(..., engine="zarr")` at the view's root and `xr.open_zarr` on every group. Every variable
 equals the FilesDaf view's bytes (tests/interop/daf_files.py reads them without Daf code), every dimension is named
-after its axis (README "Named dimensions"), and in `axes/` each axis is the coordinate of its own dimension. Without
+after its axis (doc/user-guide.md "Named dimensions"), and in `axes/` each axis is the coordinate of its own dimension. Without
 the option the view has no names at all (the byte-exact forms are tests/dimension_names.rs and the core tests), and
 xarray refuses it as before. Through dask (`chunks={}`), every variable is a dask array computing the same values.
 xarray writes a vector through a named view, and the source gets it without names.
@@ -24,7 +24,7 @@ NAMED = ("--dimension-names",)
 
 
 def expected_dims(path, ndim):
-    """The names README "Named dimensions" promises for array `path` (no fixture has an axis named like ours)."""
+    """The names doc/user-guide.md "Named dimensions" promises for array `path` (no fixture has an axis named like ours)."""
     parts = path.split("/")
     if parts == ["daf"]:
         return ("daf_version",)

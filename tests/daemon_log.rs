@@ -277,10 +277,11 @@ fn in_the_foreground_a_log_file_takes_the_log_instead_of_stderr() {
     );
 }
 
-/// With no syslog listener (a private `/dev` without `log`), a background mount says on stderr
-/// that its log would be lost, and still mounts.
+/// With no syslog listener (a private `/dev` without `log`, as in a container), a background
+/// mount logs to a file under the user's state directory (`/var/log/daf-mount/` for root, here
+/// a private tmpfs), says where on stderr before it detaches, and still mounts.
 #[test]
-fn without_a_listener_the_user_is_told_before_the_daemon_detaches() {
+fn without_a_listener_the_log_goes_to_a_file_the_user_is_told_of() {
     require_fuse!();
     let tmp = tempfile::tempdir().unwrap();
     let mnt = mount_point(tmp.path());
@@ -289,24 +290,34 @@ fn without_a_listener_the_user_is_told_before_the_daemon_detaches() {
         mount -t tmpfs tmpfs /dev
         mknod -m 666 /dev/null c 1 3
         mknod -m 600 /dev/fuse c 10 229
-        "$BIN" "$SRC" "$MNT" -o ro
+        mount -t tmpfs tmpfs /var/log
+        "$BIN" "$SRC" "$MNT"
         test -f "$MNT/files_v1_0.daf/daf.json"
+        rm "$MNT/files_v1_0.daf/daf.json" 2>/dev/null || true
         umount "$MNT"
+        sleep 0.5
+        cat /var/log/daf-mount/daf-mount.log
     "#;
+    let (_copy, source) = common::copy_fixture("files_v1_0.daf");
     let run = Command::new("unshare")
         .args(["--mount", "--propagation", "private", "sh", "-c", script])
         .env("BIN", BIN)
-        .env("SRC", format!("{}/files_v1_0.daf", common::VECTORS))
+        .env("SRC", &source)
         .env("MNT", &mnt)
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&run.stderr);
+    let log = String::from_utf8_lossy(&run.stdout);
     assert!(run.status.success(), "{stderr}");
     wait_gone(&mnt);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(
-        stderr.starts_with("daf-mount: warning: nothing listens on /dev/log")
-            && stderr.contains("--log-file"),
+        stderr.starts_with("daf-mount: nothing listens on /dev/log")
+            && stderr.contains("/var/log/daf-mount/daf-mount.log"),
         "{stderr}"
+    );
+    assert!(
+        log.contains("unlink of files_v1_0.daf/daf.json refused"),
+        "the refusal is not in the log file: {log}"
     );
 }

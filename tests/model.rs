@@ -41,7 +41,8 @@ const PATHS: [&str; 13] = [
 ];
 /// Names refused at creation (they could never be committed).
 const REFUSED: [&str; 2] = ["files/scalars/x.txt", "files/scalars/..json"];
-/// Group documents and attributes: judged by their content at every close and rename.
+/// Group documents and attributes: judged by their content at every close (the release of one
+/// with nothing written) and rename.
 const DOCUMENTS: [&str; 2] = ["zarr/scalars/z/.zattrs", "zarr/.zattrs"];
 /// The Zarr node of item z.
 const ZDIR: &str = "zarr/scalars/z";
@@ -327,10 +328,12 @@ impl Model {
         Some(match op {
             Op::Create(p) => {
                 let path = PATHS[*p];
-                // Refused names, and committed files of a ZIP source (append-only).
+                // Refused names, and committed files of a ZIP source (append-only), but for a
+                // group document (judged at its close on every source).
                 let committed_in_zip = self.zip
                     && self.committed.contains_key(path)
-                    && !self.staged.contains_key(path);
+                    && !self.staged.contains_key(path)
+                    && path != "zarr/.zattrs";
                 if !self.parent_exists(path) {
                     Err(Err::NotFound)
                 } else if REFUSED.contains(&path) || committed_in_zip {
@@ -376,7 +379,7 @@ impl Model {
                 let path = self.handles[h].path.clone();
                 self.handles[h].dirty = false;
                 let staged = self.staged.contains_key(&path);
-                let result = if !staged || (!was_dirty && !DOCUMENTS.contains(&path.as_str())) {
+                let judged = if !staged {
                     Ok(())
                 } else if let Some(settled) = self.settle(&path) {
                     settled
@@ -386,6 +389,9 @@ impl Model {
                         None => Ok(()),
                     }
                 };
+                // A close with nothing written leaves the judgement to the release (each handle
+                // is closed once here, so first: it is judged), whose refusal is only logged.
+                let result = if was_dirty { judged } else { Ok(()) };
                 self.handles.remove(h);
                 result
             }

@@ -203,7 +203,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
     let signal_target = (mounted_on.clone(), ours.clone());
     let serve = move || -> Result<(), CliError> {
         if let Some(detaching) = detaching {
-            super::logging::warn_if_unheard();
+            super::logging::tell_where();
             detaching.detach()?;
             super::logging::stop_stderr();
         }

@@ -36,18 +36,44 @@ pub enum Destination {
     File(PathBuf),
     /// Syslog, through [`SYSLOG_SOCKET`].
     Syslog,
+    /// Appended to this file because nothing listens for syslog (a container): the user is
+    /// told where before the daemon detaches ([`tell_where`]).
+    Fallback(PathBuf),
 }
 
 impl Destination {
-    /// The destination for a run: the log file if one is given, else stderr in the foreground
-    /// and syslog in the background.
-    pub fn choose(foreground: bool, log_file: Option<&Path>) -> Destination {
-        match (log_file, foreground) {
-            (Some(file), _) => Destination::File(file.to_path_buf()),
-            (None, true) => Destination::Stderr,
-            (None, false) => Destination::Syslog,
+    /// The destination for a run: the log file if one is given, else stderr in the foreground,
+    /// syslog in the background if it listens (`syslog`), else the [`default_log_file`] of the
+    /// user (`root`: `/var/log`; `state_home`: `$XDG_STATE_HOME`, `home`: `$HOME`).
+    pub fn choose(
+        foreground: bool,
+        log_file: Option<&Path>,
+        syslog: bool,
+        user: (bool, Option<&Path>, Option<&Path>),
+    ) -> Destination {
+        match (log_file, foreground, syslog) {
+            (Some(file), _, _) => Destination::File(file.to_path_buf()),
+            (None, true, _) => Destination::Stderr,
+            (None, false, true) => Destination::Syslog,
+            (None, false, false) => {
+                let (root, state_home, home) = user;
+                Destination::Fallback(default_log_file(root, state_home, home))
+            }
         }
     }
+}
+
+/// Where a background daemon with no syslog listener logs: `/var/log/daf-mount/daf-mount.log`
+/// for root, else `daf-mount/daf-mount.log` in the user's state directory (`$XDG_STATE_HOME`,
+/// by default `$HOME/.local/state`; the working directory's if neither is set).
+pub fn default_log_file(root: bool, state_home: Option<&Path>, home: Option<&Path>) -> PathBuf {
+    let dir = match (root, state_home, home) {
+        (true, _, _) => PathBuf::from("/var/log"),
+        (false, Some(state), _) if state.is_absolute() => state.to_path_buf(),
+        (false, _, Some(home)) => home.join(".local/state"),
+        (false, _, None) => PathBuf::from("."),
+    };
+    dir.join("daf-mount").join("daf-mount.log")
 }
 
 struct Logger {
@@ -59,6 +85,8 @@ struct Logger {
     syslog: Option<Mutex<Option<UnixDatagram>>>,
     /// Lines also go to stderr (foreground, or a background daemon not yet detached).
     stderr: AtomicBool,
+    /// The log file chosen because nothing listens for syslog ([`Destination::Fallback`]).
+    fallback: Option<PathBuf>,
 }
 
 static LOGGER: OnceLock<Logger> = OnceLock::new();
@@ -78,16 +106,24 @@ pub fn init(verbose: u8, destination: &Destination) -> Result<(), CliError> {
             .filter_module("ureq", log::LevelFilter::Warn)
             .build();
     let file = match destination {
-        Destination::File(path) => Some(Mutex::new(
-            std::fs::OpenOptions::new()
+        Destination::File(path) | Destination::Fallback(path) => {
+            let what = match destination {
+                Destination::File(_) => format!("--log-file {}", path.display()),
+                _ => format!("the log file {} (no syslog listens)", path.display()),
+            };
+            if let (Destination::Fallback(_), Some(dir)) = (destination, path.parent()) {
+                std::fs::create_dir_all(dir).map_err(|error| CliError::System {
+                    what: what.clone(),
+                    error,
+                })?;
+            }
+            let opened = std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
                 .open(path)
-                .map_err(|error| CliError::System {
-                    what: format!("--log-file {}", path.display()),
-                    error,
-                })?,
-        )),
+                .map_err(|error| CliError::System { what, error })?;
+            Some(Mutex::new(opened))
+        }
         _ => None,
     };
     let max = filter.filter();
@@ -97,6 +133,10 @@ pub fn init(verbose: u8, destination: &Destination) -> Result<(), CliError> {
         syslog: (*destination == Destination::Syslog).then(|| Mutex::new(None)),
         stderr: AtomicBool::new(true),
         held: Mutex::new(None),
+        fallback: match destination {
+            Destination::Fallback(path) => Some(path.clone()),
+            _ => None,
+        },
     };
     let installed = LOGGER.get_or_init(|| logger);
     if log::set_logger(installed).is_ok() {
@@ -111,14 +151,14 @@ pub fn syslog_listening() -> bool {
     socket.is_ok_and(|s| s.connect(SYSLOG_SOCKET).is_ok())
 }
 
-/// Says on stderr, once the mount is made and before the daemon detaches, if its log is going
-/// to syslog but nothing listens there: the user learns that the log would be lost.
-pub fn warn_if_unheard() {
-    let to_syslog = LOGGER.get().is_some_and(|l| l.syslog.is_some());
-    if to_syslog && !syslog_listening() {
+/// Says on stderr, once the mount is made and before the daemon detaches, where its log goes
+/// when nothing listens for syslog (it would be lost there).
+pub fn tell_where() {
+    if let Some(path) = LOGGER.get().and_then(|l| l.fallback.as_ref()) {
         eprintln!(
-            "daf-mount: warning: nothing listens on {SYSLOG_SOCKET} (no syslog or journald): the \
-             daemon's log is lost; mount with --log-file FILE (-o log_file=FILE) to keep it"
+            "daf-mount: nothing listens on {SYSLOG_SOCKET} (no syslog or journald): the log goes \
+             to {} (--log-file FILE chooses another)",
+            path.display()
         );
     }
 }
@@ -281,16 +321,52 @@ mod tests {
     }
 
     #[test]
-    fn destinations_follow_the_mode_and_the_log_file() {
+    fn destinations_follow_the_mode_the_log_file_and_a_listener() {
         let file = Path::new("/tmp/x.log");
-        assert_eq!(Destination::choose(true, None), Destination::Stderr);
-        assert_eq!(Destination::choose(false, None), Destination::Syslog);
-        for foreground in [true, false] {
+        let user = (false, None, Some(Path::new("/home/u")));
+        for syslog in [true, false] {
             assert_eq!(
-                Destination::choose(foreground, Some(file)),
-                Destination::File(file.into())
+                Destination::choose(true, None, syslog, user),
+                Destination::Stderr
             );
+            for foreground in [true, false] {
+                assert_eq!(
+                    Destination::choose(foreground, Some(file), syslog, user),
+                    Destination::File(file.into())
+                );
+            }
         }
+        assert_eq!(
+            Destination::choose(false, None, true, user),
+            Destination::Syslog
+        );
+        assert_eq!(
+            Destination::choose(false, None, false, user),
+            Destination::Fallback("/home/u/.local/state/daf-mount/daf-mount.log".into())
+        );
+    }
+
+    #[test]
+    fn the_fallback_log_is_in_the_users_state_directory() {
+        let (home, state) = (Some(Path::new("/home/u")), Some(Path::new("/s")));
+        let at = |root, state, home| default_log_file(root, state, home);
+        assert_eq!(
+            at(true, state, home),
+            Path::new("/var/log/daf-mount/daf-mount.log")
+        );
+        assert_eq!(
+            at(false, state, home),
+            Path::new("/s/daf-mount/daf-mount.log")
+        );
+        let relative = Some(Path::new("rel"));
+        assert_eq!(
+            at(false, relative, home),
+            Path::new("/home/u/.local/state/daf-mount/daf-mount.log")
+        );
+        assert_eq!(
+            at(false, None, None),
+            Path::new("./daf-mount/daf-mount.log")
+        );
     }
 
     #[test]

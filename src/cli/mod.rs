@@ -46,7 +46,14 @@ pub fn main(args: Args) -> ExitCode {
 fn mount(args: Args) -> Result<(), CliError> {
     let options = MountOptions::parse(&args.options)?;
     let log_file = args.log_file.as_deref().or(options.log_file.as_deref());
-    let destination = logging::Destination::choose(args.foreground, log_file);
+    let (state_home, home) = (std::env::var_os("XDG_STATE_HOME"), std::env::var_os("HOME"));
+    let user = (
+        nix::unistd::geteuid().is_root(),
+        state_home.as_deref().map(std::path::Path::new),
+        home.as_deref().map(std::path::Path::new),
+    );
+    let listening = !args.foreground && log_file.is_none() && logging::syslog_listening();
+    let destination = logging::Destination::choose(args.foreground, log_file, listening, user);
     logging::init(args.verbose, &destination)?;
     if args.foreground && log_file.is_some() {
         logging::stop_stderr();

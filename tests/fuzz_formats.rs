@@ -17,19 +17,19 @@ use std::time::SystemTime;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
-use daf_mount::formats::files_daf::read_files_daf;
+use daf_mount::formats::files::read_files_daf;
 use daf_mount::formats::json::parse_descriptor;
 use daf_mount::formats::json::FilesVersion;
 use daf_mount::formats::model::Dataset;
 use daf_mount::formats::names::check_name;
 use daf_mount::formats::source::{parse_source, SourceSpec};
 use daf_mount::formats::strings::{count_lines, decode_vlen, encode_vlen, split_lines, Strings};
-use daf_mount::formats::zarr_decode::MAX_DECODED_BYTES;
-use daf_mount::formats::zarr_v2::open_array;
-use daf_mount::formats::zarr_v3;
+use daf_mount::formats::zarr::decode::MAX_DECODED_BYTES;
+use daf_mount::formats::zarr::v2::open_array;
+use daf_mount::formats::zarr::v3;
 use daf_mount::stores::{Blob, Bytes, Entry, StoreIndex};
 use daf_mount::views::files::files_view;
-use daf_mount::views::zarr::zarr_view;
+use daf_mount::views::zarr_v2::zarr_view;
 use daf_mount::views::zarr_v3::zarr_v3_view;
 use daf_mount::views::ViewNode;
 
@@ -396,7 +396,7 @@ proptest! {
         let meta = raw.unwrap_or_else(|| doc.to_string().into_bytes());
         let mut files = vec![("arr/zarr.json".to_string(), meta)];
         files.extend(chunks.into_iter().map(|(k, v)| (format!("arr/{k}"), v)));
-        if let Ok(array) = zarr_v3::open_array(&index(&files), "arr") {
+        if let Ok(array) = v3::open_array(&index(&files), "arr") {
             within_bounds(&array.blob)?;
         }
     }

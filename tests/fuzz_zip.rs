@@ -13,9 +13,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use daf_mount::stores::blob::RangeSource;
+use daf_mount::stores::zip::entry::MAX_SHOWN;
 use daf_mount::stores::zip::open_archive;
-use daf_mount::stores::zip_entry::MAX_SHOWN;
-use daf_mount::stores::zip_stream::{MemberStream, MAX_READ};
+use daf_mount::stores::zip::stream::{MemberStream, MAX_READ};
 use daf_mount::stores::{Bytes, StoreError};
 use proptest::prelude::*;
 

@@ -18,8 +18,8 @@ use common::{
 use daf_mount::core::DafFs;
 use daf_mount::formats::remote::open_remote;
 use daf_mount::formats::source::open_source;
+use daf_mount::stores::http::object::RemoteObject;
 use daf_mount::stores::http::{HttpClient, HttpOptions};
-use daf_mount::stores::http_object::RemoteObject;
 use daf_mount::views::ViewSelection;
 use server::Server;
 

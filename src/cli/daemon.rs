@@ -13,7 +13,7 @@ use crate::formats::source::{open_source, parse_source, Source, SourceSpec};
 use crate::fuse::{mount_config, FuseAdapter, MountSettings};
 use crate::staging::StagingArea;
 use crate::stores::http::redact;
-use crate::stores::zip_append::start_tail_writer;
+use crate::stores::zip::append::start_tail_writer;
 use crate::sys::{fork, Forked};
 
 use super::lock::{lock_source, WriterLock};

@@ -112,7 +112,7 @@ pub fn holders(file: &File) -> Vec<i32> {
         .zip(parents)
         .filter(|(_, parent)| !parent.is_some_and(|p| pids.contains(&p)))
         .map(|(pid, _)| *pid)
-        .filter(|pid| program(*pid) != crate::stores::zip_append::TAIL_WRITER_NAME)
+        .filter(|pid| program(*pid) != crate::stores::zip::append::TAIL_WRITER_NAME)
         .collect()
 }
 

@@ -219,7 +219,7 @@ fn timestamp(now: SystemTime) -> String {
     let secs = since.as_secs();
     let days = i64::try_from(secs / 86_400).unwrap_or(0);
     let rest = secs % 86_400;
-    let (year, month, day) = crate::stores::zip_write::civil_date(days);
+    let (year, month, day) = crate::stores::zip::write::civil_date(days);
     format!(
         "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
         rest / 3600,

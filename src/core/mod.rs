@@ -7,21 +7,13 @@
 //! new tree and swaps it in; inode numbers stay stable. Errors are [`FsError`]s; the adapter maps
 //! them to errno values in one place.
 
-mod appender;
-mod close;
-mod commit;
-mod inodes;
+mod changes;
 mod listing;
 pub mod namespace;
 mod presence;
-mod recovery;
-mod refusals;
-mod remove;
-mod rename;
 mod state;
 mod status;
 mod steps;
-mod write;
 mod writer;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -37,10 +29,10 @@ use crate::formats::source::NamedDataset;
 use crate::staging::StagingArea;
 use crate::stores::blob::CheckState;
 use crate::stores::{Blob, Bytes, StoreError};
-use crate::views::zip_publish::Publisher;
+use crate::views::publish::Publisher;
 use crate::views::{view_roots, ViewOptions};
 
-pub use close::Process;
+pub use changes::close::Process;
 pub use listing::Listed;
 use namespace::{InodeTable, Namespace, NodeKind, ROOT};
 use state::{resolve_in, split_canonical, split_mount, Staged, State};
@@ -207,7 +199,7 @@ pub struct DafFs {
     /// Held by every change for as long as it runs (see [`writer::Writer`]).
     writers: Arc<Mutex<()>>,
     /// Appends to ZIP sources, finished after the commits that queued them returned.
-    appender: appender::Appender,
+    appender: changes::appender::Appender,
     /// Where writes go; `None` for a read-only mount.
     staging: Option<StagingArea>,
     handles: Mutex<HashMap<u64, Handle>>,
@@ -222,15 +214,15 @@ pub struct DafFs {
     /// `recover` looks at, not files a writer stages after the mount.
     found_at_mount: BTreeSet<String>,
     /// Directory commits seen but not yet durable (`fsync` waits for them).
-    unfinished: close::Unfinished,
+    unfinished: changes::close::Unfinished,
     /// Tests only: where a commit into a directory source pauses while it writes payloads
     /// (it says so on the sender, then waits for the receiver).
     #[cfg(test)]
-    commit_pause: appender::Pause,
+    commit_pause: changes::appender::Pause,
     /// Tests only: where a commit into a directory source pauses once its swap is made and the
     /// state lock released, before the swap is made durable.
     #[cfg(test)]
-    finish_pause: appender::Pause,
+    finish_pause: changes::appender::Pause,
 }
 
 /// The stamps (size, time) of a refused item's staged files, and how many tries in a row
@@ -299,14 +291,14 @@ impl DafFs {
         DafFs {
             state: Arc::new(RwLock::new(state)),
             writers: Arc::default(),
-            appender: appender::Appender::default(),
+            appender: changes::appender::Appender::default(),
             staging,
             handles: Mutex::new(HashMap::new()),
             next_handle: AtomicU64::new(1),
             invalidations: Mutex::new(Vec::new()),
             refused: Mutex::new(HashMap::new()),
             found_at_mount,
-            unfinished: close::Unfinished::default(),
+            unfinished: changes::close::Unfinished::default(),
             #[cfg(test)]
             commit_pause: Mutex::new(None),
             #[cfg(test)]
@@ -368,7 +360,7 @@ impl DafFs {
         }
         let state = self.read_state();
         let path = state.namespace.path(ino);
-        path.is_some_and(|p| commit::changes_in_place(&state, &p))
+        path.is_some_and(|p| changes::commit::changes_in_place(&state, &p))
     }
 
     /// Whether committed file `ino` failed its integrity check (a stored ZIP member whose CRC-32
@@ -479,15 +471,7 @@ fn staged_io<T>(io: std::io::Result<T>, trust: Trust) -> Result<Try<T>, FsError>
 }
 
 #[cfg(test)]
-mod commit_tests;
-#[cfg(test)]
-mod edit_large_tests;
-#[cfg(test)]
-mod edit_tests;
-#[cfg(test)]
 mod listing_tests;
-#[cfg(test)]
-mod namespace_tests;
 #[cfg(test)]
 mod steps_tests;
 #[cfg(test)]

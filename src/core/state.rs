@@ -9,7 +9,7 @@ use std::time::SystemTime;
 
 use crate::formats::model::PropertyId;
 use crate::formats::source::NamedDataset;
-use crate::views::zip_publish::{published_path, Publisher};
+use crate::views::publish::{published_path, Publisher};
 use crate::views::{
     local_entries, view_entries, view_entries_into, EntrySink, ViewEntry, ViewKind, ViewNode,
     ViewOptions, ViewRoot,
@@ -76,11 +76,11 @@ pub(super) struct State {
     /// commit's edits, `Writer::committed`) pauses, under the state lock taken shared (it says
     /// so on the sender, then waits for the receiver).
     #[cfg(test)]
-    pub(super) build_pause: Arc<super::appender::Pause>,
+    pub(super) build_pause: Arc<crate::core::changes::appender::Pause>,
     /// Tests only: where the next edit of the tree by a `Writer` (`Writer::apply`) pauses, under
     /// the state lock taken shared.
     #[cfg(test)]
-    pub(super) edit_pause: Arc<super::appender::Pause>,
+    pub(super) edit_pause: Arc<crate::core::changes::appender::Pause>,
     /// Tests only: the steps at which a change lets other requests in, and where to pause.
     #[cfg(test)]
     pub(super) steps: Arc<super::steps::Steps>,

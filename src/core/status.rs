@@ -10,8 +10,8 @@ use crate::formats::model::PropertyId;
 use crate::formats::source::NamedDataset;
 use crate::staging::commit::{validate, CommitError, StagedFile, Validated};
 
-use super::commit::item_key;
 use super::{split_canonical, DafFs};
+use crate::core::changes::commit::item_key;
 
 /// Why a staged item is still staged.
 #[derive(Clone, Debug, PartialEq, Eq)]

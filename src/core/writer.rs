@@ -80,7 +80,7 @@ impl<'a> Writer<'a> {
             let mut inodes = state.inodes.clone();
             let tree = state.build(&mut inodes);
             #[cfg(test)]
-            super::appender::pause_once(&state.build_pause);
+            crate::core::changes::appender::pause_once(&state.build_pause);
             (tree, inodes)
         });
         writer.swap(tree, inodes);
@@ -147,7 +147,7 @@ impl<'a> Writer<'a> {
             lowered("daf-commit", || {
                 let edits = state.commit_edits(dataset, id, before, gone);
                 #[cfg(test)]
-                super::appender::pause_once(&state.build_pause);
+                crate::core::changes::appender::pause_once(&state.build_pause);
                 edits
             })
             .ok()
@@ -185,7 +185,7 @@ impl<'a> Writer<'a> {
             let mut inodes = state.inodes.clone();
             let tree = state.namespace.edited(&edits, &mut inodes)?;
             #[cfg(test)]
-            super::appender::pause_once(&state.edit_pause);
+            crate::core::changes::appender::pause_once(&state.edit_pause);
             Some((tree, inodes))
         });
         let Some((tree, inodes)) = edited else {

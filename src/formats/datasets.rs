@@ -7,12 +7,12 @@ use std::path::{Path, PathBuf};
 
 use crate::stores::{Store, StoreIndex};
 
-use super::files_daf::{files_version, read_files_daf};
 use super::model::Dataset;
 use super::source::{display_name, Family, Format, NamedDataset, Place, Target};
-use super::zarr_daf::read_zarr_daf;
-use super::zarr_v3::{is_daf_root, ZARR_JSON};
 use super::FormatError;
+use crate::formats::files::{files_version, read_files_daf};
+use crate::formats::zarr::read_zarr_daf;
+use crate::formats::zarr::v3::{is_daf_root, ZARR_JSON};
 
 /// The one data set at the root of `store`, a directory-like store (FilesDaf if it holds
 /// `daf.json`, ZarrDaf if it holds `.zgroup` or `zarr.json`); `path` names it, and new content

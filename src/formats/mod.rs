@@ -11,31 +11,20 @@
 //! Every name taken from a source passes `names::check_name` before it is used.
 
 pub mod datasets;
-pub mod files_daf;
-pub mod files_index;
-pub mod files_source;
+pub mod files;
 pub mod json;
 pub mod model;
 pub mod mtime;
 pub mod names;
+pub mod packed;
 pub mod properties;
 pub mod remote;
-pub mod remote_walk;
 pub mod scalar;
-pub mod shard;
-pub mod shard_codecs;
-pub mod shard_decode;
-pub mod shard_index;
 pub mod source;
 pub mod strings;
 pub mod types;
 pub mod validate;
-pub mod zarr_chunks;
-pub mod zarr_daf;
-pub mod zarr_decode;
-mod zarr_meta;
-pub mod zarr_v2;
-pub mod zarr_v3;
+pub mod zarr;
 
 use std::path::PathBuf;
 

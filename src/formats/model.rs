@@ -12,13 +12,13 @@ use std::time::SystemTime;
 
 use crate::stores::Blob;
 
-pub use super::files_source::FilesSource;
 use super::mtime::Mtime;
 pub use super::properties::Properties;
 use super::scalar::Scalar;
-use super::shard::Packing;
 use super::strings::Strings;
 use super::types::NumType;
+pub use crate::formats::files::source::FilesSource;
+use crate::formats::packed::Packing;
 
 /// A scalar and when it was written.
 #[derive(Debug)]

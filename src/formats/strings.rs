@@ -10,7 +10,7 @@ use std::sync::{Arc, OnceLock};
 use crate::stores::{Blob, Bytes, StoreError};
 
 use super::types::NumType;
-use super::zarr_decode::MAX_DECODED_BYTES;
+use crate::formats::zarr::decode::MAX_DECODED_BYTES;
 
 /// Encodes `count` items as one vlen-utf8 buffer.
 pub fn encode_vlen<'a>(items: impl Iterator<Item = &'a [u8]>, count: usize) -> Vec<u8> {

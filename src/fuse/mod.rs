@@ -82,32 +82,6 @@ impl FuseAdapter {
     }
 }
 
-impl FuseAdapter {
-    /// The mount path of `ino`, for log lines (`/` for the root).
-    fn at(&self, ino: u64) -> String {
-        match self.core.path_of(ino) {
-            Some(path) if path.is_empty() => "/".into(),
-            Some(path) => path,
-            None => format!("inode {ino}"),
-        }
-    }
-
-    /// The mount path of `name` in directory `parent`, for log lines.
-    fn at_child(&self, parent: u64, name: &OsStr) -> String {
-        match self.at(parent).as_str() {
-            "/" => name.to_string_lossy().into_owned(),
-            dir => format!("{dir}/{}", name.to_string_lossy()),
-        }
-    }
-
-    /// Records which process opened `fh` for writing (only its closes commit).
-    fn record_opener(&self, req: &Request, fh: u64) {
-        if let Some(opener) = process_of(req.pid()) {
-            self.core.opened_by(fh, opener);
-        }
-    }
-}
-
 /// `FOPEN_NOFLUSH` for a handle opened for reading: its close commits nothing (`DafFs::flush`
 /// returns at once for it), so the kernel does not send a FLUSH and wait for its reply at every
 /// close (as with a file system without `flush`, e.g. `examples/fuse_ceiling.rs`).

@@ -6,8 +6,42 @@
 //! that reuses a dead opener's id from the opener) blocks while that process is in `execve`,
 //! and a flush comes precisely from inside `execve` (closing `O_CLOEXEC` descriptors): the
 //! daemon and the exec would wait for each other.
+//!
+//! Also what a request is about, as log lines name it: the mount path of an inode or a name.
+
+use std::ffi::OsStr;
+
+use fuser::Request;
 
 use crate::core::Process;
+
+use super::FuseAdapter;
+
+impl FuseAdapter {
+    /// The mount path of `ino`, for log lines (`/` for the root).
+    pub(super) fn at(&self, ino: u64) -> String {
+        match self.core.path_of(ino) {
+            Some(path) if path.is_empty() => "/".into(),
+            Some(path) => path,
+            None => format!("inode {ino}"),
+        }
+    }
+
+    /// The mount path of `name` in directory `parent`, for log lines.
+    pub(super) fn at_child(&self, parent: u64, name: &OsStr) -> String {
+        match self.at(parent).as_str() {
+            "/" => name.to_string_lossy().into_owned(),
+            dir => format!("{dir}/{}", name.to_string_lossy()),
+        }
+    }
+
+    /// Records which process opened `fh` for writing (only its closes commit).
+    pub(super) fn record_opener(&self, req: &Request, fh: u64) {
+        if let Some(opener) = process_of(req.pid()) {
+            self.core.opened_by(fh, opener);
+        }
+    }
+}
 
 /// The process thread `tid` belongs to.
 pub(super) fn process_of(tid: u32) -> Option<Process> {

@@ -17,14 +17,14 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::SystemTime;
 
-use crate::formats::files_daf;
+use crate::formats::files;
 use crate::formats::model::{Axis, Dataset, Item, Payload, PropertyId};
 use crate::formats::source::{Format, NamedDataset};
 use crate::formats::validate::{check_axis, check_payload};
 use crate::formats::FormatError;
 use crate::stores::dir::{file_blob, open_directory, write_atomic};
 use crate::stores::{Entry, StoreError, StoreIndex};
-use crate::views::files_layout::FILES_1_0;
+use crate::views::files::layout::FILES_1_0;
 use crate::views::layout::{layout, Layout, Removal, Staged};
 use crate::views::ViewNode;
 
@@ -278,7 +278,7 @@ fn source_files(ds: &NamedDataset, id: &PropertyId) -> Result<Vec<String>, Commi
             .into_iter()
             .filter(|e| matches!(e.node, ViewNode::File(_)))
             .map(|e| e.path)
-            .chain(files_daf::packed_payloads(id))
+            .chain(files::packed_payloads(id))
             .filter(|rel| root.join(rel).is_file())
             .collect(),
         Removal::NodeDirectory => {

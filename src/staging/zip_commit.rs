@@ -15,8 +15,8 @@ use std::sync::Arc;
 
 use crate::formats::model::{Item, PropertyId};
 use crate::formats::source::{Format, NamedDataset, Place};
-use crate::stores::zip_append::{self, ArchiveTail};
-use crate::stores::zip_copy::Payload;
+use crate::stores::zip::append::{self, ArchiveTail};
+use crate::stores::zip::copy::Payload;
 use crate::stores::{Blob, Bytes, Entry, StoreIndex};
 use crate::views::layout::layout;
 use crate::views::ViewNode;
@@ -69,7 +69,7 @@ impl PendingAppend {
     /// Appends the entries (and, for Zarr, Julia's groups of the item's parents where the archive
     /// lacks them); returns what was written, keyed relative to the data set root. Appends to one
     /// archive must not run concurrently. `learnt` is what the previous append of the caller
-    /// learnt of its archive ([`zip_append::ArchiveTail`]), and is left with what this one learnt.
+    /// learnt of its archive ([`append::ArchiveTail`]), and is left with what this one learnt.
     pub fn write(&self, learnt: &mut Option<ArchiveTail>) -> Result<StoreIndex, CommitError> {
         let source = layout(self.format);
         let mut made = Vec::with_capacity(self.files.len());
@@ -88,7 +88,7 @@ impl PendingAppend {
             .iter()
             .map(|(key, _)| format!("{}{key}", self.prefix))
             .collect();
-        let appended = zip_append::append_with(&self.archive, learnt, &implied, |has| {
+        let appended = append::append_with(&self.archive, learnt, &implied, |has| {
             let mut files = Vec::new();
             for (key, (_, bytes)) in implied.iter().zip(&self.implied) {
                 if !has(key) {

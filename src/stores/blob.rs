@@ -29,8 +29,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use super::bytes::Bytes;
 pub use super::check::{Check, CheckState, Label};
-use super::member::StoredMember;
 use super::StoreError;
+use crate::stores::zip::member::StoredMember;
 
 type Producer = Box<dyn Fn() -> Result<Bytes, StoreError> + Send + Sync>;
 type Sizer = Arc<dyn Fn() -> Result<u64, StoreError> + Send + Sync>;

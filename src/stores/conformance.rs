@@ -15,8 +15,8 @@ use std::time::{Duration, SystemTime};
 use super::dir::{self, SMALL_FILE};
 use super::store::{index_by_ranges, Store};
 use super::zip;
-use super::zip_append::append;
 use super::{Bytes, StoreError, StoreIndex};
+use crate::stores::zip::append::append;
 
 /// Byte `i` of a pattern that no range of another offset repeats soon.
 fn pattern(len: usize, seed: u8) -> Vec<u8> {

@@ -10,7 +10,7 @@
 //! The trait is object safe (`&dyn Store`, `Box<dyn Store>`, `Arc<dyn Store>`) and its stores are
 //! `Send + Sync`: the FUSE threads read through one store at once. Each kind has its own
 //! constructor: [`super::dir::open_store`], [`super::zip::open_store`], and the HTTP stores'
-//! ([`super::http_store`]); all of them are an [`IndexedStore`]. Local stores keep what they always did: directory files read or mapped once on
+//! ([`crate::stores::http::store`]); all of them are an [`IndexedStore`]. Local stores keep what they always did: directory files read or mapped once on
 //! first access, stored ZIP members as ranges of the archive's map behind a lazy CRC-32 check,
 //! compressed members decompressed once within their budget.
 //!
@@ -108,7 +108,7 @@ pub fn list_index(index: &StoreIndex, prefix: &str) -> Vec<String> {
 
 /// A store whose keys and blobs are an index already built: the directory and ZIP stores
 /// ([`super::dir::open_store`], [`super::zip::open_store`]), whose blobs are local and may be
-/// mapped, and the HTTP stores ([`super::http_store`]), whose blobs fetch ranges and never map.
+/// mapped, and the HTTP stores ([`crate::stores::http::store`]), whose blobs fetch ranges and never map.
 /// Every answer comes from the index's entries, so reads go through the same blobs the views
 /// share (the same maps, buffers, checks, budgets and caches).
 #[derive(Clone, Debug)]

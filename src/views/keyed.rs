@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::formats::files_index::IndexValue;
+use crate::formats::files::index::IndexValue;
 use crate::stores::{Blob, Bytes};
 
 /// What makes two values the same value (they are then stored once).

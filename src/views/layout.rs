@@ -14,7 +14,10 @@ use crate::formats::source::Format;
 use crate::formats::FormatError;
 use crate::stores::{Bytes, StoreError, StoreIndex};
 
-use super::{files_layout, zarr_v2_layout, zarr_v3_layout, EntrySink, Shown, ViewEntry, ViewKind};
+use super::files::layout as files_layout;
+use super::zarr_v2::layout as zarr_v2_layout;
+use super::zarr_v3::layout as zarr_v3_layout;
+use super::{EntrySink, Shown, ViewEntry, ViewKind};
 
 /// Whether the staged files of an item can be committed.
 #[derive(Debug, PartialEq, Eq)]

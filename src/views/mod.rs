@@ -6,16 +6,12 @@
 
 pub mod dimensions;
 pub mod files;
-pub mod files_layout;
 mod keyed;
 mod layered;
 pub mod layout;
-pub mod zarr;
-pub mod zarr_v2_layout;
+pub mod publish;
+pub mod zarr_v2;
 pub mod zarr_v3;
-pub mod zarr_v3_layout;
-pub mod zarr_v3_rules;
-pub mod zip_publish;
 
 #[cfg(test)]
 pub(crate) mod stream_tests;
@@ -469,7 +465,7 @@ fn keep_showable(entries: &mut Vec<ViewEntry>) {
 #[cfg(test)]
 pub(crate) fn document_base(blob: &Blob) -> Option<usize> {
     let made_of = blob.made_of()?;
-    zarr::base_of(&made_of)
+    zarr_v2::base_of(&made_of)
         .or_else(|| zarr_v3::base_of(&made_of))
         .or_else(|| files::base_of(&made_of))
 }

@@ -29,7 +29,7 @@ thread_local! {
 /// a finer time after it), so a staged file's time is never later than the time its disk file
 /// gets when written. A later one (`SystemTime::now()` within the clock's tick) made the commit
 /// of the file an edit that moves its directories' times back, which recounts every child of
-/// each (`recount` in namespace_edit.rs).
+/// each (`recount` in namespace/edit.rs).
 pub(super) fn now() -> SystemTime {
     #[cfg(test)]
     if let Some(now) = CLOCK.with(std::cell::Cell::get) {

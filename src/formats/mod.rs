@@ -1,12 +1,12 @@
 //! Formats: the Daf data model and the readers of each on-disk layout.
 //!
 //! `source` parses a command-line source path (`daf-formats.md` §6.3), opens its store and runs
-//! the matching reader: `files_daf` (FilesDaf 1.0/1.1 trees, in a directory or a ZIP, packed
-//! payloads included; `files_index` writes the 1.1 root `metadata.json`) or `zarr_daf` (ZarrDaf on
+//! the matching reader: `files` (FilesDaf 1.0/1.1 trees, in a directory or a ZIP, packed
+//! payloads included; `files::index` writes the 1.1 root `metadata.json`) or `zarr` (ZarrDaf on
 //! Zarr v2 arrays, `zarr_v2`, or Zarr v3 arrays, `zarr_v3`, in a directory or a ZIP, including
-//! arrays written by foreign Zarr tools, decoded by `zarr_decode`). Packed arrays (§8) are
+//! arrays written by foreign Zarr tools, decoded by `zarr::decode`). Packed arrays (§8) are
 //! `shard::Packing`s whose flat content `shard::flat_blob` decodes chunk by chunk on read
-//! (`shard_codecs`, `shard_index`, `shard_decode`). Readers check versions and sizes up front and
+//! (`packed::codecs`, `packed::index`, `packed::decode`). Readers check versions and sizes up front and
 //! skip (with a warning) a property that is inconsistent, rather than refusing the whole mount.
 //! Every name taken from a source passes `names::check_name` before it is used.
 

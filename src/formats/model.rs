@@ -3,7 +3,7 @@
 //! A [`Dataset`] is the logical content of one Daf data set: scalars, axes, vectors and matrices,
 //! each payload a shared [`Blob`] (a range of a memory map whenever the source stores it plainly).
 //! It holds no layout: the FilesDaf and Zarr views are both derived from it. The one exception is
-//! [`FilesSource`] (`files_source.rs`): a FilesDaf source's version and its own JSON documents,
+//! [`FilesSource`] (`files/source.rs`): a FilesDaf source's version and its own JSON documents,
 //! which the FilesDaf view serves byte for byte rather than synthesising them.
 
 use std::collections::BTreeMap;

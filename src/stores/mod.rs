@@ -10,7 +10,7 @@
 //!
 //! An index's entries are either made when it is built (directories, HTTP) or *deferred*: made
 //! on first [`StoreIndex::get`] by the index's [`EntryMaker`] and kept by it, so that every copy
-//! and sub-tree of the index shares them. A ZIP archive's index is deferred (`zip_index`): its
+//! and sub-tree of the index shares them. A ZIP archive's index is deferred (`zip::index`): its
 //! blobs are made only for the members a reader asks for, not one per member at open. What a
 //! reader needs only once (a metadata document it parses) it reads with
 //! [`StoreIndex::get_once`], which does not keep the blob made for it.

@@ -339,7 +339,7 @@ pub struct ViewOptions {
     /// The FilesDaf view's version (`--files-version`; `None`: the default of each data set).
     pub files: Option<FilesVersion>,
     /// Whether the mount root also shows each data set's Zarr view as one ZIP file (`--zip`,
-    /// [`zip_publish`]).
+    /// [`publish`]).
     pub zip: bool,
     /// Whether the Zarr view's arrays carry xarray's dimension names (`--dimension-names`;
     /// see [`dimensions`]); without it the view is byte for byte what Julia writes.

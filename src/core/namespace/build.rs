@@ -1,9 +1,9 @@
 //! The build of a tree ([`Namespace::build`]): the entries, grouped by directory, become nodes
 //! numbered by the [`InodeTable`] (paths it does not know yet are numbered here and found again
-//! from what the build keeps of the directories it is in, `namespace_build_stack.rs`: entries
+//! from what the build keeps of the directories it is in, `build_stack.rs`: entries
 //! in the order views render them need nothing more; once a lookup is not decided so, through a
 //! transient hash table of this build's nodes, which keeps each node's hash so that growing it
-//! hashes no name again). Then (`namespace_build_place.rs`) the children are placed into the
+//! hashes no name again). Then (`build_place.rs`) the children are placed into the
 //! tree's one array by a counting pass over the nodes' parents (no comparison between
 //! directories), each directory's run sorted by name only if it is not already (views render in
 //! order, so a first build sorts nothing large), mtimes are propagated upward in one pass over

@@ -1,4 +1,4 @@
-//! Tests of the edited trees on a large tree (`namespace_edit.rs`): one change looks at a
+//! Tests of the edited trees on a large tree (`edit.rs`): one change looks at a
 //! bounded number of nodes, and gives the tree a build gives.
 
 use std::cell::Cell;

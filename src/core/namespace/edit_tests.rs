@@ -1,4 +1,4 @@
-//! Tests of the edited trees (`namespace_edit.rs`): random changes of staged and hidden paths on
+//! Tests of the edited trees (`edit.rs`): random changes of staged and hidden paths on
 //! a small data set give the tree a build gives (checked against a twin mount that builds the
 //! tree anew at every change); one change on a large tree: `edit_large_tests.rs`.
 

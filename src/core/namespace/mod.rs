@@ -1,7 +1,7 @@
 //! The inode tree of a mount: view entries plus staged (being written) files and directories.
 //!
 //! A tree is immutable. A change of the data sets builds a new one (but for a local commit); a
-//! change of staged or hidden paths only makes a new *version* of it ([`Namespace::edited`], `namespace_edit.rs`):
+//! change of staged or hidden paths only makes a new *version* of it ([`Namespace::edited`], `edit.rs`):
 //! the built tables are shared, and a small overlay of replaced nodes and children lists is
 //! consulted first. Inode numbers come
 //! from an [`InodeTable`] that outlives the trees, so a path keeps its inode number for the whole
@@ -546,7 +546,7 @@ thread_local! {
     /// Tests only: how many nodes this thread looked at (work, counted rather than timed).
     pub static VISITS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
     /// Tests only: how many builds on this thread indexed their nodes in a hash table (see
-    /// `namespace_build_stack.rs`).
+    /// `build_stack.rs`).
     pub static INDEXED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 

@@ -4,12 +4,12 @@
 //!
 //! A packed array keeps two faces: the shard bytes themselves (served zero-copy as the Zarr v3
 //! view's chunk `c/0`), and a flat blob of the decoded elements (what the FilesDaf view and the
-//! Zarr v2 view show), decoded lazily, chunk by chunk, on read (`shard_decode`).
+//! Zarr v2 view show), decoded lazily, chunk by chunk, on read (`decode`).
 //!
 //! Nothing here reads the shard: the constructors only parse metadata, so mounting costs no
 //! shard I/O, and the flat blob's length is known from the shape. The shard index (and its
-//! CRC-32C) is read at the first access of the content (`shard_index`); the inner codecs are
-//! `shard_codecs`.
+//! CRC-32C) is read at the first access of the content (`index`); the inner codecs are
+//! `codecs`.
 
 pub mod codecs;
 pub mod decode;
@@ -66,7 +66,7 @@ pub struct Packing {
 ///
 /// A numeric blob is ranged ([`Blob::read_range`] decodes only the inner chunks a read touches,
 /// through a small cache shared by every reader of the blob); a string blob is decoded whole on
-/// first access, within `zarr_decode::MAX_DECODED_BYTES`.
+/// first access, within `zarr::decode::MAX_DECODED_BYTES`.
 pub fn flat_blob(packing: &Packing, what: String) -> Result<Arc<Blob>, FormatError> {
     let pipeline = Pipeline::parse(&packing.codecs, packing.eltype, packing.inner.len())
         .map_err(|e| FormatError::bad(format!("{what}: {e}")))?;

@@ -13,7 +13,7 @@
 //! - The first request checks that the server answers `Range` requests (a clear error otherwise).
 //!
 //! Remote ZIPs (`….daf.zarr.zip`, `….dafs.zarr.zip[#/G]`, `….daf.zip`, `….dafs.zip[#/G]`) are
-//! read by range requests through `stores::http_zip` and then exactly like local archives.
+//! read by range requests through `stores::http::zip` and then exactly like local archives.
 
 pub mod walk;
 

@@ -1,6 +1,6 @@
 //! The walk of a remote Zarr v3 ZarrDaf directory whose root `zarr.json` has no inline
 //! `consolidated_metadata`: a v3 group names no children, so they come from the server's
-//! directory listing (`stores::http_listing`: an HTML index or an S3 bucket listing, the first
+//! directory listing (`stores::http::listing`: an HTML index or an S3 bucket listing, the first
 //! that lists the root), and each node's `zarr.json` is fetched.
 //!
 //! Only the tree Daf defines is walked (`daf-formats.md` §4.2, §5): `scalars/NAME`,

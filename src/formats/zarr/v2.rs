@@ -4,7 +4,7 @@
 //! An array that is stored the way Daf writes it (one chunk covering the shape, no compressor, no
 //! filters, C order, little-endian) is served from the chunk's own blob: the same mapped bytes.
 //! An array none of whose chunks is stored is its fill value (`Blob::fill`). Any other array is
-//! decoded once, on first access, into one contiguous chunk (`zarr_decode`). `open_chunked`, the
+//! decoded once, on first access, into one contiguous chunk (`decode`). `open_chunked`, the
 //! part after the metadata, serves Zarr v3 arrays too (`zarr_v3`).
 //!
 //! `.zarray` documents are untrusted: shapes and chunk shapes must be lists of at most 32

@@ -6,8 +6,8 @@
 //! an array none of whose chunks is stored (DAF elides an all-fill chunk) is its fill value
 //! ([`crate::stores::Blob::fill`]); a single-shard `sharding_indexed` array is a packed array
 //! (`shard`), decoded lazily; any other (several chunks, `transpose`, big-endian `bytes`,
-//! `zstd`/`gzip`/`blosc`/`crc32c`) is decoded once on first access by `zarr_decode`. The walk of
-//! the ZarrDaf tree is `zarr_daf`'s, shared with v2.
+//! `zstd`/`gzip`/`blosc`/`crc32c`) is decoded once on first access by `decode`. The walk of
+//! the ZarrDaf tree is `formats::zarr`'s, shared with v2.
 //!
 //! `zarr.json` documents are untrusted: the same bounds as v2 `.zarray`s (at most 32
 //! dimensions, element counts and byte sizes within a `u64`), and the chunk grid is never
@@ -292,7 +292,7 @@ pub(in crate::formats) fn parse_array(meta: &Value) -> Result<V3Layout, String> 
     })
 }
 
-/// What a v3 codec list does, in `zarr_decode`'s terms.
+/// What a v3 codec list does, in `decode`'s terms.
 struct Codecs {
     /// The element kind with the `bytes` codec's byte order.
     kind: ArrayKind,

@@ -1,5 +1,5 @@
 //! Listing a remote directory, for the walk of a Zarr v3 source without consolidated metadata
-//! (`formats::remote_walk`): the names one level below a directory URL, as a web server's HTML
+//! (`formats::remote::walk`): the names one level below a directory URL, as a web server's HTML
 //! index (nginx `autoindex`, Apache, `python3 -m http.server`) or an S3-compatible bucket
 //! listing (S3, MinIO, GCS XML API: `ListObjectsV2` with `delimiter=/`, continuation tokens
 //! followed, virtual-hosted style first, then path style).

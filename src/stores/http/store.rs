@@ -1,7 +1,7 @@
 //! The HTTP store: a remote source as a [`Store`]. Its keys are what it was told (the documents
 //! and chunk keys of a Zarr directory's consolidated metadata, or of the walk of the server's
 //! listing, built by `formats::remote`) or what it read (the central directory of a remote ZIP,
-//! `http_zip`); it never lists the server itself. Reads
+//! `zip`); it never lists the server itself. Reads
 //! are ranged GETs through the block cache ([`crate::stores::http::object`]), returned as owned buffers;
 //! it never maps ([`Store::map`] is `Ok(None)`).
 

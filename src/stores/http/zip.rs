@@ -4,7 +4,7 @@
 //! stored member is a ranged blob (its local header is read on first access to find its data)
 //! whose CRC-32 is checked from the ranges read (`range_check`: a member up to 4 MiB whole before
 //! its first byte, a larger one once every byte of it was read), a compressed one is
-//! decompressed on demand by `zip_stream` (its compressed bytes fetched by ranges, CRC checked
+//! decompressed on demand by `stores::zip::stream` (its compressed bytes fetched by ranges, CRC checked
 //! when a pass reaches its end).
 
 use std::collections::BTreeMap;

@@ -1,4 +1,4 @@
-//! Writing the payloads of a ZIP append into the archive (`zip_append`'s step 2), gently: a
+//! Writing the payloads of a ZIP append into the archive (`append`'s step 2), gently: a
 //! large payload that is the start of a file (a staged file) is copied by the kernel
 //! (`copy_file_range`: no user-space buffer, no page faults on a map of it), falling back to
 //! writing the bytes we hold where the kernel cannot copy between the two files; each entry's

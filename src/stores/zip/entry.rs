@@ -4,7 +4,7 @@
 //!   [`Check`](crate::stores::check::Check): small members are verified before their first byte is served,
 //!   large ones by a background pass (see `check.rs`).
 //! - A deflate, bzip2 or zstd entry is a ranged blob decompressed on demand, window by window,
-//!   into the mount-wide decode cache (`zip_stream`): never held whole, never decompressed beyond
+//!   into the mount-wide decode cache (`stream`): never held whole, never decompressed beyond
 //!   the declared size (a bomb stops one byte past it), and its length and CRC are checked when a
 //!   pass reaches its end.
 //! - An entry that can never be served (damaged local header, data outside its place, encrypted,

@@ -8,7 +8,7 @@
 //! - names ending in `/` are directory entries and are skipped;
 //! - stored entries are served straight from the map, whatever their alignment, CRC-checked
 //!   lazily; deflate, bzip2 and zstd entries are decompressed on first access, bounded by their
-//!   declared size, CRC-checked and cached (both in `zip_entry`);
+//!   declared size, CRC-checked and cached (both in `entry`);
 //! - every size, count and offset from a header is checked against the file before it is used:
 //!   a broken archive structure (no end record, a ZIP64 record not where its locator says, a
 //!   central directory outside the file or holding fewer records than declared, a record that
@@ -135,7 +135,7 @@ pub fn parse_archive(path: &Path, bytes: Bytes) -> Result<ZipArchive, StoreError
 }
 
 /// Opens the archive at `path` as a store index (one entry per distinct file name): its central
-/// records become the compact records of `zip_index` as they are parsed, never all held at once.
+/// records become the compact records of `index` as they are parsed, never all held at once.
 pub fn open_zip(path: &Path) -> Result<StoreIndex, StoreError> {
     let (bytes, file_mtime) = map_archive(path)?;
     let mut builder = IndexBuilder::new(path, bytes.clone());

@@ -2,8 +2,8 @@
 //! local headers of stored entries with a ZIP64 extra and the `0xDAF1` padding field that puts
 //! the data at a multiple of 8, central directory records, and the fixed 98-byte ZIP64 trailer.
 //!
-//! Shared by the appender of ZIP sources (`zip_append`, which also records real times) and the
-//! published ZIP of a mount (`views::zip_publish`, which writes upstream's fixed 1980 time).
+//! Shared by the appender of ZIP sources (`append`, which also records real times) and the
+//! published ZIP of a mount (`views::publish`, which writes upstream's fixed 1980 time).
 
 use crate::stores::zip::{CENTRAL_SIG, EOCD_SIG, LOCAL_SIG, ZIP64_EOCD_SIG, ZIP64_LOCATOR_SIG};
 

@@ -539,7 +539,7 @@ def main():
         rows.append({"figure": "anonymous memory (RssAnon) of the daemon, max over the runs above",
                      "mounted": max(rss) / 1024, "native": None, "unit": "MiB", "ratio": None, "target": "<= 64 MiB"})
     bench_report.write_json(args.json, sections, rows, payload_gib=gib, rounds=args.rounds, min_rounds=MIN_ROUNDS,
-                            large_folio_share=folios)
+                            large_folio_share=folios, sections_filter=args.sections)
     bench_report.print_rows(rows)
     shares = ", ".join(f"{k} {v:.0%}" if v is not None else f"{k} unknown (needs root)" for k, v in folios.items())
     print(f"cached pages of the ZIP payload held in large folios: {shares}")

@@ -165,11 +165,10 @@ impl DafFs {
         if let Some((ino, deferred)) = pending {
             if let Err(e) = self.commit_staged(ino, fh) {
                 let path = self.path_of(ino).unwrap_or_default();
-                match deferred {
-                    true => log::warn!("{path}: refused at its last close: {e}"),
-                    false => log::warn!(
-                        "{path}: not committed at its last close (not by its opener): {e}"
-                    ),
+                if deferred {
+                    log::warn!("{path}: refused at its last close: {e}");
+                } else {
+                    log::warn!("{path}: not committed at its last close (not by its opener): {e}");
                 }
             }
         }

@@ -253,9 +253,8 @@ impl DafFs {
         let Ok(edit) = self.drop_staged(&mut state, &canonical, disk) else {
             return;
         };
-        let ino = state.inodes.ino(mount);
-        drop(state.apply([edit]));
-        self.invalidate(vec![ino]);
+        let mut state = state.apply([edit]);
+        self.forget_dropped(&mut state, mount);
     }
 
     pub(in crate::core) fn namespace_ino(&self, mount: &str) -> u64 {
@@ -446,11 +445,7 @@ impl DafFs {
                     return Ok(Try::Again);
                 }
                 let file = OpenOptions::new().write(true).open(disk)?;
-                // A truncation to the size it has (the kernel's for `O_TRUNC` of an empty file)
-                // leaves the file as it was: its time too, which says whether it was written.
-                if let Some(size) =
-                    size.filter(|&s| s != file.metadata().map_or(u64::MAX, |m| m.len()))
-                {
+                if let Some(size) = size {
                     file.set_len(size)?;
                 }
                 if let Some(mtime) = mtime {

@@ -27,6 +27,8 @@ const METADATA_ZIP: &str = "metadata.zip";
 const METADATA_ZIP_NEW: &str = "metadata.zip.new";
 /// The derived documents a writer may rewrite: judged at close or rename, then dropped.
 const DERIVED: [&str; 3] = [FILES_INDEX, AXES_INDEX, METADATA_ZIP];
+/// Their rebuild temporaries, renamed over them.
+const REBUILDS: [&str; 2] = [FILES_INDEX_NEW, METADATA_ZIP_NEW];
 
 /// FilesDaf in the forms of one version.
 #[derive(Debug)]
@@ -134,12 +136,8 @@ impl Layout for FilesLayout {
 
     fn writable_place(&self, rel: &str, is_dir: bool) -> bool {
         let parts: Vec<&str> = rel.split('/').collect();
-        let hidden = parts.last().is_some_and(|n| n.starts_with('.'));
         match (is_dir, parts.as_slice()) {
-            (false, [name]) => {
-                hidden
-                    || [FILES_INDEX, FILES_INDEX_NEW, METADATA_ZIP, METADATA_ZIP_NEW].contains(name)
-            }
+            (false, [_]) => self.is_temporary(rel) || self.is_group_document(rel),
             (false, ["scalars" | "axes", _])
             | (false, ["vectors", _, _])
             | (false, ["matrices", _, _, _]) => true,
@@ -151,8 +149,7 @@ impl Layout for FilesLayout {
     /// A hidden name that is not a property's file, or a derived document's rebuild temporary.
     fn is_temporary(&self, rel: &str) -> bool {
         let name = rel.rsplit('/').next().unwrap_or(rel);
-        (name.starts_with('.') && property_stem(name).is_none())
-            || [FILES_INDEX_NEW, METADATA_ZIP_NEW].contains(&rel)
+        (name.starts_with('.') && property_stem(name).is_none()) || REBUILDS.contains(&rel)
     }
 
     /// The FilesDaf 1.1 root index, which DataAxesFormats appends to after each write (and

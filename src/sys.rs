@@ -4,7 +4,8 @@
 //! allocator's threshold for memory-mapped blocks, handing the heap's free pages back
 //! (`malloc_trim`), and the calls a ZIP append uses to stay out of the readers' way: lowering a
 //! thread's CPU and I/O priority, the kernel's file-to-file copy (`copy_file_range`) and paced
-//! writeback (`sync_file_range`).
+//! writeback (`sync_file_range`); and the one libhdf5 call the `hdf5` crate does not wrap (a
+//! datatype's class, for H5df's bitfield Bools).
 //!
 //! Everything above this module works with safe `&[u8]` views and `Vec<u8>` results.
 
@@ -282,6 +283,19 @@ fn sync_range(file: &File, at: u64, len: u64, flags: libc::c_uint) -> io::Result
         0 => Ok(()),
         _ => Err(io::Error::last_os_error()),
     }
+}
+
+/// Whether the HDF5 datatype `dtype` is of class bitfield (`H5T_BITFIELD`: how HDF5.jl stores a
+/// Julia `Bool`, which the `hdf5` crate's type descriptors do not cover).
+pub fn hdf5_is_bitfield(dtype: &hdf5_metno::Datatype) -> bool {
+    let id = dtype.id();
+    hdf5_metno::sync::sync(|| {
+        // SAFETY: `id` is the identifier of a datatype that `dtype` keeps open for the duration
+        // of this call; `H5Tget_class` only reads it (an invalid id returns H5T_NO_CLASS), and
+        // the library's global lock is held (`sync`) because libhdf5 is not thread-safe.
+        let class = unsafe { hdf5_sys::h5t::H5Tget_class(id) };
+        class == hdf5_sys::h5t::H5T_class_t::H5T_BITFIELD
+    })
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use nix::sys::signal::{SigSet, Signal};
 
 use crate::core::DafFs;
 use crate::formats::remote::{is_url, open_remote};
-use crate::formats::source::{open_source, parse_source, Source, SourceSpec};
+use crate::formats::source::{is_h5df, open_source, parse_source, Source, SourceSpec};
 use crate::fuse::{mount_config, FuseAdapter, MountSettings};
 use crate::staging::StagingArea;
 use crate::stores::http::redact;
@@ -59,6 +59,16 @@ pub fn run(args: Args) -> Result<(), CliError> {
         if options.rw_given {
             return Err(CliError::Option(
                 "a remote (http/https) source is read-only: -o rw is not possible".into(),
+            ));
+        }
+        options.read_only = true;
+    }
+    if is_h5df(&source_arg) {
+        if options.rw_given {
+            return Err(CliError::Option(
+                "an H5df (HDF5) source is read-only (HDF5 has no crash-safe append): -o rw is \
+                 not possible; copy it to a FilesDaf directory or a ZarrDaf to write"
+                    .into(),
             ));
         }
         options.read_only = true;

@@ -46,7 +46,7 @@ impl WriterLock {
 pub fn lock_target(arg: &str) -> Option<PathBuf> {
     match parse_source(arg).ok()? {
         SourceSpec::Directory(path) => Some(path),
-        SourceSpec::Zip { path, .. } => Some(path),
+        SourceSpec::Zip { path, .. } | SourceSpec::H5df { path, .. } => Some(path),
     }
 }
 

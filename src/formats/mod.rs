@@ -12,6 +12,7 @@
 
 pub mod datasets;
 pub mod files;
+pub mod h5df;
 pub mod json;
 pub mod model;
 pub mod mtime;

@@ -9,12 +9,16 @@
 //! | `X.daf.zip`, `X.dafs.zip#/G`, `X.dafs.zip` | the same for ZipDaf (FilesDaf entries in a ZIP) |
 //! | `X.daf.zarr` | a ZarrDaf directory |
 //! | any other directory | FilesDaf if it has `daf.json`, ZarrDaf if it has `.zgroup` (Zarr v2) or `zarr.json` (Zarr v3) |
+//! | `X.h5df` | the H5df at the root group of an HDF5 file (read-only) |
+//! | `X.h5dfs#/G` | the H5df in group `G` (nested: `A/B`) of an HDF5 file |
+//! | `X.h5dfs` | every H5df group of an HDF5 file (nested groups as nested directories) |
 
 use std::path::{Path, PathBuf};
 
 use crate::stores::{dir, zip, StoreError};
 
 use super::datasets::{archive_datasets, root_dataset};
+use super::h5df::open_h5df;
 use super::json::FilesVersion;
 use super::model::Dataset;
 use super::names::check_name;
@@ -42,6 +46,16 @@ pub enum SourceSpec {
         /// The layout its suffix promises.
         layout: Family,
         /// Whether the suffix is the plural one (`.dafs.…`).
+        multi: bool,
+        /// The group after `#/`, if any.
+        group: Option<String>,
+    },
+    /// An HDF5 file holding H5df data sets (`h5df-format.md`): `group` selects one, `multi`
+    /// (`.h5dfs` without a group) asks for every Daf group of the file.
+    H5df {
+        /// The file.
+        path: PathBuf,
+        /// Whether the suffix is the plural one (`.h5dfs`).
         multi: bool,
         /// The group after `#/`, if any.
         group: Option<String>,
@@ -86,6 +100,9 @@ pub fn split_url_query(arg: &str) -> (String, Option<String>) {
 pub fn parse_source(arg: &str) -> Result<SourceSpec, FormatError> {
     let (arg, _query) = split_url_query(arg);
     let arg = arg.as_str();
+    if let Some(spec) = parse_h5df(arg)? {
+        return Ok(spec);
+    }
     for (single, multi, layout) in ZIP_SUFFIXES {
         let marker = format!("{multi}#");
         if let Some((container, group)) = arg.split_once(&marker) {
@@ -134,6 +151,45 @@ pub fn parse_source(arg: &str) -> Result<SourceSpec, FormatError> {
     ))
 }
 
+/// The H5df forms of the grammar (`x.h5df`, `x.h5dfs#/GROUP`, `x.h5dfs`), if `arg` is one.
+fn parse_h5df(arg: &str) -> Result<Option<SourceSpec>, FormatError> {
+    if is_url(arg) {
+        return Ok(None);
+    }
+    if let Some((file, group)) = arg.split_once(".h5dfs#") {
+        let Some(group) = group.strip_prefix('/') else {
+            return Err(bad(arg, "expected '#/<group>' after .h5dfs"));
+        };
+        if group.contains(".h5dfs#") {
+            return Err(bad(arg, "more than one '#/' in the path"));
+        }
+        let group = group.trim_matches('/');
+        if group.is_empty() {
+            return Err(bad(arg, "empty group name after '#/'"));
+        }
+        if let Some(why) = group.split('/').find_map(check_name) {
+            return Err(bad(arg, format!("the group has {why}")));
+        }
+        return Ok(Some(SourceSpec::H5df {
+            path: PathBuf::from(format!("{file}.h5dfs")),
+            multi: true,
+            group: Some(group.to_string()),
+        }));
+    }
+    if arg.contains(".h5df#") {
+        return Err(bad(
+            arg,
+            "can't address a sub-daf in a singular .h5df path; use NAME.h5dfs#/GROUP",
+        ));
+    }
+    let multi = arg.ends_with(".h5dfs");
+    Ok((multi || arg.ends_with(".h5df")).then(|| SourceSpec::H5df {
+        path: PathBuf::from(arg),
+        multi,
+        group: None,
+    }))
+}
+
 /// The name a source shows under: its file name without the format suffix.
 pub fn display_name(path: &Path) -> String {
     let name = path
@@ -166,13 +222,20 @@ pub enum Format {
     ZarrV2,
     /// ZarrDaf on Zarr v3 (DataAxesFormats 0.3).
     ZarrV3,
+    /// H5df (an HDF5 file), read-only; `packed` when any of its datasets is chunked (only a
+    /// DataAxesFormats 0.3 writer packs).
+    H5df {
+        /// Whether any dataset is packed.
+        packed: bool,
+    },
 }
 
 impl Format {
     /// FilesDaf or Zarr.
     pub fn family(self) -> Family {
         match self {
-            Format::Files(_) => Family::Files,
+            // H5df's encoding is FilesDaf 1.0's (`h5df-format.md` §10).
+            Format::Files(_) | Format::H5df { .. } => Family::Files,
             Format::ZarrV2 | Format::ZarrV3 => Family::Zarr,
         }
     }
@@ -189,6 +252,13 @@ pub enum Place {
         archive: PathBuf,
         /// `GROUP/` of a multi-data-set archive, or "".
         prefix: String,
+    },
+    /// A group of an HDF5 file (never written: H5df sources are read-only).
+    H5df {
+        /// The file.
+        file: PathBuf,
+        /// The group's path, "" for the root group.
+        group: String,
     },
 }
 
@@ -211,7 +281,7 @@ impl Target {
     pub fn dir(&self) -> Option<&Path> {
         match &self.place {
             Place::Dir(root) => Some(root),
-            Place::Zip { .. } => None,
+            Place::Zip { .. } | Place::H5df { .. } => None,
         }
     }
 }
@@ -278,7 +348,16 @@ pub fn open_source(arg: &str) -> Result<Source, FormatError> {
             let datasets = archive_datasets(&store, &path, layout, multi, group.as_deref(), place)?;
             Ok(Source { path, datasets })
         }
+        SourceSpec::H5df { path, multi, group } => {
+            let (path, datasets) = open_h5df(&path, group.as_deref(), multi)?;
+            Ok(Source { path, datasets })
+        }
     }
+}
+
+/// Whether `arg` names an H5df source (read-only).
+pub fn is_h5df(arg: &str) -> bool {
+    matches!(parse_source(arg), Ok(SourceSpec::H5df { .. }))
 }
 
 #[cfg(test)]

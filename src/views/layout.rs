@@ -204,7 +204,9 @@ pub trait Layout: Sync + Send {
 /// The layout of `format`.
 pub fn layout(format: Format) -> &'static dyn Layout {
     match format {
-        Format::Files(FilesVersion::V1_0) => &files_layout::FILES_1_0,
+        // An H5df source is read-only (nothing is written in its format); its encoding is
+        // FilesDaf 1.0's.
+        Format::Files(FilesVersion::V1_0) | Format::H5df { .. } => &files_layout::FILES_1_0,
         Format::Files(FilesVersion::V1_1) => &files_layout::FILES_1_1,
         Format::ZarrV2 => &zarr_v2_layout::ZarrV2,
         Format::ZarrV3 => &zarr_v3_layout::ZarrV3,

@@ -364,7 +364,7 @@ impl From<ViewSelection> for ViewOptions {
 pub fn is_current(ds: &NamedDataset) -> bool {
     matches!(
         ds.target.format,
-        Format::ZarrV3 | Format::Files(FilesVersion::V1_1)
+        Format::ZarrV3 | Format::Files(FilesVersion::V1_1) | Format::H5df { packed: true }
     ) || ds
         .dataset
         .properties()

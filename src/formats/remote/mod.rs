@@ -92,6 +92,11 @@ pub fn open_remote(url: &str, options: &HttpOptions) -> Result<Source, FormatErr
                 datasets: vec![dataset],
             })
         }
+        // The grammar never gives this for a URL (libhdf5 reads local files only).
+        SourceSpec::H5df { .. } => Err(FormatError::BadPath {
+            path: redact(url),
+            why: "an H5df source must be a local file".into(),
+        }),
     }
 }
 

@@ -1,0 +1,758 @@
+//! The H5df layout (`h5df-format.md`): Daf data sets in an HDF5 file, one at the root
+//! (`x.h5df`) or several in groups (`x.h5dfs#/GROUP`, or every Daf group of `x.h5dfs`).
+//!
+//! The structure (groups, datasets, datatypes, dataspaces, layouts, chunk places and filter
+//! masks, variable-length strings) is read with the HDF5 reference library (`hdf5-metno`) once,
+//! at mount; no payload byte goes through it. A flat (contiguous, unfiltered) dataset's payload
+//! is the range of the file's one read-only map at the address libhdf5 reports, the same blob in
+//! every view; a packed (chunked, filtered) one is decoded chunk by chunk from ranges of that map
+//! ([`chunks`], [`filters`]). Strings (axes, string vectors and matrices, `nztxt`, scalars) are
+//! read through libhdf5 at mount, after their dataspace was checked against the bytes the file
+//! stores for them. H5df sources are read-only.
+//!
+//! A property whose dataspace disagrees with its axes, claims storage the file does not hold, or
+//! uses a filter daf-mount cannot undo is skipped with a warning; the rest of the data set works.
+
+pub mod chunks;
+pub mod filters;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Once};
+use std::time::SystemTime;
+
+use hdf5_metno::types::{TypeDescriptor, VarLenAscii, VarLenUnicode};
+use hdf5_metno::{Dataset as H5Dataset, Group, LocationType};
+
+use crate::stores::{Blob, Bytes, StoreError};
+
+use super::model::{
+    Axis, Dataset, Payload, Properties, Property, ScalarProperty, SparseIndex, SparseStrings,
+};
+use super::names::accept_name;
+use super::scalar::Scalar;
+use super::source::{Format, NamedDataset, Place, Target};
+use super::strings::{densify_sparse_strings, encode_vlen, SparsePositions, Strings};
+use super::types::{ElementType, NumType};
+use super::validate::check_axis;
+use super::FormatError;
+use chunks::{chunked_blob, ChunkedLayout, StoredChunk};
+use filters::{check_pipeline, Filter};
+
+/// What the data sets of an H5df file are read from: the open file and its map.
+struct H5File {
+    /// The whole file, mapped read-only.
+    map: Bytes,
+    /// The file's modification time (every item's: HDF5 object times are optional).
+    mtime: SystemTime,
+}
+
+/// libhdf5 prints an error stack on stderr for every failed call unless told not to.
+fn quiet_hdf5() {
+    static QUIET: Once = Once::new();
+    QUIET.call_once(|| hdf5_metno::silence_errors(true));
+}
+
+/// The first line of a libhdf5 error (its stacks are long).
+fn one_line(e: &hdf5_metno::Error) -> String {
+    e.to_string()
+        .lines()
+        .next()
+        .unwrap_or("HDF5 error")
+        .to_string()
+}
+
+fn h5(e: hdf5_metno::Error) -> FormatError {
+    FormatError::bad(one_line(&e))
+}
+
+/// The name an H5df file shows under: its file name without `.h5df`/`.h5dfs`.
+pub fn display_name(path: &Path) -> String {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "daf".into());
+    for suffix in [".h5dfs", ".h5df"] {
+        if let Some(stem) = name.strip_suffix(suffix).filter(|s| !s.is_empty()) {
+            return stem.to_string();
+        }
+    }
+    name
+}
+
+/// Opens the H5df file `path` and reads its data set(s): the one of `group`, the one at the root
+/// (not `multi`), or every Daf group (`multi` without a group; nested groups become nested
+/// directories). Returns the canonical path and the data sets.
+pub fn open_h5df(
+    path: &Path,
+    group: Option<&str>,
+    multi: bool,
+) -> Result<(PathBuf, Vec<NamedDataset>), FormatError> {
+    let meta = std::fs::metadata(path).map_err(|_| FormatError::Missing(path.to_path_buf()))?;
+    if meta.is_dir() {
+        return Err(FormatError::NotDaf {
+            path: path.to_path_buf(),
+            why: "a directory named like an H5df file".into(),
+        });
+    }
+    let path = std::fs::canonicalize(path).map_err(|e| StoreError::io(path, e))?;
+    let not_hdf5 = |why: String| FormatError::NotDaf {
+        path: path.clone(),
+        why: format!("not a readable HDF5 file ({why})"),
+    };
+    if meta.len() == 0 {
+        return Err(not_hdf5("it is empty".into()));
+    }
+    quiet_hdf5();
+    let file = hdf5_metno::File::open(&path).map_err(|e| not_hdf5(one_line(&e)))?;
+    let handle = std::fs::File::open(&path).map_err(|e| StoreError::io(&path, e))?;
+    let map = crate::sys::map_readonly(&handle).map_err(|e| StoreError::io(&path, e))?;
+    let source = H5File {
+        map: Bytes::from_map(Arc::new(map)),
+        mtime: meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+    };
+    let named = |name: String, prefix: &str, (dataset, packed): (Dataset, bool)| NamedDataset {
+        name,
+        dataset,
+        target: Target {
+            format: Format::H5df { packed },
+            place: Place::H5df {
+                file: path.clone(),
+                group: prefix.to_string(),
+            },
+        },
+    };
+    let mut datasets = Vec::new();
+    if let Some(group) = group {
+        let shown = PathBuf::from(format!("{}#/{group}", path.display()));
+        let root = file.group(group).map_err(|_| FormatError::NotDaf {
+            path: shown.clone(),
+            why: format!("no group {group} in the file"),
+        })?;
+        let name = group.rsplit('/').next().unwrap_or(group).to_string();
+        datasets.push(named(name, group, source.read_daf(&root, &shown)?));
+    } else if !multi {
+        datasets.push(named(
+            display_name(&path),
+            "",
+            source.read_daf(&file, &path)?,
+        ));
+    } else {
+        for group in daf_groups(&file, "")? {
+            let shown = PathBuf::from(format!("{}#/{group}", path.display()));
+            let read = if group.is_empty() {
+                source.read_daf(&file, &path)
+            } else {
+                file.group(&group)
+                    .map_err(h5)
+                    .and_then(|root| source.read_daf(&root, &shown))
+            };
+            match read {
+                Ok(read) => {
+                    let name = if group.is_empty() {
+                        display_name(&path)
+                    } else {
+                        group.clone()
+                    };
+                    datasets.push(named(name, &group, read));
+                }
+                Err(e) => log::warn!("skipping data set {}: {e}", shown.display()),
+            }
+        }
+        if datasets.is_empty() {
+            return Err(FormatError::NotDaf {
+                path: path.clone(),
+                why: "no Daf group (a group with a 'daf' dataset) found in the file".into(),
+            });
+        }
+    }
+    Ok((path, datasets))
+}
+
+/// The Daf groups under `group` (at path `prefix`): a group holding a dataset `daf` is one (its
+/// subtree is not searched); any other group's subgroups are searched. Sorted.
+fn daf_groups(group: &Group, prefix: &str) -> Result<Vec<String>, FormatError> {
+    if kind_of(group, "daf") == Some(LocationType::Dataset) {
+        return Ok(vec![prefix.to_string()]);
+    }
+    let mut found = Vec::new();
+    let mut names = group.member_names().map_err(h5)?;
+    names.sort();
+    for name in names {
+        if kind_of(group, &name) != Some(LocationType::Group)
+            || !accept_name(&name, || format!("HDF5 group {prefix}/{name}"))
+        {
+            continue;
+        }
+        let path = if prefix.is_empty() {
+            name.clone()
+        } else {
+            format!("{prefix}/{name}")
+        };
+        if let Ok(sub) = group.group(&name) {
+            found.extend(daf_groups(&sub, &path)?);
+        }
+    }
+    Ok(found)
+}
+
+/// What member `name` of `group` is (`None` if there is none or it cannot be resolved).
+fn kind_of(group: &Group, name: &str) -> Option<LocationType> {
+    if !group.link_exists(name) {
+        return None;
+    }
+    group.loc_type_by_name(name).ok()
+}
+
+/// The names of the members of `group` of kind `kind`, sorted, each passed through the name
+/// check.
+fn members(group: &Group, kind: LocationType, what: &str) -> Vec<String> {
+    let mut names = group.member_names().unwrap_or_default();
+    names.sort();
+    names
+        .into_iter()
+        .filter(|name| kind_of(group, name) == Some(kind))
+        .filter(|name| accept_name(name, || format!("{what}/{name:?}")))
+        .collect()
+}
+
+/// The subgroup `name` of `group`, if there is one.
+fn subgroup(group: &Group, name: &str) -> Option<Group> {
+    (kind_of(group, name) == Some(LocationType::Group))
+        .then(|| group.group(name).ok())
+        .flatten()
+}
+
+/// What a dataset's elements are.
+enum Element {
+    /// Numbers (or Bool) of this type.
+    Num(NumType),
+    /// Fixed-length strings of this many bytes.
+    Fixed(usize),
+    /// Variable-length strings (UTF-8 or ASCII).
+    Vlen {
+        /// ASCII rather than UTF-8.
+        ascii: bool,
+    },
+}
+
+fn element_of(ds: &H5Dataset) -> Result<Element, FormatError> {
+    use hdf5_metno::types::{FloatSize, IntSize};
+    let dtype = ds.dtype().map_err(h5)?;
+    if crate::sys::hdf5_is_bitfield(&dtype) {
+        return if dtype.size() == 1 {
+            Ok(Element::Num(NumType::Bool))
+        } else {
+            Err(FormatError::bad("a bitfield of more than one byte"))
+        };
+    }
+    let little = dtype.size() == 1
+        || matches!(
+            dtype.byte_order(),
+            hdf5_metno::datatype::ByteOrder::LittleEndian
+        );
+    let num = |t: NumType| {
+        if little {
+            Ok(Element::Num(t))
+        } else {
+            Err(FormatError::bad("big-endian numbers cannot be mapped"))
+        }
+    };
+    match dtype.to_descriptor().map_err(h5)? {
+        TypeDescriptor::Integer(size) => num(match size {
+            IntSize::U1 => NumType::Int8,
+            IntSize::U2 => NumType::Int16,
+            IntSize::U4 => NumType::Int32,
+            IntSize::U8 => NumType::Int64,
+        }),
+        TypeDescriptor::Unsigned(size) => num(match size {
+            IntSize::U1 => NumType::UInt8,
+            IntSize::U2 => NumType::UInt16,
+            IntSize::U4 => NumType::UInt32,
+            IntSize::U8 => NumType::UInt64,
+        }),
+        TypeDescriptor::Float(FloatSize::U4) => num(NumType::Float32),
+        TypeDescriptor::Float(FloatSize::U8) => num(NumType::Float64),
+        TypeDescriptor::FixedAscii(n) | TypeDescriptor::FixedUnicode(n) => Ok(Element::Fixed(n)),
+        TypeDescriptor::VarLenUnicode => Ok(Element::Vlen { ascii: false }),
+        TypeDescriptor::VarLenAscii => Ok(Element::Vlen { ascii: true }),
+        other => Err(FormatError::bad(format!(
+            "element type {other:?} is not a Daf type"
+        ))),
+    }
+}
+
+/// The number of elements of a dataspace, if it fits.
+fn count_of(shape: &[usize]) -> Option<u64> {
+    shape
+        .iter()
+        .try_fold(1u64, |acc, &n| acc.checked_mul(n as u64))
+}
+
+impl H5File {
+    /// Checks the `daf` version dataset of `root` and reads its data set; says whether any of
+    /// its datasets is packed (chunked).
+    fn read_daf(&self, root: &Group, shown: &Path) -> Result<(Dataset, bool), FormatError> {
+        let not_daf = |why: &str| FormatError::NotDaf {
+            path: shown.to_path_buf(),
+            why: why.to_string(),
+        };
+        if kind_of(root, "daf") != Some(LocationType::Dataset) {
+            return Err(not_daf("no 'daf' version dataset"));
+        }
+        let marker = root.dataset("daf").map_err(h5)?;
+        let unsigned = matches!(
+            marker.dtype().and_then(|t| t.to_descriptor()),
+            Ok(TypeDescriptor::Unsigned(_))
+        );
+        if !unsigned || marker.shape() != [2] {
+            return Err(not_daf(
+                "the 'daf' version dataset is not two unsigned integers",
+            ));
+        }
+        let version = marker.read_raw::<u64>().map_err(|e| {
+            not_daf(&format!(
+                "unreadable 'daf' version dataset: {}",
+                one_line(&e)
+            ))
+        })?;
+        if version != [1, 0] {
+            return Err(FormatError::Version {
+                format: "H5df",
+                version: format!("{}.{}", version[0], version[1]),
+                supported: "1.0",
+                path: shown.to_path_buf(),
+            });
+        }
+        let mut reader = Reader {
+            file: self,
+            shown,
+            packed: false,
+        };
+        let dataset = reader.read(root);
+        Ok((dataset, reader.packed))
+    }
+}
+
+/// Reads one Daf group.
+struct Reader<'a> {
+    file: &'a H5File,
+    shown: &'a Path,
+    /// Whether a packed dataset was seen.
+    packed: bool,
+}
+
+impl Reader<'_> {
+    fn skipped(&self, what: &str, e: &FormatError) {
+        log::warn!("skipping {what} ({e}) in {}", self.shown.display());
+    }
+
+    fn read(&mut self, root: &Group) -> Dataset {
+        let mtime = self.file.mtime;
+        let mut dataset = Dataset {
+            mtime: Some(mtime),
+            ..Dataset::default()
+        };
+        if let Some(scalars) = subgroup(root, "scalars") {
+            for name in members(&scalars, LocationType::Dataset, "scalars") {
+                match scalars
+                    .dataset(&name)
+                    .map_err(h5)
+                    .and_then(|ds| self.scalar(&ds))
+                {
+                    Ok(scalar) => {
+                        dataset
+                            .scalars
+                            .insert(name, ScalarProperty { scalar, mtime });
+                    }
+                    Err(e) => self.skipped(&format!("scalars/{name}"), &e),
+                }
+            }
+        }
+        if let Some(axes) = subgroup(root, "axes") {
+            for name in members(&axes, LocationType::Dataset, "axes") {
+                let key = format!("axes/{name}");
+                let read = axes.dataset(&name).map_err(h5).and_then(|ds| {
+                    if ds.ndim() != 1 {
+                        return Err(FormatError::bad("an axis must be a 1-D string dataset"));
+                    }
+                    let n = ds.shape()[0] as u64;
+                    let axis = Axis {
+                        entries: self.strings(&ds, n, &key)?,
+                        mtime,
+                    };
+                    check_axis(&axis)?;
+                    Ok(axis)
+                });
+                match read {
+                    Ok(axis) => {
+                        dataset.axes.insert(name, axis);
+                    }
+                    Err(e) => self.skipped(&key, &e),
+                }
+            }
+        }
+        let len = |dataset: &Dataset, axis: &str| dataset.axes.get(axis).map(Axis::len);
+        if let Some(vectors) = subgroup(root, "vectors") {
+            for axis in members(&vectors, LocationType::Group, "vectors") {
+                let Some(n) = len(&dataset, &axis) else {
+                    self.skipped(
+                        &format!("vectors/{axis}"),
+                        &FormatError::bad("no such axis"),
+                    );
+                    continue;
+                };
+                let Some(group) = subgroup(&vectors, &axis) else {
+                    continue;
+                };
+                let props = self.properties(&group, &format!("vectors/{axis}"), &[n]);
+                dataset.vectors.insert(axis, props);
+            }
+        }
+        if let Some(matrices) = subgroup(root, "matrices") {
+            for rows in members(&matrices, LocationType::Group, "matrices") {
+                let Some(by_rows) = subgroup(&matrices, &rows) else {
+                    continue;
+                };
+                for cols in members(&by_rows, LocationType::Group, &format!("matrices/{rows}")) {
+                    let group_path = format!("matrices/{rows}/{cols}");
+                    let (Some(nrows), Some(ncols)) = (len(&dataset, &rows), len(&dataset, &cols))
+                    else {
+                        self.skipped(&group_path, &FormatError::bad("no such axis"));
+                        continue;
+                    };
+                    let Some(group) = subgroup(&by_rows, &cols) else {
+                        continue;
+                    };
+                    // HDF5 dataspaces are C order: [ncols, nrows].
+                    let props = self.properties(&group, &group_path, &[ncols, nrows]);
+                    dataset.matrices.insert((rows.clone(), cols), props);
+                }
+            }
+        }
+        dataset
+    }
+
+    /// The properties of `group` (at `path`), each of dense HDF5 shape `shape`.
+    fn properties(&mut self, group: &Group, path: &str, shape: &[u64]) -> Properties {
+        let mut names = group.member_names().unwrap_or_default();
+        names.sort();
+        let mut props = Vec::new();
+        for name in names {
+            if !accept_name(&name, || format!("{path}/{name:?}")) {
+                continue;
+            }
+            let key = format!("{path}/{name}");
+            let read = match kind_of(group, &name) {
+                Some(LocationType::Dataset) => group
+                    .dataset(&name)
+                    .map_err(h5)
+                    .and_then(|ds| self.dense(&ds, &key, shape)),
+                Some(LocationType::Group) => group
+                    .group(&name)
+                    .map_err(h5)
+                    .and_then(|g| self.sparse(&g, &key, shape)),
+                _ => continue,
+            };
+            match read {
+                Ok(payload) => props.push((
+                    name,
+                    Property {
+                        payload,
+                        mtime: self.file.mtime.into(),
+                        packed: Default::default(),
+                    },
+                )),
+                Err(e) => self.skipped(&key, &e),
+            }
+        }
+        props.into_iter().collect()
+    }
+
+    /// A scalar: one element (a scalar dataspace, or one of one element).
+    fn scalar(&self, ds: &H5Dataset) -> Result<Scalar, FormatError> {
+        if count_of(&ds.shape()) != Some(1) {
+            return Err(FormatError::bad("a scalar must have one element"));
+        }
+        match element_of(ds)? {
+            Element::Num(t) => {
+                let bytes = self.flat(ds, t.size())?.bytes()?;
+                Scalar::from_le_bytes(t, bytes.as_slice())
+            }
+            Element::Fixed(size) => {
+                let bytes = self.flat(ds, size as u64)?.bytes()?;
+                let raw = bytes.as_slice();
+                let end = memchr::memchr(0, raw).unwrap_or(raw.len());
+                let text = std::str::from_utf8(&raw[..end])
+                    .map_err(|_| FormatError::bad("string is not UTF-8"))?;
+                string_scalar(text)
+            }
+            Element::Vlen { ascii } => {
+                let text = if ascii {
+                    ds.read_scalar::<VarLenAscii>()
+                        .map_err(h5)?
+                        .as_str()
+                        .to_string()
+                } else {
+                    ds.read_scalar::<VarLenUnicode>()
+                        .map_err(h5)?
+                        .as_str()
+                        .to_string()
+                };
+                string_scalar(&text)
+            }
+        }
+    }
+
+    /// The bytes of a contiguous dataset of `len` elements of `size` bytes: a range of the map.
+    fn flat(&self, ds: &H5Dataset, size: u64) -> Result<Arc<Blob>, FormatError> {
+        let count = count_of(&ds.shape()).ok_or_else(|| FormatError::bad("too many elements"))?;
+        let len = count
+            .checked_mul(size)
+            .ok_or_else(|| FormatError::bad("too many elements"))?;
+        if len == 0 {
+            return Ok(Blob::ready(Bytes::empty()));
+        }
+        let Some(offset) = ds.offset() else {
+            return Err(FormatError::bad(format!(
+                "claims {count} elements but has no storage in the file"
+            )));
+        };
+        self.file
+            .map
+            .slice(offset, len)
+            .filter(|_| ds.storage_size() >= len)
+            .map(Blob::ready)
+            .ok_or_else(|| {
+                FormatError::bad(format!(
+                    "claims {len} bytes at {offset}, beyond what the file stores"
+                ))
+            })
+    }
+
+    /// `n` strings of a 1-D or 2-D variable-length string dataset, read through libhdf5 once
+    /// its storage was found to hold that many (16 bytes each).
+    fn strings(&self, ds: &H5Dataset, n: u64, key: &str) -> Result<Strings, FormatError> {
+        let Element::Vlen { ascii } = element_of(ds)? else {
+            return Err(FormatError::bad("not a variable-length string dataset"));
+        };
+        if count_of(&ds.shape()) != Some(n) {
+            return Err(FormatError::bad(format!(
+                "dataspace {:?} does not hold {n} strings",
+                ds.shape()
+            )));
+        }
+        if n == 0 {
+            return Ok(Strings::from_vlen(
+                Blob::ready(Bytes::from_vec(encode_vlen(std::iter::empty(), 0))),
+                0,
+            )
+            .named(key));
+        }
+        if ds.storage_size() < n.saturating_mul(16) {
+            return Err(FormatError::bad(format!(
+                "claims {n} strings but stores only {} bytes",
+                ds.storage_size()
+            )));
+        }
+        let items: Vec<String> = if ascii {
+            let raw = ds.read_raw::<VarLenAscii>().map_err(h5)?;
+            raw.iter().map(|s| s.as_str().to_string()).collect()
+        } else {
+            let raw = ds.read_raw::<VarLenUnicode>().map_err(h5)?;
+            raw.iter().map(|s| s.as_str().to_string()).collect()
+        };
+        let vlen = encode_vlen(items.iter().map(|s| s.as_bytes()), items.len());
+        Ok(Strings::from_vlen(Blob::ready(Bytes::from_vec(vlen)), n).named(key))
+    }
+
+    /// A numeric dataset's type and flat content: a range of the map (contiguous), or decoded
+    /// chunk by chunk (chunked).
+    fn numeric(&mut self, ds: &H5Dataset, key: &str) -> Result<(NumType, Arc<Blob>), FormatError> {
+        let Element::Num(t) = element_of(ds)? else {
+            return Err(FormatError::bad("not a numeric dataset"));
+        };
+        if !ds.is_chunked() {
+            return Ok((t, self.flat(ds, t.size())?));
+        }
+        self.packed = true;
+        let shape: Vec<u64> = ds.shape().iter().map(|&n| n as u64).collect();
+        let chunks: Vec<u64> = ds
+            .chunk()
+            .ok_or_else(|| FormatError::bad("a chunked dataset without a chunk shape"))?
+            .iter()
+            .map(|&n| n as u64)
+            .collect();
+        let pipeline: Vec<Filter> = ds
+            .filters()
+            .iter()
+            .map(|f| Filter {
+                id: f.id() as u32,
+                cd_values: match f {
+                    hdf5_metno::filters::Filter::User(_, cd) => cd.clone(),
+                    _ => Vec::new(),
+                },
+            })
+            .collect();
+        check_pipeline(&pipeline).map_err(FormatError::Bad)?;
+        let grid_total = shape
+            .iter()
+            .zip(&chunks)
+            .try_fold(1u64, |acc, (s, c)| acc.checked_mul(s.div_ceil((*c).max(1))))
+            .ok_or_else(|| FormatError::bad("too many chunks"))?;
+        let count = if count_of(&ds.shape()) == Some(0) {
+            0
+        } else {
+            ds.num_chunks()
+                .ok_or_else(|| FormatError::bad("its chunks cannot be listed"))?
+        };
+        if count as u64 > grid_total {
+            return Err(FormatError::bad("more chunks than its grid holds"));
+        }
+        let mut stored = Vec::with_capacity(count);
+        for i in 0..count {
+            let info = ds
+                .chunk_info(i)
+                .ok_or_else(|| FormatError::bad(format!("chunk {i} cannot be located")))?;
+            let bytes = self.file.map.slice(info.addr, info.size).ok_or_else(|| {
+                FormatError::bad(format!("chunk {i} lies beyond the end of the file"))
+            })?;
+            stored.push((
+                info.offset.clone(),
+                StoredChunk {
+                    bytes,
+                    mask: info.filter_mask,
+                },
+            ));
+        }
+        let layout = ChunkedLayout {
+            shape,
+            chunks,
+            elem_size: t.size(),
+            pipeline,
+        };
+        let blob = chunked_blob(layout, stored, format!("{} {key}", self.shown.display()))
+            .map_err(FormatError::Bad)?;
+        Ok((t, blob))
+    }
+
+    /// A dense property: a dataset of dense shape `shape`.
+    fn dense(&mut self, ds: &H5Dataset, key: &str, shape: &[u64]) -> Result<Payload, FormatError> {
+        let got: Vec<u64> = ds.shape().iter().map(|&n| n as u64).collect();
+        if got != shape {
+            return Err(FormatError::bad(format!(
+                "dataspace {got:?}, {shape:?} expected by its axes"
+            )));
+        }
+        let n = shape.iter().product();
+        Ok(match element_of(ds)? {
+            Element::Vlen { .. } => Payload::DenseStrings(self.strings(ds, n, key)?),
+            Element::Fixed(_) => {
+                return Err(FormatError::bad("fixed-length strings in an array"));
+            }
+            Element::Num(_) => {
+                let (eltype, data) = self.numeric(ds, key)?;
+                Payload::Dense { eltype, data }
+            }
+        })
+    }
+
+    /// A 1-D integer index dataset (`nzind`, `colptr`, `rowval`) and its element count.
+    fn index(
+        &mut self,
+        group: &Group,
+        name: &str,
+        key: &str,
+    ) -> Result<(NumType, Arc<Blob>, u64), FormatError> {
+        let ds = group
+            .dataset(name)
+            .map_err(|_| FormatError::bad(format!("no {name} dataset")))?;
+        if ds.ndim() != 1 {
+            return Err(FormatError::bad(format!("{name} must be 1-D")));
+        }
+        let (t, blob) = self.numeric(&ds, &format!("{key}/{name}"))?;
+        if !t.is_integer() {
+            return Err(FormatError::bad(format!("{name} must hold integers")));
+        }
+        Ok((t, blob, ds.shape()[0] as u64))
+    }
+
+    /// A sparse property: a group of `nzind` (vectors) or `colptr` + `rowval` (matrices), and
+    /// `nzval` (absent: all true) or `nztxt` (strings).
+    fn sparse(&mut self, group: &Group, key: &str, shape: &[u64]) -> Result<Payload, FormatError> {
+        let dense_len: u64 = shape.iter().product();
+        let (indtype, index, nnz) = if shape.len() == 1 {
+            let (t, nzind, nnz) = self.index(group, "nzind", key)?;
+            (t, SparseIndex::Vector { nzind }, nnz)
+        } else {
+            let (t, colptr, ncolptr) = self.index(group, "colptr", key)?;
+            let (rt, rowval, nnz) = self.index(group, "rowval", key)?;
+            if rt != t {
+                return Err(FormatError::bad("colptr and rowval have different types"));
+            }
+            let expected = shape[0].saturating_add(1);
+            if ncolptr != expected {
+                return Err(FormatError::bad(format!(
+                    "colptr has {ncolptr} entries, {expected} expected"
+                )));
+            }
+            (t, SparseIndex::Matrix { colptr, rowval }, nnz)
+        };
+        if nnz > dense_len {
+            return Err(FormatError::bad(format!(
+                "{nnz} stored values for {dense_len} elements"
+            )));
+        }
+        if kind_of(group, "nztxt") == Some(LocationType::Dataset) {
+            let ds = group.dataset("nztxt").map_err(h5)?;
+            let nztxt = self.strings(&ds, nnz, &format!("{key}/nztxt"))?.lines();
+            let positions = match &index {
+                SparseIndex::Vector { nzind } => SparsePositions::Vector {
+                    nzind: nzind.clone(),
+                },
+                SparseIndex::Matrix { colptr, rowval } => SparsePositions::Matrix {
+                    colptr: colptr.clone(),
+                    rowval: rowval.clone(),
+                    nrows: shape[1],
+                    ncols: shape[0],
+                },
+            };
+            let dense =
+                densify_sparse_strings(positions, indtype, nztxt.clone(), nnz, dense_len, key);
+            return Ok(Payload::SparseStrings(Box::new(SparseStrings {
+                indtype,
+                index,
+                nztxt,
+                dense,
+            })));
+        }
+        let nzval = match kind_of(group, "nzval") {
+            Some(LocationType::Dataset) => {
+                let ds = group.dataset("nzval").map_err(h5)?;
+                if count_of(&ds.shape()) != Some(nnz) || ds.ndim() != 1 {
+                    return Err(FormatError::bad(format!(
+                        "nzval has dataspace {:?} for {nnz} positions",
+                        ds.shape()
+                    )));
+                }
+                Some(self.numeric(&ds, &format!("{key}/nzval"))?)
+            }
+            _ => None,
+        };
+        let (eltype, nzval) = match nzval {
+            Some((t, blob)) => (t, Some(blob)),
+            None => (NumType::Bool, None),
+        };
+        Ok(Payload::sparse(eltype, indtype, index, nzval))
+    }
+}
+
+fn string_scalar(text: &str) -> Result<Scalar, FormatError> {
+    Scalar::from_value(
+        ElementType::String,
+        &serde_json::Value::String(text.to_string()),
+    )
+}
+
+#[cfg(test)]
+#[path = "tests.rs"]
+mod tests;

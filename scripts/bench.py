@@ -520,6 +520,11 @@ def main():
                 log(f"HTTP rows NOT MEASURED: {e}")
                 rows.append({"figure": f"HTTP rows not measured: {str(e).strip()[:200]}", "mounted": float("nan"),
                              "native": None, "unit": "-", "ratio": None, "target": "-"})
+    # 15. H5df source (issue 31): each view of a flat 1 GiB matrix vs a FilesDaf directory's, mount of 10,000 properties.
+    if wanted("H5df source (scripts/bench_h5df.py)"):
+        with sections("H5df source (scripts/bench_h5df.py)", rows):
+            import bench_h5df
+            bench_h5df.h5df_rows(sys.modules[__name__], WORK, args.rounds, files_dir, row, rows)
     if wanted("mount until usable; cp into a ZIP source"):
         with sections("mount until usable; cp into a ZIP source", rows):
             # 7. Mount until usable (the 100,000-entry archive's mounts are the scale rows' of the same archive).

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod fault_server;
+pub mod h5;
 pub mod http;
 pub mod s3_listing;
 

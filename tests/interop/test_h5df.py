@@ -1,6 +1,7 @@
 """H5df sources: h5py (with hdf5plugin's filters) reads each fixture of shared/fixtures/h5df on
 its own, and zarr-python (2.x or 3.x, whichever this venv has) reads every array of the mounted
-Zarr view, in both Zarr formats; the two must hold the same values."""
+Zarr view, in each Zarr format it reads (2; and 3 with zarr-python 3); the two must hold the same
+values."""
 import json
 import os
 
@@ -99,11 +100,16 @@ def zarr_values(array):
     return "num", data
 
 
-@pytest.mark.parametrize("zarr_format", ["2", "3"])
+# zarr-python 2 reads Zarr v2 only: the v3 view is read in the zarr3 venv.
+ZARR_FORMATS = ["2", "3"] if int(zarr.__version__.split(".")[0]) >= 3 else ["2"]
+
+
+@pytest.mark.parametrize("zarr_format", ZARR_FORMATS)
 @pytest.mark.parametrize("label,source,file,group", list(cases()), ids=[c[0] for c in cases()])
 def test_zarr_view_holds_what_h5py_reads(label, source, file, group, zarr_format):
     with h5py.File(os.path.join(H5DF, file), "r") as h5:
         want = h5_arrays(h5[group] if group else h5)
+    assert len(want) >= 10, f"{label}: only {sorted(want)}"
     name = group.rsplit("/", 1)[-1] if group else file.rsplit(".", 1)[0]
     with mounted(source, "--zarr-format", zarr_format) as mnt:
         root = zarr.open_group(os.path.join(mnt, f"{name}.daf.zarr"), mode="r")

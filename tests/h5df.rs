@@ -303,3 +303,53 @@ fn the_program_refuses_rw_and_hostile_files_with_one_line_and_mounts_read_only()
     assert_eq!(write.raw_os_error(), Some(libc::EROFS), "{write}");
     assert_eq!(create.raw_os_error(), Some(libc::EROFS), "{create}");
 }
+
+#[test]
+fn dimension_names_and_the_published_zip_work_on_an_h5df() {
+    require_fuse!();
+    let mut opts = options(Some((FilesVersion::V1_1, Format::ZarrV3)));
+    opts.dimension_names = true;
+    opts.zip = true;
+    let source = fixture("edge.h5df");
+    let opened = open_source(&source).unwrap();
+    let core = Arc::new(DafFs::with_staging(
+        opened.datasets,
+        opts,
+        SystemTime::UNIX_EPOCH,
+        None,
+    ));
+    let mount = common::TestMount::serving(core, false, &source);
+    let root = mount.path.clone();
+    let (zarr, names) = io_timeout(&mount.path, move || {
+        let zarr = read_tree(&root.join("edge.daf.zarr"));
+        let archive = root.join("edge.daf.zarr.zip");
+        (zarr, common::zip_names(&archive))
+    });
+    let want = under(
+        &mount_trees(&format!("{H5DF}/expected/edge.daf"), opts),
+        "edge.daf.zarr",
+    );
+    assert_same_files(
+        &zarr,
+        &want,
+        &[],
+        "edge.h5df: Zarr v3 view with dimension names",
+    );
+    let mut files: Vec<String> = zarr
+        .iter()
+        .filter(|(_, v)| v.is_some())
+        .map(|(k, _)| k.clone())
+        .collect();
+    files.sort();
+    let mut names: Vec<String> = names.into_iter().filter(|n| !n.ends_with('/')).collect();
+    names.sort();
+    assert_eq!(
+        names, files,
+        "the published ZIP holds the Zarr view's files"
+    );
+    let dims = zarr["matrices/cell/gene/m_f32/zarr.json"].clone().unwrap();
+    assert!(
+        String::from_utf8_lossy(&dims).contains("dimension_names"),
+        "dimension names"
+    );
+}

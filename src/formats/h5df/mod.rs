@@ -103,7 +103,13 @@ pub fn open_h5df(
         return Err(not_hdf5("it is empty".into()));
     }
     quiet_hdf5();
-    let file = hdf5_metno::File::open(&path).map_err(|e| not_hdf5(one_line(&e)))?;
+    // Without HDF5's own file lock (as HDF5.jl opens files): the mount only reads, and a lock
+    // would refuse it while any other program (or a child that inherited its descriptor) has
+    // the file open for writing.
+    let file = hdf5_metno::File::with_options()
+        .with_fapl(|fapl| fapl.file_locking(false))
+        .open(&path)
+        .map_err(|e| not_hdf5(one_line(&e)))?;
     let handle = std::fs::File::open(&path).map_err(|e| StoreError::io(&path, e))?;
     let map = crate::sys::map_readonly(&handle).map_err(|e| StoreError::io(&path, e))?;
     let source = H5File {

@@ -298,6 +298,34 @@ pub fn hdf5_is_bitfield(dtype: &hdf5_metno::Datatype) -> bool {
     })
 }
 
+/// Where the chunk of chunked dataset `dataset` whose first element is at `coords` (C order) is
+/// stored: its filter mask, file address and stored size; `None` when it is not stored (or the
+/// call fails). One B-tree lookup (`H5Dget_chunk_info_by_coord`), where the crate's
+/// `chunk_info(index)` walks the index up to `index` at every call.
+pub fn hdf5_chunk_at(dataset: &hdf5_metno::Dataset, coords: &[u64]) -> Option<(u32, u64, u64)> {
+    if coords.len() != dataset.ndim() {
+        return None;
+    }
+    let id = dataset.id();
+    hdf5_metno::sync::sync(|| {
+        let (mut mask, mut addr, mut size) = (0u32, 0u64, 0u64);
+        // SAFETY: `id` is a dataset identifier `dataset` keeps open during this call; `coords`
+        // holds exactly one offset per dimension of its dataspace (checked above), which is all
+        // the library reads from it; the three out pointers are valid for one write each; the
+        // library's global lock is held (`sync`).
+        let status = unsafe {
+            hdf5_sys::h5d::H5Dget_chunk_info_by_coord(
+                id,
+                coords.as_ptr(),
+                &mut mask,
+                &mut addr,
+                &mut size,
+            )
+        };
+        (status >= 0 && addr != hdf5_sys::h5::HADDR_UNDEF).then_some((mask, addr, size))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

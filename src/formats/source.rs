@@ -454,6 +454,49 @@ mod tests {
     }
 
     #[test]
+    fn h5df_path_grammar() {
+        assert_eq!(
+            parse_source("d/x.h5df").unwrap(),
+            SourceSpec::H5df {
+                path: "d/x.h5df".into(),
+                multi: false,
+                group: None
+            }
+        );
+        assert_eq!(
+            parse_source("x.h5dfs").unwrap(),
+            SourceSpec::H5df {
+                path: "x.h5dfs".into(),
+                multi: true,
+                group: None
+            }
+        );
+        assert_eq!(
+            parse_source("x.h5dfs#/a/b/").unwrap(),
+            SourceSpec::H5df {
+                path: "x.h5dfs".into(),
+                multi: true,
+                group: Some("a/b".into())
+            }
+        );
+        assert!(
+            is_h5df("x.h5dfs#/g") && !is_h5df("x.daf.zarr.zip") && !is_h5df("https://h/x.h5df")
+        );
+        for (bad_path, message) in [
+            ("x.h5dfs#/", "empty group name"),
+            ("x.h5df#/g", "can't address a sub-daf"),
+            ("x.h5dfs#g", "expected '#/<group>'"),
+            (
+                "x.h5dfs#/a/../b",
+                "the group has a name that is '.' or '..'",
+            ),
+        ] {
+            let err = parse_source(bad_path).unwrap_err().to_string();
+            assert!(err.contains(message) && err.contains(bad_path), "{err}");
+        }
+    }
+
+    #[test]
     fn names_drop_the_format_suffix() {
         for (path, name) in [
             ("/d/pbmc.daf.zarr.zip", "pbmc"),

@@ -298,6 +298,18 @@ pub fn hdf5_is_bitfield(dtype: &hdf5_metno::Datatype) -> bool {
     })
 }
 
+/// Whether the fixed-length HDF5 string datatype `dtype` pads with spaces (`H5T_STR_SPACEPAD`, as
+/// some foreign writers do) rather than NULs (HDF5.jl's `NULLTERM`, or `NULLPAD`).
+pub fn hdf5_is_spacepad(dtype: &hdf5_metno::Datatype) -> bool {
+    let id = dtype.id();
+    hdf5_metno::sync::sync(|| {
+        // SAFETY: as in `hdf5_is_bitfield`: a datatype `dtype` keeps open, only read, under the
+        // library's global lock (a type that is not a string gives H5T_STR_ERROR).
+        let pad = unsafe { hdf5_sys::h5t::H5Tget_strpad(id) };
+        pad == hdf5_sys::h5t::H5T_str_t::H5T_STR_SPACEPAD
+    })
+}
+
 /// Where the chunk of chunked dataset `dataset` whose first element is at `coords` (C order) is
 /// stored: its filter mask, file address and stored size; `None` when it is not stored (or the
 /// call fails). One B-tree lookup (`H5Dget_chunk_info_by_coord`), where the crate's

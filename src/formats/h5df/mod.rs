@@ -235,8 +235,8 @@ const MAX_CHUNKS: u64 = 1 << 24;
 enum Element {
     /// Numbers (or Bool) of this type.
     Num(NumType),
-    /// Fixed-length strings of this many bytes.
-    Fixed(usize),
+    /// Fixed-length strings of this many bytes, padded with spaces (or NULs).
+    Fixed(usize, bool),
     /// Variable-length strings (UTF-8 or ASCII).
     Vlen {
         /// ASCII rather than UTF-8.
@@ -281,7 +281,21 @@ fn element_of(ds: &H5Dataset) -> Result<Element, FormatError> {
         }),
         TypeDescriptor::Float(FloatSize::U4) => num(NumType::Float32),
         TypeDescriptor::Float(FloatSize::U8) => num(NumType::Float64),
-        TypeDescriptor::FixedAscii(n) | TypeDescriptor::FixedUnicode(n) => Ok(Element::Fixed(n)),
+        TypeDescriptor::FixedAscii(n) | TypeDescriptor::FixedUnicode(n) => {
+            Ok(Element::Fixed(n, crate::sys::hdf5_is_spacepad(&dtype)))
+        }
+        // HDF5.jl reads an enum (h5py's bool among them) as its base integer type.
+        TypeDescriptor::Boolean => num(NumType::Int8),
+        TypeDescriptor::Enum(e) => num(match (e.size, e.signed) {
+            (IntSize::U1, true) => NumType::Int8,
+            (IntSize::U2, true) => NumType::Int16,
+            (IntSize::U4, true) => NumType::Int32,
+            (IntSize::U8, true) => NumType::Int64,
+            (IntSize::U1, false) => NumType::UInt8,
+            (IntSize::U2, false) => NumType::UInt16,
+            (IntSize::U4, false) => NumType::UInt32,
+            (IntSize::U8, false) => NumType::UInt64,
+        }),
         TypeDescriptor::VarLenUnicode => Ok(Element::Vlen { ascii: false }),
         TypeDescriptor::VarLenAscii => Ok(Element::Vlen { ascii: true }),
         other => Err(FormatError::bad(format!(
@@ -485,12 +499,16 @@ impl Reader<'_> {
                 let bytes = self.flat(ds, t.size())?.bytes()?;
                 Scalar::from_le_bytes(t, bytes.as_slice())
             }
-            Element::Fixed(size) => {
+            Element::Fixed(size, spaces) => {
                 let bytes = self.flat(ds, size as u64)?.bytes()?;
                 let raw = bytes.as_slice();
+                // HDF5.jl cuts at the first NUL (NULLTERM, NULLPAD), strips SPACEPAD's spaces.
                 let end = memchr::memchr(0, raw).unwrap_or(raw.len());
-                let text = std::str::from_utf8(&raw[..end])
+                let mut text = std::str::from_utf8(&raw[..end])
                     .map_err(|_| FormatError::bad("string is not UTF-8"))?;
+                if spaces {
+                    text = text.trim_end_matches(' ');
+                }
                 string_scalar(text)
             }
             Element::Vlen { ascii } => {
@@ -659,7 +677,7 @@ impl Reader<'_> {
         let n = shape.iter().product();
         Ok(match element_of(ds)? {
             Element::Vlen { .. } => Payload::DenseStrings(self.strings(ds, n, key)?),
-            Element::Fixed(_) => {
+            Element::Fixed(..) => {
                 return Err(FormatError::bad("fixed-length strings in an array"));
             }
             Element::Num(_) => {

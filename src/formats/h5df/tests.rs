@@ -159,3 +159,54 @@ fn multi_files_list_every_daf_group() {
         assert!(err.contains("no 'daf' version dataset"), "{err}");
     }
 }
+
+#[test]
+fn foreign_writers_enums_and_padded_strings_read_as_hdf5_jl_reads_them() {
+    use hdf5_metno::types::{FixedAscii, VarLenUnicode};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("foreign.h5df");
+    {
+        let file = hdf5_metno::File::create(&path).unwrap();
+        let daf = file.new_dataset::<u8>().shape([2]).create("daf").unwrap();
+        daf.write_raw(&[1u8, 0]).unwrap();
+        let scalars = file.create_group("scalars").unwrap();
+        let padded = scalars
+            .new_dataset::<FixedAscii<8>>()
+            .create("padded")
+            .unwrap();
+        padded
+            .write_scalar(&FixedAscii::<8>::from_ascii(b"abc").unwrap())
+            .unwrap();
+        let entries: Vec<VarLenUnicode> =
+            ["a", "b", "c"].iter().map(|s| s.parse().unwrap()).collect();
+        let axes = file.create_group("axes").unwrap();
+        let cell = axes
+            .new_dataset::<VarLenUnicode>()
+            .shape([3])
+            .create("cell")
+            .unwrap();
+        cell.write_raw(&entries).unwrap();
+        let vectors = file
+            .create_group("vectors")
+            .unwrap()
+            .create_group("cell")
+            .unwrap();
+        // The hdf5 crate, like h5py, writes bool as an enum of int8 (FALSE, TRUE).
+        let flag = vectors
+            .new_dataset::<bool>()
+            .shape([3])
+            .create("flag")
+            .unwrap();
+        flag.write_raw(&[true, false, true]).unwrap();
+    }
+    let ds = open_h5df(&path, None, false).unwrap().1.remove(0).dataset;
+    assert_eq!(
+        ds.scalars["padded"].scalar.files_json(),
+        "{\"value\":\"abc\",\"type\":\"String\"}\n"
+    );
+    let Payload::Dense { eltype, data } = &ds.vectors["cell"]["flag"].payload else {
+        panic!("flag is not dense")
+    };
+    assert_eq!(*eltype, NumType::Int8);
+    assert_eq!(data.bytes().unwrap().as_slice(), [1, 0, 1]);
+}

@@ -143,7 +143,8 @@ pub fn open_h5df(
             source.read_daf(&file, &path)?,
         ));
     } else {
-        for group in daf_groups(&file, "")? {
+        let mut budget = MAX_GROUPS_SEARCHED;
+        for group in daf_groups(&file, "", &mut budget)? {
             let shown = PathBuf::from(format!("{}#/{group}", path.display()));
             let read = if group.is_empty() {
                 source.read_daf(&file, &path)
@@ -174,11 +175,25 @@ pub fn open_h5df(
     Ok((path, datasets))
 }
 
+/// How deep the search for Daf groups goes (HDF5 hard links may make a group its own
+/// descendant: the search must end).
+const MAX_GROUP_DEPTH: usize = 32;
+/// How many groups the search for Daf groups visits at most.
+const MAX_GROUPS_SEARCHED: usize = 100_000;
+
 /// The Daf groups under `group` (at path `prefix`): a group holding a dataset `daf` is one (its
-/// subtree is not searched); any other group's subgroups are searched. Sorted.
-fn daf_groups(group: &Group, prefix: &str) -> Result<Vec<String>, FormatError> {
+/// subtree is not searched); any other group's subgroups are searched, at most
+/// [`MAX_GROUP_DEPTH`] deep and [`MAX_GROUPS_SEARCHED`] in all (`budget`). Sorted.
+fn daf_groups(group: &Group, prefix: &str, budget: &mut usize) -> Result<Vec<String>, FormatError> {
     if kind_of(group, "daf") == Some(LocationType::Dataset) {
         return Ok(vec![prefix.to_string()]);
+    }
+    let depth = prefix.split('/').filter(|p| !p.is_empty()).count();
+    if depth >= MAX_GROUP_DEPTH || *budget == 0 {
+        log::warn!(
+            "not searching HDF5 group /{prefix} for Daf groups: too deep or too many groups"
+        );
+        return Ok(Vec::new());
     }
     let mut found = Vec::new();
     let mut names = group.member_names().map_err(h5)?;
@@ -194,8 +209,9 @@ fn daf_groups(group: &Group, prefix: &str) -> Result<Vec<String>, FormatError> {
         } else {
             format!("{prefix}/{name}")
         };
+        *budget = budget.saturating_sub(1);
         if let Ok(sub) = group.group(&name) {
-            found.extend(daf_groups(&sub, &path)?);
+            found.extend(daf_groups(&sub, &path, budget)?);
         }
     }
     Ok(found)

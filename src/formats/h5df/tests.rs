@@ -210,3 +210,17 @@ fn foreign_writers_enums_and_padded_strings_read_as_hdf5_jl_reads_them() {
     assert_eq!(*eltype, NumType::Int8);
     assert_eq!(data.bytes().unwrap().as_slice(), [1, 0, 1]);
 }
+
+#[test]
+fn a_group_cycle_ends_the_search_for_daf_groups() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cycle.h5dfs");
+    {
+        let file = hdf5_metno::File::create(&path).unwrap();
+        let a = file.create_group("a").unwrap();
+        // A hard link to the root inside `a`: /a/up is /, /a/up/a/up is / again, ...
+        a.link_hard("/", "up").unwrap();
+    }
+    let err = open_h5df(&path, None, true).unwrap_err().to_string();
+    assert!(err.contains("no Daf group"), "{err}");
+}

@@ -690,7 +690,7 @@ impl Reader<'_> {
                 "dataspace {got:?}, {shape:?} expected by its axes"
             )));
         }
-        let n = shape.iter().product();
+        let n = shape.iter().fold(1u64, |acc, &d| acc.saturating_mul(d));
         Ok(match element_of(ds)? {
             Element::Vlen { .. } => Payload::DenseStrings(self.strings(ds, n, key)?),
             Element::Fixed(..) => {
@@ -726,7 +726,7 @@ impl Reader<'_> {
     /// A sparse property: a group of `nzind` (vectors) or `colptr` + `rowval` (matrices), and
     /// `nzval` (absent: all true) or `nztxt` (strings).
     fn sparse(&mut self, group: &Group, key: &str, shape: &[u64]) -> Result<Payload, FormatError> {
-        let dense_len: u64 = shape.iter().product();
+        let dense_len: u64 = shape.iter().fold(1u64, |acc, &d| acc.saturating_mul(d));
         let (indtype, index, nnz) = if shape.len() == 1 {
             let (t, nzind, nnz) = self.index(group, "nzind", key)?;
             (t, SparseIndex::Vector { nzind }, nnz)

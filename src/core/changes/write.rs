@@ -167,6 +167,7 @@ impl DafFs {
 
     pub(in crate::core) fn canonical(state: &State, mount: &str) -> Result<String, FsError> {
         match split_mount(&state.roots, mount) {
+            Some((root, _)) if root.layout().read_only() => Err(FsError::ReadOnly),
             Some((root, rel)) if !rel.is_empty() => Ok(root.canonical_path(rel)),
             _ => Err(FsError::NotPermitted(format!(
                 "{mount}: only paths inside a view can be written"
@@ -177,6 +178,9 @@ impl DafFs {
     /// Checks that the committed content at `mount` may be replaced or removed: only directory
     /// sources allow it (ZIP sources are append-only).
     pub(in crate::core) fn replaceable(state: &State, mount: &str) -> Result<(), FsError> {
+        if split_mount(&state.roots, mount).is_some_and(|(root, _)| root.layout().read_only()) {
+            return Err(FsError::ReadOnly);
+        }
         match split_mount(&state.roots, mount).map(|(root, _)| &state.datasets[root.dataset].target) {
             Some(target) if target.is_zip() => Err(FsError::NotPermitted(format!(
                 "{mount}: ZIP sources are append-only; committed properties cannot be replaced or removed"

@@ -53,7 +53,7 @@ fn zarr_view(
         ..ViewOptions::from(ViewSelection::Zarr)
     };
     let mut out = BTreeMap::new();
-    for root in view_roots(datasets, options) {
+    for root in view_roots(datasets, &options) {
         for entry in view_entries(&datasets[root.dataset].dataset, &root) {
             let bytes = match entry.node {
                 ViewNode::Dir => None,

@@ -520,6 +520,11 @@ def main():
                 log(f"HTTP rows NOT MEASURED: {e}")
                 rows.append({"figure": f"HTTP rows not measured: {str(e).strip()[:200]}", "mounted": float("nan"),
                              "native": None, "unit": "-", "ratio": None, "target": "-"})
+    # 16. The AnnData view: anndata.read_zarr and read_lazy against anndata's own copy (scripts/bench_anndata.py).
+    if wanted("AnnData view (scripts/bench_anndata.py)"):
+        with sections("AnnData view (scripts/bench_anndata.py)", rows):
+            import bench_anndata
+            bench_anndata.anndata_rows(sys.modules[__name__], WORK, args.rounds, row, rows)
     if wanted("mount until usable; cp into a ZIP source"):
         with sections("mount until usable; cp into a ZIP source", rows):
             # 7. Mount until usable (the 100,000-entry archive's mounts are the scale rows' of the same archive).

@@ -54,9 +54,7 @@ fn errno_of<T>(result: std::io::Result<T>, what: &str) -> i32 {
 
 #[test]
 fn every_change_inside_the_view_is_erofs_and_the_other_views_still_write() {
-    if !common::fuse_usable() {
-        return;
-    }
+    require_fuse!();
     let (_tmp, source) = copy_fixture("files_v1_0.daf");
     let mount = writable_mount(&source, "cell:gene:expr");
     let root = mount.path.clone();
@@ -294,9 +292,7 @@ fn run(args: &[&str], mnt: &Path) -> (i32, String, bool) {
 
 #[test]
 fn a_selection_that_cannot_be_decided_refuses_the_mount_with_one_line() {
-    if !common::fuse_usable() {
-        return;
-    }
+    require_fuse!();
     let tmp = tempfile::tempdir().unwrap();
     let mnt = tmp.path().join("mnt");
     fs::create_dir(&mnt).unwrap();

@@ -105,22 +105,34 @@ def warm(path):
                     pass
 
 
+def rss_anon_kib(pids):
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                total += sum(int(line.split()[1]) for line in f if line.startswith("RssAnon:"))
+        except OSError:
+            pass
+    return total
+
+
 class Peak:
-    """The daemon's peak RssAnon (KiB), sampled every 20 ms while it runs."""
+    """The daemon's peak RssAnon (KiB), sampled every 20 ms while it runs: the processes that name the mount
+    point before the reader starts (the daemon and its helper; the reader names it too, and is not counted)."""
 
     def __init__(self, mount):
-        self.mount, self.peak, self.done = mount, 0, threading.Event()
+        self.pids, self.peak, self.done = mount.pids(), 0, threading.Event()
         self.thread = threading.Thread(target=self.sample, daemon=True)
         self.thread.start()
 
     def sample(self):
         while not self.done.wait(0.02):
-            self.peak = max(self.peak, self.mount.rss_anon_kib())
+            self.peak = max(self.peak, rss_anon_kib(self.pids))
 
     def stop(self):
         self.done.set()
         self.thread.join()
-        return max(self.peak, self.mount.rss_anon_kib())
+        return max(self.peak, rss_anon_kib(self.pids))
 
 
 def anndata_rows(bench, work, rounds, row, rows):

@@ -255,6 +255,58 @@ def test_anndata_reads_the_edge_cases_exactly(selection, fmt):
         check_mount(mnt, {"edge": selection}, fmt, "edge")
 
 
+def write_large(root):
+    """A FilesDaf 1.0 data set large enough that the view splits its arrays in chunks (8 MiB at most): axes cell
+    (3001) and gene (1003); a dense Float32 matrix stored as (cell, gene) only (12 MB: F order, split in column
+    blocks), a dense Float64 one stored as (gene, cell) only (24 MB: C order, row blocks, the last one padded), a
+    sparse UInt16 one with Int64 indices (3 M non-zeros: data, indices and indptr each split) stored as (gene, cell),
+    and a sparse Float32 vector of the cell axis."""
+    rng = np.random.default_rng(11)
+    ncell, ngene = 3001, 1003
+    for d in ["scalars", "axes", "vectors/cell", "vectors/gene"] + \
+            [f"matrices/{r}/{c}" for r in ("cell", "gene") for c in ("cell", "gene")]:
+        os.makedirs(os.path.join(root, d), exist_ok=True)
+    with open(os.path.join(root, "daf.json"), "w") as f:
+        f.write('{"version":[1,0]}\n')
+    for axis, n in (("cell", ncell), ("gene", ngene)):
+        with open(os.path.join(root, "axes", axis + ".txt"), "w") as f:
+            f.write("".join(f"{axis}{i}\n" for i in range(n)))
+
+    def dense(rel, eltype, values):
+        with open(os.path.join(root, rel + ".json"), "w") as f:
+            f.write('{"format":"dense","eltype":"%s"}\n' % eltype)
+        values.tofile(os.path.join(root, rel + ".data"))
+    dense("matrices/cell/gene/frac", "Float32", rng.random(ncell * ngene, dtype=np.float32))
+    dense("matrices/gene/cell/norm", "Float64", rng.random(ncell * ngene))
+    per = 1000
+    base = os.path.join(root, "matrices/gene/cell/umis")
+    with open(base + ".json", "w") as f:
+        f.write('{"format":"sparse","eltype":"UInt16","indtype":"Int64"}\n')
+    (np.arange(ncell + 1, dtype=np.int64) * per + 1).tofile(base + ".colptr")
+    rows = np.sort(np.stack([rng.choice(ngene, per, replace=False) for _ in range(ncell)]), axis=1) + 1
+    rows.astype(np.int64).tofile(base + ".rowval")
+    rng.integers(1, 60000, ncell * per, dtype=np.uint16).tofile(base + ".nzval")
+    base = os.path.join(root, "vectors/cell/sparse")
+    with open(base + ".json", "w") as f:
+        f.write('{"format":"sparse","eltype":"Float32","indtype":"UInt32"}\n')
+    np.arange(1, ncell + 1, 3, dtype=np.uint32).tofile(base + ".nzind")
+    rng.random(len(range(1, ncell + 1, 3)), dtype=np.float32).tofile(base + ".nzval")
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("selection", ["cell:gene:frac", "gene:cell:umis"])
+def test_arrays_split_in_chunks_read_exactly(tmp_path, selection, fmt):
+    root = str(tmp_path / "large.daf")
+    write_large(root)
+    with mounted(root, *mount_args(selection, fmt)) as mnt:
+        view = os.path.join(mnt, "large.anndata.zarr")
+        for array in ("layers/norm", "X" if selection.endswith("frac") else "X/indices"):
+            chunks = [f for _, _, files in os.walk(os.path.join(view, array)) for f in files
+                      if not f.startswith(".") and f != "zarr.json"]
+            assert len(chunks) > 1, (array, chunks)
+        check_mount(mnt, {"large": selection}, fmt, "large")
+
+
 @pytest.mark.skipif(not LAZY, reason="read_lazy needs anndata >= 0.12")
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_read_lazy_slices_without_reading_everything(fmt):

@@ -4,21 +4,25 @@
 //! `data` of ones of an all-true Bool sparse matrix, and a String matrix stored only as
 //! (obs, var) reordered to C order.
 //!
-//! A read of bytes `[a, b)` reads only the matching elements of its source (a mapped range, or a
-//! packed array's decoded chunks through the decode cache), so nothing here is ever made whole:
-//! a shifted index costs one subtraction per element, less than keeping it would.
+//! A read of bytes `[a, b)` makes only the 1 MiB pieces it touches, from the matching elements
+//! of its source (a mapped range, or a packed array's decoded chunks), and keeps them in the
+//! mount's decode cache (bounded): nothing here is ever made whole.
 
 use std::sync::Arc;
 
 use crate::formats::strings::{decode_vlen, encode_vlen, Strings};
 use crate::formats::types::NumType;
 use crate::stores::blob::RangeSource;
+use crate::stores::decode_cache::cache;
 use crate::stores::{Blob, Bytes, StoreError};
 
-/// The most elements one densifying or shifting read converts at once is what the kernel asks
-/// for (at most 1 MiB); a whole-blob read (`Blob::bytes`) of a large derived array is refused
-/// past this many bytes, as a decoded array is.
+/// A read of more than this many bytes at once (a whole-blob read of a large derived array) is
+/// refused, as a decoded array larger than this is.
 const MAX_WHOLE: u64 = crate::formats::zarr::decode::MAX_DECODED_BYTES;
+
+/// The bytes of a derived array made at once and kept in the decode cache (a multiple of every
+/// element size).
+const PIECE: u64 = 1 << 20;
 
 /// The index type scipy accepts for a Daf index type (`anndata-view.md` §4.2): `int32` for
 /// Int32 and narrower, `int64` for Int64, UInt32 and UInt64.
@@ -29,16 +33,90 @@ pub fn widened(indtype: NumType) -> NumType {
     }
 }
 
-/// The elements `[first, first + count)` of the element range a byte range `[offset, offset +
-/// len)` of an array of `size`-byte elements touches, and where the range starts in them.
-fn touched(offset: u64, len: u64, size: u64) -> (u64, u64, u64) {
-    let first = offset / size;
-    let end = (offset + len).div_ceil(size);
-    (first, end - first, offset - first * size)
-}
-
 fn produce(what: &str, why: impl std::fmt::Display) -> StoreError {
     StoreError::Produce(format!("{what}: {why}"))
+}
+
+/// An array made element by element from the source's arrays.
+trait Elements: Send + Sync + 'static {
+    /// The bytes of one element.
+    fn size(&self) -> u64;
+    /// Elements `[first, first + count)`.
+    fn make(&self, first: u64, count: u64) -> Result<Vec<u8>, StoreError>;
+    /// The array, named in errors.
+    fn what(&self) -> &str;
+}
+
+/// A derived array of `len` bytes served by range: made [`PIECE`] by piece, each piece once while
+/// the decode cache keeps it (bounded, shared with every decoded array of the mount).
+struct Pieces<E> {
+    elements: E,
+    len: u64,
+    /// Its key in the decode cache.
+    owner: u64,
+}
+
+impl<E: Elements> Pieces<E> {
+    fn blob(elements: E, len: u64) -> Arc<Blob> {
+        let owner = cache().owner();
+        Blob::ranged(
+            len,
+            Arc::new(Pieces {
+                elements,
+                len,
+                owner,
+            }),
+        )
+    }
+
+    fn piece(&self, index: u64) -> Result<Arc<Vec<u8>>, StoreError> {
+        if let Some(bytes) = cache().get(self.owner, index) {
+            return Ok(bytes);
+        }
+        let start = index * PIECE;
+        let size = self.elements.size();
+        let made = self
+            .elements
+            .make(start / size, (PIECE.min(self.len - start)) / size)?;
+        let made = Arc::new(made);
+        cache().insert(self.owner, index, made.clone());
+        Ok(made)
+    }
+}
+
+impl<E: Elements> RangeSource for Pieces<E> {
+    fn read_range(&self, offset: u64, len: u64) -> Result<Bytes, StoreError> {
+        if len > MAX_WHOLE {
+            return Err(produce(
+                self.elements.what(),
+                "a read larger than a decoded array may be",
+            ));
+        }
+        let (first, last) = (offset / PIECE, (offset + len - 1) / PIECE);
+        if first == last {
+            let piece = Bytes::from_shared(self.piece(first)?);
+            return piece
+                .slice(offset - first * PIECE, len)
+                .ok_or_else(|| produce(self.elements.what(), "a range outside its array"));
+        }
+        let mut out = Vec::with_capacity(len as usize);
+        for index in first..=last {
+            let piece = self.piece(index)?;
+            let from = offset.max(index * PIECE) - index * PIECE;
+            let to = (offset + len).min((index + 1) * PIECE) - index * PIECE;
+            let part = piece
+                .get(from as usize..to as usize)
+                .ok_or_else(|| produce(self.elements.what(), "a range outside its array"))?;
+            out.extend_from_slice(part);
+        }
+        Ok(Bytes::from_vec(out))
+    }
+}
+
+impl<E> Drop for Pieces<E> {
+    fn drop(&mut self) {
+        cache().forget(self.owner);
+    }
 }
 
 /// A 1-based index array (`rowval`, `colptr`) shown 0-based in a wider type.
@@ -46,19 +124,20 @@ struct Shifted {
     source: Arc<Blob>,
     from: NumType,
     to: NumType,
-    what: Arc<str>,
+    what: String,
 }
 
-impl RangeSource for Shifted {
-    fn read_range(&self, offset: u64, len: u64) -> Result<Bytes, StoreError> {
-        let (from, to) = (self.from.size(), self.to.size());
-        let (first, count, skip) = touched(offset, len, to);
-        if count.saturating_mul(to) > MAX_WHOLE {
-            return Err(produce(
-                &self.what,
-                "a read larger than a decoded array may be",
-            ));
-        }
+impl Elements for Shifted {
+    fn size(&self) -> u64 {
+        self.to.size()
+    }
+
+    fn what(&self) -> &str {
+        &self.what
+    }
+
+    fn make(&self, first: u64, count: u64) -> Result<Vec<u8>, StoreError> {
+        let from = self.from.size();
         let data = self.source.read_range(first * from, count * from)?;
         if data.len() != count * from {
             return Err(produce(
@@ -66,7 +145,7 @@ impl RangeSource for Shifted {
                 "its index array is shorter than its length",
             ));
         }
-        let mut out = Vec::with_capacity((count * to) as usize);
+        let mut out = Vec::with_capacity((count * self.to.size()) as usize);
         for i in 0..count as usize {
             let value = self
                 .from
@@ -86,41 +165,31 @@ impl RangeSource for Shifted {
                 ),
             }
         }
-        slice_of(out, skip, len, &self.what)
+        Ok(out)
     }
-}
-
-/// The `len` bytes from `skip` of `out`.
-fn slice_of(out: Vec<u8>, skip: u64, len: u64, what: &str) -> Result<Bytes, StoreError> {
-    Bytes::from_vec(out)
-        .slice(skip, len)
-        .ok_or_else(|| produce(what, "a range outside its array"))
 }
 
 /// Index array `source` (of `count` elements of `indtype`, 1-based) as a 0-based array of
 /// [`widened`]`(indtype)`.
 pub fn shifted(source: &Arc<Blob>, indtype: NumType, count: u64, what: &str) -> Arc<Blob> {
     let to = widened(indtype);
-    Blob::ranged(
-        count.saturating_mul(to.size()),
-        Arc::new(Shifted {
-            source: source.clone(),
-            from: indtype,
-            to,
-            what: what.into(),
-        }),
-    )
+    let shifted = Shifted {
+        source: source.clone(),
+        from: indtype,
+        to,
+        what: what.to_string(),
+    };
+    Pieces::blob(shifted, count.saturating_mul(to.size()))
 }
 
-/// A sparse vector of `len` elements densified: zeros (or `false`) where nothing is stored.
+/// A sparse vector densified: zeros (or `false`) where nothing is stored.
 struct Densified {
     nzind: Arc<Blob>,
     indtype: NumType,
-    nnz: u64,
     /// The stored values; `None`: every stored value is `true` (a Bool without `nzval`).
     nzval: Option<Arc<Blob>>,
     eltype: NumType,
-    what: Arc<str>,
+    what: String,
 }
 
 impl Densified {
@@ -134,9 +203,9 @@ impl Densified {
             .ok_or_else(|| produce(&self.what, "a position below 1 in nzind"))
     }
 
-    /// The first stored value at or after position `at` (`nzind` is sorted).
-    fn first_from(&self, at: u64) -> Result<u64, StoreError> {
-        let (mut low, mut high) = (0, self.nnz);
+    /// The first of the `nnz` stored values at or after position `at` (`nzind` is sorted).
+    fn first_from(&self, at: u64, nnz: u64) -> Result<u64, StoreError> {
+        let (mut low, mut high) = (0, nnz);
         while low < high {
             let mid = low + (high - low) / 2;
             if self.position(mid)? < at {
@@ -149,41 +218,42 @@ impl Densified {
     }
 }
 
-impl RangeSource for Densified {
-    fn read_range(&self, offset: u64, len: u64) -> Result<Bytes, StoreError> {
+impl Elements for Densified {
+    fn size(&self) -> u64 {
+        self.eltype.size()
+    }
+
+    fn what(&self) -> &str {
+        &self.what
+    }
+
+    fn make(&self, first: u64, count: u64) -> Result<Vec<u8>, StoreError> {
         let size = self.eltype.size();
-        let (first, count, skip) = touched(offset, len, size);
-        if count.saturating_mul(size) > MAX_WHOLE {
-            return Err(produce(
-                &self.what,
-                "a read larger than a decoded array may be",
-            ));
-        }
         let mut out = vec![0u8; (count * size) as usize];
-        let mut k = self.first_from(first)?;
-        // The stored positions and values of this range, read in one piece each.
-        let mut end = k;
-        while end < self.nnz && self.position(end)? < first + count {
-            end += 1;
+        // The stored values in this range: from the first at or after it to the first after it.
+        let nnz = self.nzind.len()? / self.indtype.size();
+        let (start, end) = (
+            self.first_from(first, nnz)?,
+            self.first_from(first + count, nnz)?,
+        );
+        if end == start {
+            return Ok(out);
         }
         let isize = self.indtype.size();
-        let positions = match end > k {
-            true => self.nzind.read_range(k * isize, (end - k) * isize)?,
-            false => Bytes::empty(),
+        let positions = self
+            .nzind
+            .read_range(start * isize, (end - start) * isize)?;
+        let values = match &self.nzval {
+            Some(nzval) => Some(nzval.read_range(start * size, (end - start) * size)?),
+            None => None,
         };
-        let values = match (&self.nzval, end > k) {
-            (Some(nzval), true) => Some(nzval.read_range(k * size, (end - k) * size)?),
-            _ => None,
-        };
-        let start = k;
-        while k < end {
-            let i = (k - start) as usize;
+        for i in 0..(end - start) as usize {
             let at = self
                 .indtype
                 .read_index(positions.as_slice(), i)
                 .and_then(|p| p.checked_sub(1))
                 .ok_or_else(|| produce(&self.what, "a position below 1 in nzind"))?;
-            let slot = ((at - first) * size) as usize;
+            let slot = (at.saturating_sub(first) * size) as usize;
             let cell = out
                 .get_mut(slot..slot + size as usize)
                 .ok_or_else(|| produce(&self.what, "nzind is not sorted"))?;
@@ -197,14 +267,13 @@ impl RangeSource for Densified {
                 }
                 None => cell[0] = 1,
             }
-            k += 1;
         }
-        slice_of(out, skip, len, &self.what)
+        Ok(out)
     }
 }
 
-/// Sparse vector (`nzind` of `indtype` with `nnz` entries, `nzval` of `eltype` or all true) as
-/// a dense array of `len` elements.
+/// Sparse vector (`nzind` of `indtype`, `nzval` of `eltype` or all true) as a dense array of
+/// `len` elements.
 pub fn densified(
     nzind: &Arc<Blob>,
     indtype: NumType,
@@ -213,18 +282,44 @@ pub fn densified(
     len: u64,
     what: &str,
 ) -> Arc<Blob> {
-    let nnz = nzind.known_len().unwrap_or(0) / indtype.size();
-    Blob::ranged(
-        len.saturating_mul(eltype.size()),
-        Arc::new(Densified {
-            nzind: nzind.clone(),
-            indtype,
-            nnz,
-            nzval: nzval.cloned(),
-            eltype,
-            what: what.into(),
-        }),
-    )
+    let densified = Densified {
+        nzind: nzind.clone(),
+        indtype,
+        nzval: nzval.cloned(),
+        eltype,
+        what: what.to_string(),
+    };
+    Pieces::blob(densified, len.saturating_mul(eltype.size()))
+}
+
+/// `len` bytes of a source from `offset`, then zeros up to `full` bytes (the last chunk of an
+/// array split in chunks: Zarr stores it whole).
+struct Padded {
+    part: Arc<Blob>,
+    len: u64,
+}
+
+impl RangeSource for Padded {
+    fn read_range(&self, offset: u64, len: u64) -> Result<Bytes, StoreError> {
+        if offset + len <= self.len {
+            return self.part.read_range(offset, len);
+        }
+        let mut out = Vec::with_capacity(len as usize);
+        if offset < self.len {
+            out.extend_from_slice(self.part.read_range(offset, self.len - offset)?.as_slice());
+        }
+        out.resize(len as usize, 0);
+        Ok(Bytes::from_vec(out))
+    }
+}
+
+/// The bytes `[offset, offset + len)` of `content` (no copy), padded with zeros to `full` bytes.
+pub fn padded(content: &Arc<Blob>, offset: u64, len: u64, full: u64) -> Arc<Blob> {
+    let part = Blob::slice(content, offset, len);
+    match len == full {
+        true => part,
+        false => Blob::ranged(full, Arc::new(Padded { part, len })),
+    }
 }
 
 /// `len` bytes `0x01`: the `data` of an all-true Bool sparse matrix.
@@ -325,6 +420,57 @@ mod tests {
         assert_eq!(every_range(&bools), vec![1, 0, 1, 0, 0, 1]);
         let none = densified(&blob(vec![]), NumType::UInt8, None, NumType::Bool, 3, "t");
         assert_eq!(every_range(&none), vec![0, 0, 0]);
+    }
+
+    #[test]
+    fn ranges_across_pieces_are_made_piece_by_piece() {
+        // 600,000 UInt16 indices shown as int32: 2.4 MB, three pieces.
+        let n = 600_000u64;
+        let rowval: Vec<u8> = (0..n)
+            .flat_map(|i| ((i % 60_000 + 1) as u16).to_le_bytes())
+            .collect();
+        let shown = shifted(&blob(rowval), NumType::UInt16, n, "t");
+        let want: Vec<u8> = (0..n)
+            .flat_map(|i| ((i % 60_000) as i32).to_le_bytes())
+            .collect();
+        // A sparse Float64 vector of 400,000 entries (3.2 MB), every 7th stored.
+        let len = 400_000u64;
+        let nzind: Vec<u8> = (0..len.div_ceil(7))
+            .flat_map(|k| (k * 7 + 1).to_le_bytes())
+            .collect();
+        let nzval: Vec<u8> = (0..len.div_ceil(7))
+            .flat_map(|k| (k as f64 + 0.5).to_le_bytes())
+            .collect();
+        let dense = densified(
+            &blob(nzind),
+            NumType::UInt64,
+            Some(&blob(nzval)),
+            NumType::Float64,
+            len,
+            "t",
+        );
+        let dense_want: Vec<u8> = (0..len)
+            .flat_map(|i| match i % 7 {
+                0 => ((i / 7) as f64 + 0.5).to_le_bytes(),
+                _ => 0f64.to_le_bytes(),
+            })
+            .collect();
+        for (blob, want) in [(&shown, &want), (&dense, &dense_want)] {
+            assert_eq!(blob.len().unwrap(), want.len() as u64);
+            let piece = PIECE as usize;
+            let ranges = [
+                (0, 10),
+                (piece - 3, 7),
+                (piece - 1, piece + 2),
+                (2 * piece + 5, 4096),
+                (0, want.len()),
+            ];
+            for (at, n) in ranges {
+                let n = n.min(want.len() - at);
+                let got = blob.read_range(at as u64, n as u64).unwrap();
+                assert!(got.as_slice() == &want[at..at + n], "[{at}, +{n})");
+            }
+        }
     }
 
     #[test]

@@ -98,8 +98,8 @@ impl Builder {
         }
     }
 
-    /// An array of `shape` (C order, or F order if `fortran`) whose one chunk is `chunk` (no
-    /// chunk file when the array is empty).
+    /// An array of `shape` (C order, or F order if `fortran`) whose content is `content`, in
+    /// the chunks of [`chunking`] (no chunk file when the array is empty).
     #[allow(clippy::too_many_arguments)]
     fn array(
         &mut self,
@@ -108,12 +108,12 @@ impl Builder {
         element: Element,
         shape: &[u64],
         fortran: bool,
-        chunk: Arc<Blob>,
+        content: Arc<Blob>,
         mtime: SystemTime,
     ) {
         self.view.dir(path, mtime);
-        let chunks: Vec<u64> = shape.iter().map(|&n| n.max(1)).collect();
-        let key = if self.v3 {
+        let grid = chunking(element, shape, fortran);
+        if self.v3 {
             let eltype = element.element_type();
             let mut codecs = Vec::new();
             if fortran {
@@ -126,7 +126,7 @@ impl Builder {
             let fill: Value = serde_json::from_str(fill_value(eltype)).unwrap_or(Value::Null);
             let node = json!({
                 "attributes": attributes,
-                "chunk_grid": {"configuration": {"chunk_shape": chunks}, "name": "regular"},
+                "chunk_grid": {"configuration": {"chunk_shape": grid.shape}, "name": "regular"},
                 "chunk_key_encoding": {"configuration": {"separator": "/"}, "name": "default"},
                 "codecs": codecs,
                 "data_type": data_type(eltype),
@@ -136,21 +136,13 @@ impl Builder {
                 "zarr_format": 3,
             });
             self.document(&format!("{path}/zarr.json"), path.to_string(), node);
-            match shape.len() {
-                0 => "c".to_string(),
-                n => ["c"]
-                    .into_iter()
-                    .chain(vec!["0"; n])
-                    .collect::<Vec<_>>()
-                    .join("/"),
-            }
         } else {
             let (dtype, filters) = match element {
                 Element::Num(t) => (t.zarr_dtype(), Value::Null),
                 Element::Strings => ("|O", json!([{"id": "vlen-utf8"}])),
             };
             let zarray = json!({
-                "chunks": chunks,
+                "chunks": grid.shape,
                 "compressor": null,
                 "dtype": dtype,
                 "fill_value": null,
@@ -162,9 +154,35 @@ impl Builder {
             let at = |doc: &str| format!("{path}/{doc}");
             self.document(&at(".zarray"), at(".zarray"), zarray);
             self.document(&at(".zattrs"), at(".zattrs"), attributes);
-            single_chunk_key(shape.len()).into_owned()
+        }
+        if shape.contains(&0) {
+            return;
+        }
+        let size = match element {
+            Element::Num(t) => t.size(),
+            Element::Strings => 0,
         };
-        if !shape.contains(&0) {
+        let count = shape
+            .get(grid.axis)
+            .map_or(1, |n| n.div_ceil(grid.shape[grid.axis]));
+        for i in 0..count {
+            let mut index = vec![0; shape.len()];
+            if let Some(at) = index.get_mut(grid.axis) {
+                *at = i;
+            }
+            let key = chunk_key(&index, self.v3);
+            let chunk = match count {
+                1 => content.clone(),
+                _ => {
+                    // A block along the split axis: a contiguous range of the content, the last
+                    // one padded to the whole chunk (Zarr stores edge chunks whole).
+                    let full = grid.shape.iter().product::<u64>() * size;
+                    let offset = i * full;
+                    let total = shape.iter().product::<u64>() * size;
+                    let len = full.min(total - offset);
+                    derived::padded(&content, offset, len, full)
+                }
+            };
             self.view.file_at(&[path, "/", &key], chunk, mtime);
         }
     }
@@ -187,6 +205,67 @@ impl Builder {
         let bytes = Bytes::from_vec(document.to_string().into_bytes());
         self.view.file(path, Blob::ready(bytes), self.mtime);
         self.view.finish()
+    }
+}
+
+/// The bytes a chunk of a large numeric array holds at most: zarr-python reads the chunks of an
+/// array concurrently, and an array in one chunk of a GiB reads at half the speed of one in
+/// 8 MiB chunks (measured with zarr-python 3.1 on a local directory: 1.3-2.1 s against 0.64-0.86 s).
+const CHUNK_BYTES: u64 = 8 << 20;
+
+/// The chunks of an array: their shape, and the axis they split (the array is one chunk when
+/// that axis's length is the chunk's).
+struct Grid {
+    shape: Vec<u64>,
+    axis: usize,
+}
+
+/// How an array of `shape` is chunked: numbers in blocks of whole rows (C order) or whole columns
+/// (F order) of at most [`CHUNK_BYTES`] each, so that every chunk is a contiguous range of the
+/// source's bytes; strings (vlen-utf8, not splittable by bytes) and small arrays in one chunk.
+fn chunking(element: Element, shape: &[u64], fortran: bool) -> Grid {
+    let whole = Grid {
+        shape: shape.iter().map(|&n| n.max(1)).collect(),
+        axis: 0,
+    };
+    let Element::Num(t) = element else {
+        return whole;
+    };
+    let axis = if fortran {
+        shape.len().saturating_sub(1)
+    } else {
+        0
+    };
+    let Some(&along) = shape.get(axis) else {
+        return whole;
+    };
+    let other: u64 = shape
+        .iter()
+        .enumerate()
+        .filter(|(a, _)| *a != axis)
+        .map(|(_, n)| n)
+        .product();
+    let block = (CHUNK_BYTES / other.max(1).saturating_mul(t.size())).max(1);
+    if block >= along {
+        return whole;
+    }
+    let mut chunks = whole.shape;
+    chunks[axis] = block;
+    Grid {
+        shape: chunks,
+        axis,
+    }
+}
+
+/// The key of the chunk at grid `index`: `0`, `0.0`, `3.0` (v2, `.`-separated); `c`, `c/0`,
+/// `c/3/0` (v3's default encoding).
+fn chunk_key(index: &[u64], v3: bool) -> String {
+    let parts: Vec<String> = index.iter().map(u64::to_string).collect();
+    match (v3, parts.is_empty()) {
+        (true, true) => "c".to_string(),
+        (true, false) => format!("c/{}", parts.join("/")),
+        (false, true) => single_chunk_key(0).into_owned(),
+        (false, false) => parts.join("."),
     }
 }
 

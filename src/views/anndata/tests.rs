@@ -253,3 +253,49 @@ fn upstreams_default_names_leave_uns_without_renames() {
     let files = files(&dataset, &selection, false);
     assert!(!files.contains_key("uns/title/0"));
 }
+
+#[test]
+fn large_numeric_arrays_are_split_in_contiguous_blocks() {
+    let f32 = Element::Num(NumType::Float32);
+    // C order: whole rows; F order: whole columns; 8 MiB at most.
+    let c = chunking(f32, &[4096, 65536], false);
+    assert_eq!((c.shape, c.axis), (vec![32, 65536], 0));
+    let f = chunking(f32, &[65536, 4096], true);
+    assert_eq!((f.shape, f.axis), (vec![65536, 32], 1));
+    let v = chunking(Element::Num(NumType::Int64), &[100_000_000], false);
+    assert_eq!(v.shape, vec![1 << 20]);
+    // A row larger than a chunk: one row a chunk.
+    assert_eq!(chunking(f32, &[10, 4 << 20], false).shape, vec![1, 4 << 20]);
+    // Small arrays, strings, scalars and empty arrays: one chunk.
+    assert_eq!(chunking(f32, &[3, 2], true).shape, vec![3, 2]);
+    assert_eq!(
+        chunking(Element::Strings, &[1 << 30], false).shape,
+        vec![1 << 30]
+    );
+    assert_eq!(chunking(f32, &[], false).shape, Vec::<u64>::new());
+    assert_eq!(chunking(f32, &[0, 7], false).shape, vec![1, 7]);
+    assert_eq!(chunk_key(&[3, 0], false), "3.0");
+    assert_eq!(chunk_key(&[0, 3], true), "c/0/3");
+    assert_eq!(
+        (chunk_key(&[], false), chunk_key(&[], true)),
+        ("0".into(), "c".into())
+    );
+}
+
+#[test]
+fn the_last_block_is_padded_to_a_whole_chunk() {
+    // 3 x 1,000,000 Float32 (12 MB) in C order: blocks of 2 rows (8 MB); the last holds 1 row.
+    let data: Vec<u8> = (0..3_000_000u32).flat_map(|v| v.to_le_bytes()).collect();
+    let content = Blob::ready(Bytes::from_vec(data.clone()));
+    let full = 2 * 1_000_000 * 4;
+    let first = derived::padded(&content, 0, full, full);
+    let last = derived::padded(&content, full, 1_000_000 * 4, full);
+    assert_eq!(first.len().unwrap(), full);
+    assert_eq!(last.len().unwrap(), full);
+    assert!(first.read_range(0, full).unwrap().as_slice() == &data[..full as usize]);
+    let tail = last.read_range(0, full).unwrap();
+    assert!(tail.as_slice()[..4_000_000] == data[full as usize..]);
+    assert!(tail.as_slice()[4_000_000..].iter().all(|&b| b == 0));
+    let across = last.read_range(4_000_000 - 2, 4).unwrap();
+    assert_eq!(across.as_slice(), &[0x2d, 0x00, 0, 0]);
+}

@@ -4,11 +4,11 @@
 //!
 //! Upstream's mapping (`daf_as_anndata`): obs and var are two axes ([`select`]), X one matrix
 //! between them, `layers` the other matrices of the pair, `obsp`/`varp` the square matrices,
-//! obs/var columns the axes' vectors, `uns` the scalars. Every array is one chunk. A numeric
-//! payload is the model's very blob: a matrix stored as (var, obs) is X's C-order chunk as it
-//! is, one stored only as (obs, var) the same bytes in F order (v2 `order: "F"`, v3's
-//! `transpose` codec); a sparse matrix is a `csr_matrix` (or `csc_matrix`) whose `data` is
-//! `nzval`. What is not the source's bytes (0-based sparse indices, densified sparse columns,
+//! obs/var columns the axes' vectors, `uns` the scalars. A numeric payload is the model's very
+//! blob (split into contiguous chunks of at most 8 MiB when larger: [`chunking`]): a matrix
+//! stored as (var, obs) is X in C order as it is, one stored only as (obs, var) the same bytes in
+//! F order (v2 `order: "F"`, v3's `transpose` codec); a sparse matrix is a `csr_matrix` (or
+//! `csc_matrix`) whose `data` is `nzval`. What is not the source's bytes (0-based sparse indices, densified sparse columns,
 //! documents, strings) is made when read, by range where it can be large ([`derived`]).
 
 mod derived;
@@ -61,6 +61,25 @@ impl Element {
     }
 }
 
+/// What an array holds, its shape, and its order (C, or F if `fortran`).
+#[derive(Clone, Copy)]
+struct Array<'a> {
+    element: Element,
+    shape: &'a [u64],
+    fortran: bool,
+}
+
+impl Array<'_> {
+    /// An array in C order.
+    fn c(element: Element, shape: &[u64]) -> Array<'_> {
+        Array {
+            element,
+            shape,
+            fortran: false,
+        }
+    }
+}
+
 /// An element's `encoding-type` and `encoding-version` attributes (and any others).
 fn encoding(kind: &str, version: &str) -> Value {
     json!({ "encoding-type": kind, "encoding-version": version })
@@ -98,19 +117,21 @@ impl Builder {
         }
     }
 
-    /// An array of `shape` (C order, or F order if `fortran`) whose content is `content`, in
-    /// the chunks of [`chunking`] (no chunk file when the array is empty).
-    #[allow(clippy::too_many_arguments)]
+    /// `array` at `path`, its content `content`, in the chunks of [`chunking`] (no chunk file
+    /// when the array is empty).
     fn array(
         &mut self,
         path: &str,
         attributes: Value,
-        element: Element,
-        shape: &[u64],
-        fortran: bool,
+        array: Array<'_>,
         content: Arc<Blob>,
         mtime: SystemTime,
     ) {
+        let Array {
+            element,
+            shape,
+            fortran,
+        } = array;
         self.view.dir(path, mtime);
         let grid = chunking(element, shape, fortran);
         if self.v3 {
@@ -357,17 +378,12 @@ fn matrix(b: &mut Builder, path: &str, property: &Property, dims: (u64, u64), fl
     let mtime = property.mtime.get();
     match &property.payload {
         Payload::Dense { eltype, data } => {
-            let attributes = encoding("array", "0.2.0");
-            let element = Element::Num(*eltype);
-            b.array(
-                path,
-                attributes,
-                element,
-                &shape,
-                flipped,
-                data.clone(),
-                mtime,
-            );
+            let array = Array {
+                element: Element::Num(*eltype),
+                shape: &shape,
+                fortran: flipped,
+            };
+            b.array(path, encoding("array", "0.2.0"), array, data.clone(), mtime);
         }
         Payload::DenseStrings(strings) => string_matrix(b, path, strings, dims, flipped, mtime),
         Payload::SparseStrings(s) => string_matrix(b, path, &s.dense, dims, flipped, mtime),
@@ -386,37 +402,32 @@ fn matrix(b: &mut Builder, path: &str, property: &Property, dims: (u64, u64), fl
                 Some(nzval) => nzval.clone(),
                 None => derived::ones(nnz),
             };
-            b.array(
-                &what("data"),
-                json!({}),
-                Element::Num(eltype),
-                &[nnz],
-                false,
-                data,
-                mtime,
-            );
             let index = Element::Num(derived::widened(indtype));
-            let indices = derived::shifted(rowval, indtype, nnz, &what("indices"));
-            b.array(
-                &what("indices"),
-                json!({}),
-                index,
-                &[nnz],
-                false,
-                indices,
-                mtime,
-            );
-            let count = cols.saturating_add(1);
-            let indptr = derived::shifted(colptr, indtype, count, &what("indptr"));
-            b.array(
-                &what("indptr"),
-                json!({}),
-                index,
-                &[count],
-                false,
-                indptr,
-                mtime,
-            );
+            let ptrs = cols.saturating_add(1);
+            let parts = [
+                ("data", Element::Num(eltype), nnz, data),
+                (
+                    "indices",
+                    index,
+                    nnz,
+                    derived::shifted(rowval, indtype, nnz, &what("indices")),
+                ),
+                (
+                    "indptr",
+                    index,
+                    ptrs,
+                    derived::shifted(colptr, indtype, ptrs, &what("indptr")),
+                ),
+            ];
+            for (part, element, len, content) in parts {
+                b.array(
+                    &what(part),
+                    json!({}),
+                    Array::c(element, &[len]),
+                    content,
+                    mtime,
+                );
+            }
         }
     }
 }
@@ -437,16 +448,8 @@ fn string_matrix(
         ),
         false => ([cols, rows], strings.vlen()),
     };
-    let attributes = encoding("string-array", "0.2.0");
-    b.array(
-        path,
-        attributes,
-        Element::Strings,
-        &shape,
-        false,
-        chunk,
-        mtime,
-    );
+    let array = Array::c(Element::Strings, &shape);
+    b.array(path, encoding("string-array", "0.2.0"), array, chunk, mtime);
 }
 
 /// `obs` or `var`: a dataframe indexed by the axis entries, a column per vector of the axis.
@@ -465,16 +468,16 @@ fn dataframe(b: &mut Builder, dataset: &Dataset, group: &str, axis: &str, n: u64
     attributes["column-order"] = json!(names);
     b.group(group, attributes);
     if let Some(entries) = dataset.axes.get(axis) {
-        let index = entries.entries.vlen();
-        let attributes = encoding("string-array", "0.2.0");
-        let path = format!("{group}/_index");
+        let (attributes, shape) = (encoding("string-array", "0.2.0"), [n]);
+        let (path, array) = (
+            format!("{group}/_index"),
+            Array::c(Element::Strings, &shape),
+        );
         b.array(
             &path,
             attributes,
-            Element::Strings,
-            &[n],
-            false,
-            index,
+            array,
+            entries.entries.vlen(),
             entries.mtime,
         );
     }
@@ -504,7 +507,7 @@ fn dataframe(b: &mut Builder, dataset: &Dataset, group: &str, axis: &str, n: u64
             Element::Num(_) => encoding("array", "0.2.0"),
             Element::Strings => encoding("string-array", "0.2.0"),
         };
-        b.array(&path, attributes, element, &[n], false, chunk, mtime);
+        b.array(&path, attributes, Array::c(element, &[n]), chunk, mtime);
     }
 }
 
@@ -541,16 +544,8 @@ fn uns(b: &mut Builder, dataset: &Dataset, selection: &Selection) {
             ElementType::Num(_) => encoding("numeric-scalar", "0.2.0"),
             ElementType::String => encoding("string", "0.2.0"),
         };
-        let element = Element::of(scalar.eltype);
+        let array = Array::c(Element::of(scalar.eltype), &[]);
         let chunk = Blob::ready(Bytes::from_vec(scalar.zarr_chunk()));
-        b.array(
-            &format!("uns/{name}"),
-            attributes,
-            element,
-            &[],
-            false,
-            chunk,
-            mtime,
-        );
+        b.array(&format!("uns/{name}"), attributes, array, chunk, mtime);
     }
 }

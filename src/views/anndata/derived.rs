@@ -140,10 +140,14 @@ impl Elements for Shifted {
         let from = self.from.size();
         let data = self.source.read_range(first * from, count * from)?;
         if data.len() != count * from {
-            return Err(produce(&self.what, "its index array is shorter than its length"));
+            return Err(produce(
+                &self.what,
+                "its index array is shorter than its length",
+            ));
         }
         let mut out = vec![0u8; (count * self.to.size()) as usize];
-        shift(self.from, self.to, data.as_slice(), &mut out).map_err(|why| produce(&self.what, why))?;
+        shift(self.from, self.to, data.as_slice(), &mut out)
+            .map_err(|why| produce(&self.what, why))?;
         Ok(out)
     }
 }

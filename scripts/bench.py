@@ -525,6 +525,11 @@ def main():
         with sections("H5df source (scripts/bench_h5df.py)", rows):
             import bench_h5df
             bench_h5df.h5df_rows(sys.modules[__name__], WORK, args.rounds, files_dir, row, rows)
+    # 16. The AnnData view: anndata.read_zarr and read_lazy against anndata's own copy (scripts/bench_anndata.py).
+    if wanted("AnnData view (scripts/bench_anndata.py)"):
+        with sections("AnnData view (scripts/bench_anndata.py)", rows):
+            import bench_anndata
+            bench_anndata.anndata_rows(sys.modules[__name__], WORK, args.rounds, row, rows)
     if wanted("mount until usable; cp into a ZIP source"):
         with sections("mount until usable; cp into a ZIP source", rows):
             # 7. Mount until usable (the 100,000-entry archive's mounts are the scale rows' of the same archive).

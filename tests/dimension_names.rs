@@ -10,36 +10,9 @@ use daf_mount::formats::source::{open_source, Format, NamedDataset};
 use daf_mount::views::{view_entries, view_roots, ViewNode, ViewOptions, ViewSelection};
 use serde_json::{json, Value};
 
-const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/vectors");
-const PACKED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/packed");
+mod common;
 
-/// Every source kind: FilesDaf 1.0/1.1, Zarr v2/v3 directories and ZIPs, ZipDaf, multi-data-set
-/// ZIPs, packed and foreign arrays.
-fn sources() -> Vec<String> {
-    let vectors = [
-        "files_v1_0.daf",
-        "files_v1_1.daf",
-        "zarr_v2.daf.zarr",
-        "zarr_v2.daf.zarr.zip",
-        "zarr_v3.daf.zarr",
-        "zarr_v3.daf.zarr.zip",
-        "zipdaf_v1_0.daf.zip",
-        "zipdaf_v1_1.daf.zip",
-        "multi_v1_1.dafs.zip",
-    ];
-    let packed = [
-        "files_packed.daf",
-        "zipdaf_packed.daf.zip",
-        "zarr_packed.daf.zarr",
-        "zarr_packed.daf.zarr.zip",
-        "multi_v3.dafs.zarr.zip",
-        "foreign_v3.daf.zarr",
-    ];
-    let vectors = vectors.iter().map(|s| format!("{VECTORS}/{s}"));
-    vectors
-        .chain(packed.iter().map(|s| format!("{PACKED}/{s}")))
-        .collect()
-}
+use common::every_local_source as sources;
 
 /// The Zarr view(s) of `datasets` in `format`: path → `None` (directory) or the bytes.
 fn zarr_view(
@@ -53,7 +26,7 @@ fn zarr_view(
         ..ViewOptions::from(ViewSelection::Zarr)
     };
     let mut out = BTreeMap::new();
-    for root in view_roots(datasets, options) {
+    for root in view_roots(datasets, &options) {
         for entry in view_entries(&datasets[root.dataset].dataset, &root) {
             let bytes = match entry.node {
                 ViewNode::Dir => None,

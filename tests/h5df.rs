@@ -314,7 +314,7 @@ fn dimension_names_and_the_published_zip_work_on_an_h5df() {
     let opened = open_source(&source).unwrap();
     let core = Arc::new(DafFs::with_staging(
         opened.datasets,
-        opts,
+        opts.clone(),
         SystemTime::UNIX_EPOCH,
         None,
     ));
@@ -351,5 +351,26 @@ fn dimension_names_and_the_published_zip_work_on_an_h5df() {
     assert!(
         String::from_utf8_lossy(&dims).contains("dimension_names"),
         "dimension names"
+    );
+}
+
+#[test]
+fn the_anndata_view_of_an_h5df_is_that_of_its_filesdaf_tree() {
+    require_fuse!();
+    let mut opts = options(Some((FilesVersion::V1_0, Format::ZarrV2)));
+    opts.anndata = Some(daf_mount::views::anndata::Request::parse("cell:gene:expr").unwrap());
+    let got = mount_trees(&fixture("tiny.h5df"), opts.clone());
+    let want = mount_trees(&format!("{H5DF}/expected/tiny.daf"), opts);
+    let view = under(&got, "tiny.anndata.zarr");
+    assert!(
+        !view.is_empty(),
+        "no AnnData view: {:?}",
+        got.keys().take(8).collect::<Vec<_>>()
+    );
+    assert_same_files(
+        &view,
+        &under(&want, "tiny.anndata.zarr"),
+        &[],
+        "tiny.h5df: AnnData view",
     );
 }

@@ -36,6 +36,7 @@ fn mounted_tree(source: &str, selection: ViewSelection) -> Tree {
         files: Some(FilesVersion::V1_0),
         zip: false,
         dimension_names: false,
+        anndata: None,
     };
     let core = DafFs::with_staging(opened.datasets, options, SystemTime::UNIX_EPOCH, None);
     let mount = TestMount::serving(Arc::new(core), false, source);

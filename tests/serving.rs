@@ -22,6 +22,7 @@ fn mount(source: &str, zarr: Format) -> TestMount {
         files: None,
         zip: false,
         dimension_names: false,
+        anndata: None,
     };
     let core = DafFs::with_staging(opened.datasets, options, SystemTime::UNIX_EPOCH, None);
     TestMount::serving(Arc::new(core), false, source)

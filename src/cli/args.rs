@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use crate::formats::json::FilesVersion;
 use crate::formats::source::Format;
 use crate::stores::http::{parse_header, HttpOptions};
+use crate::views::anndata::Request;
 use crate::views::{ViewOptions, ViewSelection};
 
 use super::CliError;
@@ -98,6 +99,13 @@ pub struct Args {
     /// view is exactly what DataAxesFormats writes. Also `-o dimension_names`.
     #[arg(long)]
     pub dimension_names: bool,
+    /// Also show NAME.anndata.zarr/ for each data set: a read-only AnnData store (anndata,
+    /// scanpy) over the same bytes, obs and var two axes and X a matrix between them. Without a
+    /// value they come from the data set's String scalars obs_is, var_is and X_is (X may be left
+    /// out when one matrix alone joins the axes). Put it after SOURCE and MOUNTPOINT. Also
+    /// `-o anndata[=OBS:VAR[:X]]`.
+    #[arg(long, value_name = "OBS:VAR[:X]", num_args = 0..=1, default_missing_value = "")]
+    pub anndata: Option<String>,
     /// More logging (-v info, -vv debug); RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -198,15 +206,26 @@ fn parse_files_version(value: &str) -> Result<FilesVersion, String> {
 }
 
 impl Args {
-    /// The views to show and their formats: the command line's, else the `-o` options'.
-    pub fn view_options(&self, options: &MountOptions) -> ViewOptions {
-        ViewOptions {
-            selection: self.selection(options),
+    /// The views to show and their formats: the command line's, else the `-o` options'. A
+    /// malformed `--anndata` value, or `--anndata` without both views, is a usage error.
+    pub fn view_options(&self, options: &MountOptions) -> Result<ViewOptions, CliError> {
+        let selection = self.selection(options);
+        let anndata = match self.anndata.as_ref().or(options.anndata.as_ref()) {
+            None => None,
+            Some(_) if selection != ViewSelection::Both => return Err(CliError::Usage(
+                "--anndata shows NAME.anndata.zarr/ beside the other views: it needs --view both"
+                    .into(),
+            )),
+            Some(value) => Some(Request::parse(value).map_err(CliError::Usage)?),
+        };
+        Ok(ViewOptions {
+            selection,
             zarr: self.zarr_format.or(options.zarr_format),
             files: self.files_version.or(options.files_version),
             zip: self.zip || options.zip,
             dimension_names: self.dimension_names || options.dimension_names,
-        }
+            anndata,
+        })
     }
 }
 
@@ -231,6 +250,8 @@ pub struct MountOptions {
     pub zip: bool,
     /// `dimension_names`: the Zarr view's arrays carry xarray's dimension names.
     pub dimension_names: bool,
+    /// `anndata[=OBS:VAR[:X]]`: the AnnData view, with this value (empty without one).
+    pub anndata: Option<String>,
     /// `rw` was given (refused with a URL source).
     pub rw_given: bool,
     /// `view=both|files|zarr`.
@@ -263,6 +284,10 @@ impl MountOptions {
                 "ro" => parsed.read_only = true,
                 "zip" => parsed.zip = true,
                 "dimension_names" => parsed.dimension_names = true,
+                "anndata" => parsed.anndata = Some(String::new()),
+                _ if option.starts_with("anndata=") => {
+                    parsed.anndata = Some(option["anndata=".len()..].to_string())
+                }
                 "rw" => {
                     parsed.read_only = false;
                     parsed.rw_given = true;
@@ -382,27 +407,63 @@ mod tests {
             (Some(Format::ZarrV3), Some(FilesVersion::V1_1))
         );
         let none = MountOptions::default();
-        assert_eq!(args(&[]).view_options(&none).zarr, None);
-        assert_eq!(args(&[]).view_options(&o).zarr, Some(Format::ZarrV3));
+        assert_eq!(args(&[]).view_options(&none).unwrap().zarr, None);
+        assert_eq!(
+            args(&[]).view_options(&o).unwrap().zarr,
+            Some(Format::ZarrV3)
+        );
         let given = args(&["--zarr-format", "2", "--files-version", "1.0"]);
-        let chosen = given.view_options(&o);
+        let chosen = given.view_options(&o).unwrap();
         assert_eq!(
             (chosen.zarr, chosen.files),
             (Some(Format::ZarrV2), Some(FilesVersion::V1_0))
         );
         assert!(Args::try_parse_from(["daf-mount", "x", "/m", "--zarr-format", "4"]).is_err());
         let zip = MountOptions::parse(&["ro,zip".into()]).unwrap();
-        assert!(args(&[]).view_options(&zip).zip && args(&["--zip"]).view_options(&none).zip);
-        assert!(!args(&[]).view_options(&none).zip);
+        assert!(
+            args(&[]).view_options(&zip).unwrap().zip
+                && args(&["--zip"]).view_options(&none).unwrap().zip
+        );
+        assert!(!args(&[]).view_options(&none).unwrap().zip);
         assert!(MountOptions::parse(&["files_version=2.0".into()]).is_err());
         let named = MountOptions::parse(&["ro,dimension_names".into()]).unwrap();
-        assert!(args(&[]).view_options(&named).dimension_names);
+        assert!(args(&[]).view_options(&named).unwrap().dimension_names);
         assert!(
             args(&["--dimension-names"])
                 .view_options(&none)
+                .unwrap()
                 .dimension_names
         );
-        assert!(!args(&[]).view_options(&o).dimension_names);
+        assert!(!args(&[]).view_options(&o).unwrap().dimension_names);
+    }
+
+    #[test]
+    fn anndata_takes_an_optional_value_and_needs_both_views() {
+        let args = |extra: &[&str]| {
+            Args::try_parse_from(["daf-mount", "x.daf", "/mnt"].iter().chain(extra)).unwrap()
+        };
+        let none = MountOptions::default();
+        let asked = |args: &Args, o: &MountOptions| args.view_options(o).unwrap().anndata;
+        assert_eq!(asked(&args(&[]), &none), None);
+        assert_eq!(
+            asked(&args(&["--anndata"]), &none),
+            Some(Request::default())
+        );
+        let chosen = asked(&args(&["--anndata", "cell:gene:UMIs"]), &none).unwrap();
+        assert_eq!(chosen.x.as_deref(), Some("UMIs"));
+        let o = MountOptions::parse(&["ro,anndata=cell:gene".into()]).unwrap();
+        assert_eq!(asked(&args(&[]), &o).unwrap().var.as_deref(), Some("gene"));
+        let bare = MountOptions::parse(&["anndata".into()]).unwrap();
+        assert_eq!(asked(&args(&[]), &bare), Some(Request::default()));
+        // Before SOURCE, a bare --anndata takes SOURCE as its value: a usage error.
+        let early = Args::try_parse_from(["daf-mount", "--anndata", "x.daf", "/mnt", "/m2"]);
+        let why = early.unwrap().view_options(&none).unwrap_err();
+        assert!(
+            matches!(&why, CliError::Usage(w) if w.contains("OBS:VAR")),
+            "{why}"
+        );
+        let files = args(&["--anndata", "--view", "files"]).view_options(&none);
+        assert!(matches!(files, Err(CliError::Usage(w)) if w.contains("--view both")));
     }
 
     #[test]

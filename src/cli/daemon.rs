@@ -15,6 +15,7 @@ use crate::staging::StagingArea;
 use crate::stores::http::redact;
 use crate::stores::zip::append::start_tail_writer;
 use crate::sys::{fork, Forked};
+use crate::views::anndata_refusal;
 
 use super::lock::{lock_source, WriterLock};
 use super::mount::{
@@ -54,6 +55,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
         return Err(CliError::Option("SOURCE and MOUNTPOINT are needed".into()));
     };
     let mut options = MountOptions::parse(&args.options)?;
+    let views = args.view_options(&options)?;
     let remote = is_url(&source_arg);
     if remote {
         if options.rw_given {
@@ -118,17 +120,21 @@ pub fn run(args: Args) -> Result<(), CliError> {
     let started = std::time::Instant::now();
     // What the opening logs is written once the source opened: a refused mount says only why.
     let source = super::logging::held(|| {
-        if remote {
+        let source = if remote {
             let http = options
                 .http
                 .clone()
                 .with_environment()
                 .map_err(CliError::Option)?;
-            Ok(open_remote(&source_arg, &http)?)
+            open_remote(&source_arg, &http)?
         } else if options.read_only {
-            Ok(open_source(&source_arg)?)
+            open_source(&source_arg)?
         } else {
-            finish_interrupted_commit(open_source(&source_arg)?, &source_arg)
+            finish_interrupted_commit(open_source(&source_arg)?, &source_arg)?
+        };
+        match anndata_refusal(&source.datasets, &views) {
+            Some(why) => Err(CliError::View(why)),
+            None => Ok(source),
         }
     })?;
     // A URL is shown (log, fsname in /proc/mounts) without query string or user info.
@@ -145,7 +151,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
     let staging = (!options.read_only).then(|| StagingArea::for_source(&source.path));
     let core = Arc::new(DafFs::with_staging(
         source.datasets,
-        args.view_options(&options),
+        views,
         root_mtime,
         staging,
     ));

@@ -21,7 +21,7 @@ pub use args::{Args, Command, Generate, MountOptions, StatusArgs};
 pub use daemon::run;
 
 /// Runs the program for parsed `args`: a subcommand, or a mount. Errors are one line on stderr
-/// (`daf-mount: ...`) and exit status 1.
+/// (`daf-mount: ...`) and exit status 1 (2 for a usage error).
 pub fn main(args: Args) -> ExitCode {
     let outcome = match &args.command {
         Some(Command::Generate { what }) => generate::generate(what.clone(), Args::command())
@@ -37,14 +37,20 @@ pub fn main(args: Args) -> ExitCode {
         None => mount(args).map(|()| ExitCode::SUCCESS),
     };
     outcome.unwrap_or_else(|e| {
+        let status = match e {
+            CliError::Usage(_) => ExitCode::from(2),
+            _ => ExitCode::FAILURE,
+        };
         eprintln!("daf-mount: {:#}", anyhow::Error::from(e));
-        ExitCode::FAILURE
+        status
     })
 }
 
 /// Sets up the log for a mount, then mounts.
 fn mount(args: Args) -> Result<(), CliError> {
     let options = MountOptions::parse(&args.options)?;
+    // Before anything is logged: a usage error is its one line.
+    args.view_options(&options)?;
     let log_file = args.log_file.as_deref().or(options.log_file.as_deref());
     let (state_home, home) = (std::env::var_os("XDG_STATE_HOME"), std::env::var_os("HOME"));
     let user = (
@@ -86,6 +92,13 @@ pub enum CliError {
     /// A bad `-o` option.
     #[error("{0}")]
     Option(String),
+    /// Options that do not go together, or a malformed value (exit status 2, as the argument
+    /// parser's own usage errors).
+    #[error("{0}")]
+    Usage(String),
+    /// A data set cannot be shown as asked (its AnnData view cannot choose its axes).
+    #[error("{0}")]
+    View(String),
     /// The source cannot be opened.
     #[error(transparent)]
     Source(#[from] crate::formats::FormatError),

@@ -247,7 +247,7 @@ impl DafFs {
         staging: Option<StagingArea>,
     ) -> DafFs {
         let options = options.into();
-        let roots = view_roots(&datasets, options);
+        let roots = view_roots(&datasets, &options);
         let staged = staging
             .iter()
             .flat_map(StagingArea::list)

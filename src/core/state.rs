@@ -282,7 +282,7 @@ impl State {
                 )
             };
             let mut publisher = crate::stores::lock(publisher);
-            published = publisher.entries(&self.datasets, *options, zarr_files);
+            published = publisher.entries(&self.datasets, options, zarr_files);
         }
         let (datasets, roots, deleted) = (&self.datasets, &self.roots, &self.deleted);
         // The views are rendered on a second thread and their entries handed over in batches as

@@ -194,6 +194,7 @@ fn the_view_formats_can_be_chosen() {
                 files: Some(files_version),
                 zip: false,
                 dimension_names: false,
+                anndata: None,
             };
             let fs = DafFs::new(opened.datasets, options, SystemTime::UNIX_EPOCH);
             let name = crate::formats::source::display_name(Path::new(source));
@@ -398,6 +399,7 @@ fn a_new_axis_that_renames_dimensions_makes_the_kernel_forget_every_named_docume
         files: None,
         zip: false,
         dimension_names: true,
+        anndata: None,
     };
     let fs = DafFs::with_staging(
         opened.datasets,
@@ -555,6 +557,7 @@ fn the_zarr_view_of_packed_files_is_what_daf_writes() {
         files: None,
         zip: false,
         dimension_names: false,
+        anndata: None,
     };
     let fs = DafFs::new(opened.datasets, options, SystemTime::UNIX_EPOCH);
     let mut shown = BTreeMap::new();

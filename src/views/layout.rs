@@ -46,7 +46,7 @@ pub trait Layout: Sync + Send {
 
     /// FilesDaf or Zarr (the view's directory name suffix).
     fn family(&self) -> ViewKind {
-        self.format().family()
+        self.format().family().into()
     }
 
     /// Reads item `id` from `index` (keys relative to the data set root); `dataset` gives the
@@ -86,6 +86,13 @@ pub trait Layout: Sync + Send {
         shown: Shown<'_>,
     ) -> Option<Vec<ViewEntry>>;
 
+    /// Whether a change of one item changes only its own entries and those of no item (else a
+    /// commit renders the whole view anew: the AnnData view, whose dataframes list their
+    /// columns).
+    fn item_local(&self) -> bool {
+        true
+    }
+
     /// The item a path of the view belongs to (`None` for other names, such as temporaries).
     fn item_of(&self, rel: &str) -> Option<PropertyId>;
 
@@ -93,6 +100,12 @@ pub trait Layout: Sync + Send {
     /// directory); `None` for a group. A layout whose items have no directories has none.
     fn item_of_dir(&self, _rel: &str) -> Option<PropertyId> {
         None
+    }
+
+    /// Whether nothing may change in the view: every change inside it is refused as on a
+    /// read-only file system (the AnnData view).
+    fn read_only(&self) -> bool {
+        false
     }
 
     /// Whether a new file (or directory) may be created at `rel`: where an item can live, plus

@@ -4,6 +4,7 @@
 //! `Arc<Blob>` in both views for numeric payloads) or with a lazily synthesised one (descriptors,
 //! `.zarray`s, scalar chunks, converted text). The core turns these lists into an inode tree.
 
+pub mod anndata;
 pub mod dimensions;
 pub mod files;
 mod keyed;
@@ -275,8 +276,26 @@ pub(crate) fn shown_made_of<T: Send + Sync + 'static>(
     shown(&join(prefix, path))?.made_of()?.downcast::<T>().ok()
 }
 
-/// The two kinds of view (`NAME.daf/`, `NAME.daf.zarr/`): the two families of formats.
-pub use crate::formats::source::Family as ViewKind;
+/// The kinds of view: `NAME.daf/` and `NAME.daf.zarr/` (the two families of formats), and
+/// `NAME.anndata.zarr/` ([`anndata`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ViewKind {
+    /// FilesDaf.
+    Files,
+    /// ZarrDaf.
+    Zarr,
+    /// AnnData, in Zarr.
+    AnnData,
+}
+
+impl From<crate::formats::source::Family> for ViewKind {
+    fn from(family: crate::formats::source::Family) -> ViewKind {
+        match family {
+            crate::formats::source::Family::Files => ViewKind::Files,
+            crate::formats::source::Family::Zarr => ViewKind::Zarr,
+        }
+    }
+}
 
 /// Where one view of one data set sits in the mount.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -294,12 +313,17 @@ pub struct ViewRoot {
     pub canonical: String,
     /// Whether its arrays carry xarray's dimension names (`--dimension-names`; Zarr views only).
     pub dimension_names: bool,
+    /// The AnnData view's layout (its selection), for an AnnData view.
+    pub anndata: Option<Arc<anndata::layout::AnnData>>,
 }
 
 impl ViewRoot {
     /// The layout the view is in.
-    pub fn layout(&self) -> &'static dyn layout::Layout {
-        layout::layout(self.format)
+    pub fn layout(&self) -> &dyn layout::Layout {
+        match &self.anndata {
+            Some(anndata) => anndata.as_ref(),
+            None => layout::layout(self.format),
+        }
     }
 
     /// `rel` (relative to the view) as a mount path.
@@ -330,7 +354,7 @@ pub fn join(dir: &str, rel: &str) -> String {
 }
 
 /// Which views a mount shows, and in which formats.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ViewOptions {
     /// Which views.
     pub selection: ViewSelection,
@@ -344,6 +368,9 @@ pub struct ViewOptions {
     /// Whether the Zarr view's arrays carry xarray's dimension names (`--dimension-names`;
     /// see [`dimensions`]); without it the view is byte for byte what Julia writes.
     pub dimension_names: bool,
+    /// Whether each data set also shows as AnnData, and what was asked of the selection
+    /// (`--anndata`; see [`anndata`]; only with both views).
+    pub anndata: Option<anndata::Request>,
 }
 
 impl From<ViewSelection> for ViewOptions {
@@ -354,6 +381,7 @@ impl From<ViewSelection> for ViewOptions {
             files: None,
             zip: false,
             dimension_names: false,
+            anndata: None,
         }
     }
 }
@@ -372,7 +400,7 @@ pub fn is_current(ds: &NamedDataset) -> bool {
 }
 
 /// The format of the view of `kind` of data set `ds` under `options`.
-pub(crate) fn view_format(ds: &NamedDataset, kind: ViewKind, options: ViewOptions) -> Format {
+pub(crate) fn view_format(ds: &NamedDataset, kind: ViewKind, options: &ViewOptions) -> Format {
     let current = is_current(ds);
     match kind {
         ViewKind::Files => Format::Files(options.files.unwrap_or(if current {
@@ -380,7 +408,7 @@ pub(crate) fn view_format(ds: &NamedDataset, kind: ViewKind, options: ViewOption
         } else {
             FilesVersion::V1_0
         })),
-        ViewKind::Zarr => options.zarr.unwrap_or(if current {
+        ViewKind::Zarr | ViewKind::AnnData => options.zarr.unwrap_or(if current {
             Format::ZarrV3
         } else {
             Format::ZarrV2
@@ -389,7 +417,9 @@ pub(crate) fn view_format(ds: &NamedDataset, kind: ViewKind, options: ViewOption
 }
 
 /// The view roots of a mount: for each data set, the views selected, under the right names.
-pub fn view_roots(datasets: &[NamedDataset], options: ViewOptions) -> Vec<ViewRoot> {
+/// An AnnData view is shown where its selection succeeds ([`anndata::select`]; a mount checks
+/// every data set's before it is made: [`anndata_refusal`]).
+pub fn view_roots(datasets: &[NamedDataset], options: &ViewOptions) -> Vec<ViewRoot> {
     let selection = options.selection;
     let single = datasets.len() == 1 && selection != ViewSelection::Both;
     let mut roots = Vec::new();
@@ -415,11 +445,38 @@ pub fn view_roots(datasets: &[NamedDataset], options: ViewOptions) -> Vec<ViewRo
                     mount,
                     canonical,
                     dimension_names: options.dimension_names && kind == ViewKind::Zarr,
+                    anndata: None,
                 });
             }
         }
+        let request = options
+            .anndata
+            .as_ref()
+            .filter(|_| selection == ViewSelection::Both);
+        if let Some(Ok(selection)) = request.map(|r| anndata::select(name, &ds.dataset, r)) {
+            let canonical = format!("{name}{}", anndata::SUFFIX);
+            let zarr = view_format(ds, ViewKind::AnnData, options);
+            roots.push(ViewRoot {
+                dataset: index,
+                kind: ViewKind::AnnData,
+                format: zarr,
+                mount: canonical.clone(),
+                canonical,
+                dimension_names: false,
+                anndata: Some(Arc::new(anndata::layout::AnnData { selection, zarr })),
+            });
+        }
     }
     roots
+}
+
+/// Why the AnnData view of some data set cannot be shown under `options` (the first such data
+/// set's one line), if it cannot: checked before a mount is made.
+pub fn anndata_refusal(datasets: &[NamedDataset], options: &ViewOptions) -> Option<String> {
+    let request = options.anndata.as_ref()?;
+    datasets
+        .iter()
+        .find_map(|ds| anndata::select(&ds.name, &ds.dataset, request).err())
 }
 
 /// The entries of one view of a data set.
@@ -483,10 +540,10 @@ pub fn local_entries(
     id: &PropertyId,
     shown: Shown<'_>,
 ) -> Option<Vec<ViewEntry>> {
-    if root.dimension_names {
+    let layout = root.layout();
+    if root.dimension_names || !layout.item_local() {
         return None;
     }
-    let layout = root.layout();
     let mut entries = match layout.local_view(dataset, &root.mount, id, shown) {
         Some(entries) => entries,
         None => {

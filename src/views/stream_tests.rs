@@ -55,11 +55,12 @@ fn seen(entries: &[ViewEntry]) -> Vec<(String, Option<Vec<u8>>, SystemTime, bool
 fn root_at_v(format: Format, dimension_names: bool) -> ViewRoot {
     ViewRoot {
         dataset: 0,
-        kind: format.family(),
+        kind: format.family().into(),
         format,
         mount: "v".into(),
         canonical: "v".into(),
         dimension_names,
+        anndata: None,
     }
 }
 

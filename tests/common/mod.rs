@@ -24,6 +24,50 @@ pub const JULIA: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../shared/fixtures/julia-filesdaf"
 );
+/// The packed fixtures of `tests/data/make_packed.py`.
+pub const PACKED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/packed");
+
+/// Every local source kind: FilesDaf 1.0/1.1, Zarr v2/v3 directories and ZIPs, ZipDaf,
+/// multi-data-set ZIPs, packed and foreign arrays.
+pub fn every_local_source() -> Vec<String> {
+    let vectors = [
+        "files_v1_0.daf",
+        "files_v1_1.daf",
+        "zarr_v2.daf.zarr",
+        "zarr_v2.daf.zarr.zip",
+        "zarr_v3.daf.zarr",
+        "zarr_v3.daf.zarr.zip",
+        "zipdaf_v1_0.daf.zip",
+        "zipdaf_v1_1.daf.zip",
+        "multi_v1_1.dafs.zip",
+    ];
+    let packed = [
+        "files_packed.daf",
+        "zipdaf_packed.daf.zip",
+        "zarr_packed.daf.zarr",
+        "zarr_packed.daf.zarr.zip",
+        "multi_v3.dafs.zarr.zip",
+        "foreign_v3.daf.zarr",
+    ];
+    let vectors = vectors.iter().map(|s| format!("{VECTORS}/{s}"));
+    vectors
+        .chain(packed.iter().map(|s| format!("{PACKED}/{s}")))
+        .collect()
+}
+
+/// Unmounts `mnt` (a mount of the binary) with `fusermount3 -u`.
+pub fn fusermount_u(mnt: &Path) {
+    let done = std::process::Command::new("fusermount3")
+        .arg("-u")
+        .arg(mnt)
+        .status();
+    assert!(
+        done.is_ok_and(|s| s.success()),
+        "fusermount3 -u {}",
+        mnt.display()
+    );
+}
+
 pub const IO_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Whether this machine can mount FUSE file systems (root and /dev/fuse).

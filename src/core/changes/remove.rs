@@ -208,13 +208,15 @@ impl DafFs {
         let mut state = self.lock_state();
         let ino = Self::existing_child(&state, parent, name)?;
         let node = state.namespace.node(ino).ok_or(FsError::NotFound)?;
+        let path = state.namespace.path(ino).ok_or(FsError::NotFound)?;
+        // A read-only view refuses before anything else is looked at, as a read-only mount.
+        Self::changeable(&state, &path)?;
         if !node.is_dir() {
             return Err(FsError::NotDir);
         }
         if !state.namespace.children(ino).is_empty() {
             return Err(FsError::NotEmpty);
         }
-        let path = state.namespace.path(ino).ok_or(FsError::NotFound)?;
         let canonical = Self::canonical(&state, &path)?;
         if !state.staged.get(&canonical).is_some_and(|s| s.is_dir) {
             return self.remove_committed_dir(state, &path);

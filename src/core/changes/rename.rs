@@ -24,6 +24,7 @@ impl DafFs {
         let staging = self.staging_area()?;
         let mut state = self.lock_state();
         let ino = Self::existing_child(&state, parent, name)?;
+        Self::both_changeable(&state, ino, new_parent, new_name)?;
         let node = state.namespace.node(ino).ok_or(FsError::NotFound)?;
         let NodeKind::Staged(disk) = node.kind() else {
             return Err(FsError::NotPermitted(format!(
@@ -173,6 +174,7 @@ impl DafFs {
     pub fn link(&self, ino: u64, new_parent: u64, new_name: &OsStr) -> Result<Attr, FsError> {
         let staging = self.staging_area()?;
         let mut state = self.lock_state();
+        Self::both_changeable(&state, ino, new_parent, new_name)?;
         let node = state.namespace.node(ino).ok_or(FsError::NotFound)?;
         let NodeKind::Staged(disk) = node.kind() else {
             return Err(FsError::NotPermitted(format!(
@@ -213,4 +215,21 @@ fn same_document(new: &[u8], old: &[u8]) -> bool {
             (serde_json::from_slice::<serde_json::Value>(new), serde_json::from_slice::<serde_json::Value>(old)),
             (Ok(a), Ok(b)) if a == b
         )
+}
+
+impl DafFs {
+    /// Refuses a rename or link whose old name (`ino`) or new one (`new_name` in `new_parent`)
+    /// is inside a read-only view, before anything else is looked at.
+    fn both_changeable(
+        state: &State,
+        ino: u64,
+        new_parent: u64,
+        new_name: &OsStr,
+    ) -> Result<(), FsError> {
+        let old = state.namespace.path(ino).unwrap_or_default();
+        let new_dir = state.namespace.path(new_parent).unwrap_or_default();
+        let new = crate::views::join(&new_dir, new_name.to_str().unwrap_or_default());
+        Self::changeable(state, &old)?;
+        Self::changeable(state, &new)
+    }
 }

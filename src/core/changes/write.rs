@@ -166,6 +166,7 @@ impl DafFs {
     }
 
     pub(in crate::core) fn canonical(state: &State, mount: &str) -> Result<String, FsError> {
+        Self::changeable(state, mount)?;
         match split_mount(&state.roots, mount) {
             Some((root, rel)) if !rel.is_empty() => Ok(root.canonical_path(rel)),
             _ => Err(FsError::NotPermitted(format!(
@@ -174,9 +175,19 @@ impl DafFs {
         }
     }
 
+    /// Refuses every change at `mount` inside a read-only view (the AnnData view) as a
+    /// read-only file system would.
+    pub(in crate::core) fn changeable(state: &State, mount: &str) -> Result<(), FsError> {
+        match split_mount(&state.roots, mount) {
+            Some((root, _)) if root.layout().read_only() => Err(FsError::ReadOnly),
+            _ => Ok(()),
+        }
+    }
+
     /// Checks that the committed content at `mount` may be replaced or removed: only directory
     /// sources allow it (ZIP sources are append-only).
     pub(in crate::core) fn replaceable(state: &State, mount: &str) -> Result<(), FsError> {
+        Self::changeable(state, mount)?;
         match split_mount(&state.roots, mount).map(|(root, _)| &state.datasets[root.dataset].target) {
             Some(target) if target.is_zip() => Err(FsError::NotPermitted(format!(
                 "{mount}: ZIP sources are append-only; committed properties cannot be replaced or removed"
@@ -438,6 +449,9 @@ impl DafFs {
         let state = self.read_state();
         let node = state.namespace.node(ino).ok_or(FsError::NotFound)?;
         let path = || state.namespace.path(ino).ok_or(FsError::NotFound);
+        if size.is_some() || mtime.is_some() {
+            Self::changeable(&state, &path()?)?;
+        }
         let set = match node.kind() {
             NodeKind::Staged(disk) => {
                 self.staging_area()?;

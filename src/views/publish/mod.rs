@@ -260,7 +260,7 @@ fn member_name(p: &Publication, piece: Piece) -> &str {
 }
 
 /// The Zarr view root the published archive of data set `index` is made from.
-fn zarr_root(datasets: &[NamedDataset], index: usize, options: ViewOptions) -> ViewRoot {
+fn zarr_root(datasets: &[NamedDataset], index: usize, options: &ViewOptions) -> ViewRoot {
     let ds = &datasets[index];
     ViewRoot {
         dataset: index,
@@ -269,6 +269,7 @@ fn zarr_root(datasets: &[NamedDataset], index: usize, options: ViewOptions) -> V
         mount: String::new(),
         canonical: format!("{}.daf.zarr", ds.name),
         dimension_names: options.dimension_names,
+        anndata: None,
     }
 }
 
@@ -276,7 +277,7 @@ fn zarr_root(datasets: &[NamedDataset], index: usize, options: ViewOptions) -> V
 fn members(
     datasets: &[NamedDataset],
     index: usize,
-    options: ViewOptions,
+    options: &ViewOptions,
 ) -> Vec<(String, Arc<Blob>)> {
     let root = zarr_root(datasets, index, options);
     let files = view_entries(&datasets[index].dataset, &root)
@@ -338,7 +339,7 @@ impl Publisher {
     pub fn entries(
         &mut self,
         datasets: &[NamedDataset],
-        options: ViewOptions,
+        options: &ViewOptions,
         rendered: impl Fn(usize) -> Option<Vec<(String, Arc<Blob>)>>,
     ) -> Vec<ViewEntry> {
         let mut last = HashMap::new();

@@ -18,6 +18,7 @@ fn options(zarr: Option<Format>) -> ViewOptions {
         files: None,
         zip: true,
         dimension_names: false,
+        anndata: None,
     }
 }
 
@@ -25,7 +26,7 @@ fn options(zarr: Option<Format>) -> ViewOptions {
 fn published(source: &str, zarr: Option<Format>) -> Vec<(String, Arc<Blob>)> {
     let opened = open_source(source).unwrap_or_else(|e| panic!("{source}: {e}"));
     Publisher::default()
-        .entries(&opened.datasets, options(zarr), |_| None)
+        .entries(&opened.datasets, &options(zarr), |_| None)
         .into_iter()
         .map(|e| match e.node {
             ViewNode::File(blob) => (e.path, blob),
@@ -98,7 +99,8 @@ fn the_archive_of_an_upstream_zip_has_its_entries() {
         // The CRCs of the source's stored members are the ones its directory records: known
         // without reading (or checking) the members.
         let opened = open_source(&path).unwrap();
-        let publication = Publication::new(members(&opened.datasets, 0, options(Some(zarr))), None);
+        let publication =
+            Publication::new(members(&opened.datasets, 0, &options(Some(zarr))), None);
         let states = |p: &Publication| -> Vec<_> {
             p.members.iter().map(|m| m.blob.check_state()).collect()
         };
@@ -165,7 +167,7 @@ fn every_source_kind_publishes_a_valid_archive_read_by_ranges() {
 #[test]
 fn crcs_are_computed_on_first_need_and_carried_over() {
     let opened = open_source(&format!("{VECTORS}/zarr_v2.daf.zarr")).unwrap();
-    let members = members(&opened.datasets, 0, options(None));
+    let members = members(&opened.datasets, 0, &options(None));
     let publication = Publication::new(members.clone(), None);
     let computed = |p: &Publication| p.members.iter().filter(|m| m.crc.get().is_some()).count();
     let size = publication.size().unwrap();
@@ -290,6 +292,7 @@ fn payload_members_are_the_views_blobs() {
             mount: String::new(),
             canonical: "zarr_v2.daf.zarr".into(),
             dimension_names: false,
+            anndata: None,
         };
         let view: HashMap<String, Arc<Blob>> = view_entries(&opened.datasets[0].dataset, &root)
             .into_iter()
@@ -298,7 +301,7 @@ fn payload_members_are_the_views_blobs() {
                 ViewNode::Dir => None,
             })
             .collect();
-        let members = members(&opened.datasets, 0, options(Some(zarr)));
+        let members = members(&opened.datasets, 0, &options(Some(zarr)));
         let payloads = [
             "vectors/cell/score",
             "vectors/cell/counts/nzval",

@@ -27,8 +27,11 @@ pub const JULIA: &str = concat!(
 /// The packed fixtures of `tests/data/make_packed.py`.
 pub const PACKED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/packed");
 
+/// The H5df fixtures (`shared/fixtures/h5df`).
+pub const H5DF: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/h5df");
+
 /// Every local source kind: FilesDaf 1.0/1.1, Zarr v2/v3 directories and ZIPs, ZipDaf,
-/// multi-data-set ZIPs, packed and foreign arrays.
+/// multi-data-set ZIPs, packed and foreign arrays, H5df (both HDF5 file structures).
 pub fn every_local_source() -> Vec<String> {
     let vectors = [
         "files_v1_0.daf",
@@ -49,9 +52,11 @@ pub fn every_local_source() -> Vec<String> {
         "multi_v3.dafs.zarr.zip",
         "foreign_v3.daf.zarr",
     ];
+    let h5df = ["tiny.h5df", "tiny-sb0.h5df"];
     let vectors = vectors.iter().map(|s| format!("{VECTORS}/{s}"));
     vectors
         .chain(packed.iter().map(|s| format!("{PACKED}/{s}")))
+        .chain(h5df.iter().map(|s| format!("{H5DF}/{s}")))
         .collect()
 }
 

@@ -58,7 +58,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
     if remote {
         if options.rw_given {
             return Err(CliError::Option(
-                "a remote (http/https) source is read-only: -o rw is not possible".into(),
+                "a remote (http, https, s3) source is read-only: -o rw is not possible".into(),
             ));
         }
         options.read_only = true;

@@ -66,7 +66,7 @@ pub fn is_url(arg: &str) -> bool {
 }
 
 /// The URL schemes a source may have (a remote source).
-pub const URL_SCHEMES: [&str; 2] = ["http", "https"];
+pub const URL_SCHEMES: [&str; 3] = ["http", "https", "s3"];
 
 /// The scheme of `arg` if it is written as a URL (`SCHEME://…`, the scheme a letter then letters,
 /// digits, `+`, `-` or `.`), whether daf-mount reads that scheme or not.

@@ -3,7 +3,9 @@
 //! connection that keeps dropping, a response slower than the timeout and a 404 chunk give EIO
 //! on that read while the mount stays up; a changed object gives EIO, never mixed bytes; a server
 //! without `Range` is refused at mount. The data set is a ZarrDaf v2 directory written here with
-//! one 8 MiB chunk, so a read needs more than the one request that learns a chunk's size.
+//! one 8 MiB chunk, so a read needs more than the one request that learns a chunk's size. Each
+//! test runs against the HTTP URL and against the same data as an S3 source
+//! (`s3://bkt/big.daf.zarr`, path-style with the fault server as endpoint, `no_sign`).
 
 mod common;
 
@@ -102,12 +104,12 @@ struct RemoteMount {
 }
 
 impl RemoteMount {
-    fn new(url: &str, options: &[&str]) -> RemoteMount {
+    fn new(url: &str, options: &[impl AsRef<str>]) -> RemoteMount {
         let dir = tempfile::tempdir().unwrap();
         let mnt = dir.path().join("mnt");
         std::fs::create_dir(&mnt).unwrap();
         let mut args = vec![url, mnt.to_str().unwrap(), "--view", "files"];
-        args.extend(options);
+        args.extend(options.iter().map(AsRef::as_ref));
         let child = start_foreground(&args, Stdio::inherit());
         RemoteMount {
             child,
@@ -138,17 +140,39 @@ impl Drop for RemoteMount {
 /// The served data set and its server: (`server`, URL of the data set, chunk bytes, temp dir).
 fn served() -> (FaultServer, String, Vec<u8>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
-    let data = write_zarr_v2(&dir.path().join("big.daf.zarr"));
+    let data = write_zarr_v2(&dir.path().join("bkt/big.daf.zarr"));
     let server = FaultServer::serve(dir.path());
-    let url = format!("{}/big.daf.zarr", server.url());
+    let url = format!("{}/bkt/big.daf.zarr", server.url());
     (server, url, data, dir)
+}
+
+/// The chunk's path on the server.
+const SERVED_CHUNK: &str = "/bkt/big.daf.zarr/matrices/cell/gene/fraction/0.0";
+
+/// The data set as an HTTP URL and as an S3 source, each with the options it needs, plus
+/// `options`.
+fn sources(server: &FaultServer, url: &str, options: &[&str]) -> [(String, Vec<String>); 2] {
+    let with = |mut first: Vec<String>| {
+        first.extend(options.iter().map(|o| o.to_string()));
+        first
+    };
+    [
+        (url.to_string(), with(Vec::new())),
+        (
+            "s3://bkt/big.daf.zarr".to_string(),
+            with(vec![
+                "-o".into(),
+                format!("endpoint={},no_sign", server.url()),
+            ]),
+        ),
+    ]
 }
 
 #[test]
 fn the_data_set_mounts_locally_with_the_chunk_as_its_matrix() {
     require_fuse!();
     let (_server, _url, data, dir) = served();
-    let source = dir.path().join("big.daf.zarr");
+    let source = dir.path().join("bkt/big.daf.zarr");
     let mount = RemoteMount::new(source.to_str().unwrap(), &["-o", "ro"]);
     assert!(mount.read(VIEW).unwrap() == data);
     let genes: String = (0..GENES).map(|i| format!("g{i}\n")).collect();
@@ -159,108 +183,145 @@ fn the_data_set_mounts_locally_with_the_chunk_as_its_matrix() {
 fn a_503_then_success_is_retried() {
     require_fuse!();
     let (server, url, data, _dir) = served();
-    let mount = RemoteMount::new(&url, &[]);
-    server.fault(
-        &format!("/big.daf.zarr/{CHUNK}"),
-        Fault::Unavailable { times: 2 },
-    );
-    assert!(
-        mount.read(VIEW).unwrap() == data,
-        "other bytes after retries"
-    );
-    let tried = server.requests_for(&format!("/big.daf.zarr/{CHUNK}"));
-    assert!(tried >= 3, "two 503s and a success: {tried} requests");
+    for (source, options) in sources(&server, &url, &[]) {
+        let before = server.requests_for(SERVED_CHUNK);
+        let mount = RemoteMount::new(&source, &options);
+        server.fault(SERVED_CHUNK, Fault::Unavailable { times: 2 });
+        assert!(
+            mount.read(VIEW).unwrap() == data,
+            "{source}: other bytes after retries"
+        );
+        let tried = server.requests_for(SERVED_CHUNK) - before;
+        assert!(tried >= 3, "{source}: two 503s and a success: {tried}");
+        server.clear_faults();
+    }
 }
 
 #[test]
 fn a_dropped_connection_is_retried_and_one_that_keeps_dropping_gives_eio() {
     require_fuse!();
     let (server, url, data, _dir) = served();
-    let path = format!("/big.daf.zarr/{CHUNK}");
-    let mount = RemoteMount::new(&url, &["-o", "retries=2"]);
-    server.fault(&path, Fault::DropMidBody { times: 1 });
-    assert!(
-        mount.read(VIEW).unwrap() == data,
-        "other bytes after a retry"
-    );
-    let mount2 = RemoteMount::new(&url, &["-o", "retries=2"]);
-    server.fault(&path, Fault::DropMidBody { times: u32::MAX });
-    assert_eq!(mount2.read(VIEW).map(|_| ()), Err(Some(libc::EIO)));
-    // The mount stays up: other files read, and the chunk too once the network is back.
-    assert!(mount2
-        .read("axes/cell.txt")
-        .unwrap()
-        .starts_with(b"c0\nc1\n"));
-    server.clear_faults();
-    assert!(mount2.read(VIEW).unwrap() == data);
+    for (source, options) in sources(&server, &url, &["-o", "retries=2"]) {
+        let mount = RemoteMount::new(&source, &options);
+        server.fault(SERVED_CHUNK, Fault::DropMidBody { times: 1 });
+        assert!(
+            mount.read(VIEW).unwrap() == data,
+            "{source}: other bytes after a retry"
+        );
+        let mount2 = RemoteMount::new(&source, &options);
+        server.fault(SERVED_CHUNK, Fault::DropMidBody { times: u32::MAX });
+        assert_eq!(
+            mount2.read(VIEW).map(|_| ()),
+            Err(Some(libc::EIO)),
+            "{source}"
+        );
+        // The mount stays up: other files read, and the chunk too once the network is back.
+        assert!(mount2
+            .read("axes/cell.txt")
+            .unwrap()
+            .starts_with(b"c0\nc1\n"));
+        server.clear_faults();
+        assert!(mount2.read(VIEW).unwrap() == data, "{source}");
+    }
 }
 
 #[test]
 fn a_response_slower_than_the_timeout_gives_eio() {
     require_fuse!();
     let (server, url, data, _dir) = served();
-    let path = format!("/big.daf.zarr/{CHUNK}");
-    let mount = RemoteMount::new(&url, &["-o", "timeout=1,retries=1"]);
-    server.fault(
-        &path,
-        Fault::Slow {
-            delay: Duration::from_secs(4),
-            times: u32::MAX,
-        },
-    );
-    assert_eq!(mount.read(VIEW).map(|_| ()), Err(Some(libc::EIO)));
-    server.clear_faults();
-    assert!(mount.read(VIEW).unwrap() == data);
+    for (source, options) in sources(&server, &url, &["-o", "timeout=1,retries=1"]) {
+        let mount = RemoteMount::new(&source, &options);
+        server.fault(
+            SERVED_CHUNK,
+            Fault::Slow {
+                delay: Duration::from_secs(4),
+                times: u32::MAX,
+            },
+        );
+        assert_eq!(
+            mount.read(VIEW).map(|_| ()),
+            Err(Some(libc::EIO)),
+            "{source}"
+        );
+        server.clear_faults();
+        assert!(mount.read(VIEW).unwrap() == data, "{source}");
+    }
 }
 
 #[test]
 fn a_404_chunk_gives_eio_and_the_rest_reads() {
     require_fuse!();
     let (server, url, _data, _dir) = served();
-    let mount = RemoteMount::new(&url, &[]);
-    server.fault(&format!("/big.daf.zarr/{CHUNK}"), Fault::NotFound);
-    assert_eq!(mount.read(VIEW).map(|_| ()), Err(Some(libc::EIO)));
-    assert!(mount
-        .read("axes/gene.txt")
-        .unwrap()
-        .starts_with(b"g0\ng1\n"));
+    for (source, options) in sources(&server, &url, &[]) {
+        let mount = RemoteMount::new(&source, &options);
+        server.fault(SERVED_CHUNK, Fault::NotFound);
+        assert_eq!(
+            mount.read(VIEW).map(|_| ()),
+            Err(Some(libc::EIO)),
+            "{source}"
+        );
+        assert!(mount
+            .read("axes/gene.txt")
+            .unwrap()
+            .starts_with(b"g0\ng1\n"));
+        server.clear_faults();
+    }
 }
 
 #[test]
 fn a_changed_object_gives_eio_never_mixed_bytes() {
     require_fuse!();
     let (server, url, _data, _dir) = served();
-    let mount = RemoteMount::new(&url, &[]);
-    // The first request (what learns the size) sees the original; every later one other bytes
-    // under a new ETag.
-    server.fault(
-        &format!("/big.daf.zarr/{CHUNK}"),
-        Fault::ChangeAfter { after: 1 },
-    );
-    assert_eq!(mount.read(VIEW).map(|_| ()), Err(Some(libc::EIO)));
-    assert!(server.requests_for(&format!("/big.daf.zarr/{CHUNK}")) >= 2);
+    for (source, options) in sources(&server, &url, &[]) {
+        let before = server.requests_for(SERVED_CHUNK);
+        let mount = RemoteMount::new(&source, &options);
+        // The first request (what learns the size) sees the original; every later one other
+        // bytes under a new ETag.
+        server.fault(SERVED_CHUNK, Fault::ChangeAfter { after: 1 });
+        assert_eq!(
+            mount.read(VIEW).map(|_| ()),
+            Err(Some(libc::EIO)),
+            "{source}"
+        );
+        assert!(server.requests_for(SERVED_CHUNK) - before >= 2, "{source}");
+        server.clear_faults();
+    }
 }
 
 #[test]
 fn a_server_without_range_is_refused_at_mount() {
     require_fuse!();
     let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("bkt")).unwrap();
     std::fs::copy(
         Path::new(VECTORS).join("zarr_v2.daf.zarr.zip"),
-        dir.path().join("x.daf.zarr.zip"),
+        dir.path().join("bkt/x.daf.zarr.zip"),
     )
     .unwrap();
     let server = FaultServer::serve(dir.path());
-    server.fault("/x.daf.zarr.zip", Fault::IgnoreRange);
+    server.fault("/bkt/x.daf.zarr.zip", Fault::IgnoreRange);
     let mnt = dir.path().join("mnt");
     std::fs::create_dir(&mnt).unwrap();
-    let out = Command::new(common::BIN)
-        .arg(format!("{}/x.daf.zarr.zip", server.url()))
-        .arg(&mnt)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "mounted without Range support");
-    assert!(stderr.to_lowercase().contains("range"), "{stderr}");
-    assert!(!common::is_mounted(&mnt));
+    let endpoint = format!("endpoint={},no_sign", server.url());
+    for args in [
+        vec![format!("{}/bkt/x.daf.zarr.zip", server.url())],
+        vec!["s3://bkt/x.daf.zarr.zip".into(), "-o".into(), endpoint],
+    ] {
+        let out = Command::new(common::BIN)
+            .arg(&args[0])
+            .arg(&mnt)
+            .args(&args[1..])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success(),
+            "{args:?}: mounted without Range support"
+        );
+        assert!(
+            stderr.to_lowercase().contains("range"),
+            "{args:?}: {stderr}"
+        );
+        assert!(!common::is_mounted(&mnt));
+    }
 }

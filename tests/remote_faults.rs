@@ -325,3 +325,77 @@ fn a_server_without_range_is_refused_at_mount() {
         assert!(!common::is_mounted(&mnt));
     }
 }
+
+/// The `.blk` files of a cache directory: (count, bytes, any temporary left).
+fn cache_files(dir: &Path) -> (usize, u64, bool) {
+    let mut found = (0, 0, false);
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".blk") {
+            found.0 += 1;
+            found.1 += entry.metadata().unwrap().len();
+        }
+        found.2 |= name.ends_with(".tmp");
+    }
+    found
+}
+
+#[test]
+fn the_disk_cache_survives_remounts_and_is_shared_by_mounts_within_its_bound() {
+    require_fuse!();
+    let (server, url, data, dir) = served();
+    let cache = dir.path().join("cache");
+    let option = format!("cache={}", cache.display());
+    for (source, options) in sources(&server, &url, &["-o", &option]) {
+        let _ = std::fs::remove_dir_all(&cache);
+        drop(RemoteMount::new(&source, &options));
+        {
+            let first = RemoteMount::new(&source, &options);
+            assert!(first.read(VIEW).unwrap() == data, "{source}");
+        }
+        // A remount reads the 8 MiB chunk from the disk: one HEAD learns its version, no GET.
+        let before = server.log().len();
+        let again = RemoteMount::new(&source, &options);
+        assert!(again.read(VIEW).unwrap() == data, "{source}");
+        let asked: Vec<String> = server.log()[before..]
+            .iter()
+            .filter(|l| l.path == SERVED_CHUNK)
+            .map(|l| l.method.clone())
+            .collect();
+        assert!(
+            asked.iter().all(|m| m == "HEAD") && asked.len() <= 1,
+            "{source}: {asked:?}"
+        );
+    }
+    // Two mounts reading at once, one cache: the right bytes, one file a block, no temporary.
+    let shared = dir.path().join("shared");
+    let option = format!("cache={}", shared.display());
+    let mounts = [
+        RemoteMount::new(&url, &["-o", &option]),
+        RemoteMount::new(&url, &["-o", &option]),
+    ];
+    std::thread::scope(|s| {
+        for mount in &mounts {
+            let data = &data;
+            s.spawn(move || assert!(mount.read(VIEW).unwrap() == *data));
+        }
+    });
+    drop(mounts);
+    let (count, bytes, temporary) = cache_files(&shared);
+    assert!(
+        !temporary && bytes >= 8 << 20,
+        "{count} files, {bytes} bytes"
+    );
+    // What they fetched is there once: a third mount reading the same adds no file.
+    let third = RemoteMount::new(&url, &["-o", &option]);
+    assert!(third.read(VIEW).unwrap() == data);
+    drop(third);
+    assert_eq!(cache_files(&shared), (count, bytes, false));
+    // A mount with a smaller bound brings the whole directory within it.
+    let small = RemoteMount::new(&url, &["-o", &format!("{option},cache_size=3M")]);
+    assert!(small.read(VIEW).unwrap() == data);
+    drop(small);
+    let (_, bytes, _) = cache_files(&shared);
+    assert!(bytes <= 3 << 20, "{bytes} bytes on disk");
+}

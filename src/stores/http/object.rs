@@ -123,6 +123,8 @@ pub struct RemoteObject {
     /// Blocks being fetched, with their waiters.
     inflight: Mutex<HashMap<u64, Arc<Pending>>>,
     changed_logged: AtomicBool,
+    /// Whether its version was asked for (a HEAD) so that the disk cache can serve it.
+    asked: AtomicBool,
 }
 
 impl RemoteObject {
@@ -151,6 +153,7 @@ impl RemoteObject {
             frontier: AtomicU64::new(0),
             inflight: Mutex::new(HashMap::new()),
             changed_logged: AtomicBool::new(false),
+            asked: AtomicBool::new(false),
         })
     }
 
@@ -188,6 +191,28 @@ impl RemoteObject {
     fn cached(&self, block: u64) -> Option<Bytes> {
         self.cache_key(block)
             .and_then(|k| self.client.cache.get(&k))
+    }
+
+    /// An object of several blocks whose version is not known yet (its size came from the
+    /// metadata) may have blocks in the disk cache from an earlier mount, keyed by that version:
+    /// one HEAD learns it (and checks the size), once. A failed HEAD is left to the GET to
+    /// report.
+    fn learn_version(&self) -> Result<(), StoreError> {
+        if self.validator.get().is_some()
+            || self.len <= BLOCK
+            || !self.client.cache.has_disk()
+            || self.asked.swap(true, Ordering::Relaxed)
+        {
+            return Ok(());
+        }
+        if let Ok((len, validator)) = self.client.stat(&self.url) {
+            if len != self.len {
+                return Err(self.changed(&format!("{len} bytes, not {}", self.len)));
+            }
+            let _ = self.present.set(true);
+            let _ = self.validator.set(validator);
+        }
+        Ok(())
     }
 
     fn block_len(&self, block: u64) -> u64 {
@@ -363,6 +388,7 @@ impl RangeSource for RemoteObject {
         if len == 0 {
             return Ok(Bytes::empty());
         }
+        self.learn_version()?;
         let end = offset + len;
         let (first, last) = (offset / BLOCK, (end - 1) / BLOCK);
         let mut blocks: Vec<Option<Bytes>> = (first..=last).map(|b| self.cached(b)).collect();

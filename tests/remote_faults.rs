@@ -399,3 +399,56 @@ fn the_disk_cache_survives_remounts_and_is_shared_by_mounts_within_its_bound() {
     let (_, bytes, _) = cache_files(&shared);
     assert!(bytes <= 3 << 20, "{bytes} bytes on disk");
 }
+
+#[test]
+fn a_reader_walking_the_zarr_view_has_the_next_arrays_fetched_ahead() {
+    require_fuse!();
+    let dir = tempfile::tempdir().unwrap();
+    let status = Command::new("cp")
+        .arg("-r")
+        .arg(Path::new(VECTORS).join("zarr_v2.daf.zarr"))
+        .arg(dir.path().join("x.daf.zarr"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let server = FaultServer::serve(dir.path());
+    let url = format!("{}/x.daf.zarr", server.url());
+    let dir2 = tempfile::tempdir().unwrap();
+    let mnt = dir2.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let child = start_foreground(
+        &[&url, mnt.to_str().unwrap(), "--view", "zarr"],
+        Stdio::inherit(),
+    );
+    let _guard = common::Unmount(child, mnt.clone());
+    let ahead = "/x.daf.zarr/vectors/cell/score/0";
+    let fetched = |server: &FaultServer| {
+        server
+            .log()
+            .iter()
+            .any(|l| l.path == ahead && l.method == "GET")
+    };
+    assert!(!fetched(&server), "score/0 fetched at mount");
+    // The reader reads the first array of vectors/cell only.
+    let first = mnt.join("vectors/cell/counts/nzind/0");
+    let read = io_deadline(&mnt, Duration::from_secs(20), move || std::fs::read(first));
+    assert!(!read.unwrap().is_empty());
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !fetched(&server) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        fetched(&server),
+        "the next array's chunk was not fetched ahead"
+    );
+    // And it is then read from what was fetched, not asked again.
+    let gets = server.log().iter().filter(|l| l.path == ahead).count();
+    let next = mnt.join("vectors/cell/score/0");
+    let bytes = io_deadline(&mnt, Duration::from_secs(20), move || std::fs::read(next)).unwrap();
+    let local = std::fs::read(dir.path().join("x.daf.zarr/vectors/cell/score/0")).unwrap();
+    assert!(bytes == local);
+    assert_eq!(
+        server.log().iter().filter(|l| l.path == ahead).count(),
+        gets
+    );
+}

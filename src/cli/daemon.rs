@@ -139,6 +139,10 @@ pub fn run(args: Args) -> Result<(), CliError> {
         root_mtime,
         staging,
     ));
+    if remote {
+        // A reader walking the data set file by file has the next small files fetched ahead.
+        core.enable_prefetch();
+    }
     log::info!("built the tree in {:?}", started.elapsed());
     let adapter = FuseAdapter::new(
         core.clone(),

@@ -520,6 +520,20 @@ def main():
                 log(f"HTTP rows NOT MEASURED: {e}")
                 rows.append({"figure": f"HTTP rows not measured: {str(e).strip()[:200]}", "mounted": float("nan"),
                              "native": None, "unit": "-", "ratio": None, "target": "-"})
+    # 12. Remote reads over an emulated link (20 ms a request, 100 MB/s a connection): the matrix vs curl and
+    # aria2c -x 16, and zarr-python reading 10,000 arrays through the mount vs over HTTP with fsspec
+    # (scripts/bench_link.py, scripts/slow_link.py).
+    if wanted("emulated link (scripts/bench_link.py)"):
+        with sections("emulated link (scripts/bench_link.py)", rows):
+            import bench_link
+            try:
+                bench_link.link_rows(sys.modules[__name__], WORK, args.rounds, args.http_mib, 20, 100, row, rows)
+                # One round: fsspec reading 10,000 arrays one at a time takes minutes over the link.
+                bench_link.zarr_rows(sys.modules[__name__], WORK, 1, SMALL, 20, 100, row)
+            except (RuntimeError, OSError, subprocess.CalledProcessError) as e:
+                log(f"emulated link rows NOT MEASURED: {e}")
+                rows.append({"figure": f"emulated link rows not measured: {str(e).strip()[:200]}",
+                             "mounted": float("nan"), "native": None, "unit": "-", "ratio": None, "target": "-"})
     if wanted("mount until usable; cp into a ZIP source"):
         with sections("mount until usable; cp into a ZIP source", rows):
             # 7. Mount until usable (the 100,000-entry archive's mounts are the scale rows' of the same archive).

@@ -104,6 +104,11 @@ pub fn init(verbose: u8, destination: &Destination) -> Result<(), CliError> {
         env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_level))
             // ureq logs request headers at debug (custom ones, tokens included): never shown.
             .filter_module("ureq", log::LevelFilter::Warn)
+            // The S3 signer traces canonical requests (a session token included): never shown,
+            // should its events ever reach the log.
+            .filter_module("aws_sigv4", log::LevelFilter::Warn)
+            .filter_module("aws_smithy_runtime_api", log::LevelFilter::Warn)
+            .filter_module("aws_credential_types", log::LevelFilter::Warn)
             .build();
     let file = match destination {
         Destination::File(path) | Destination::Fallback(path) => {

@@ -41,7 +41,9 @@ impl Prefetch {
             return;
         }
         let children = tree.children(parent);
-        let Some(at) = children.iter().position(|&c| u64::from(c) == ino) else {
+        // Children are sorted by name.
+        let name = tree.name(ino);
+        let Ok(at) = children.binary_search_by(|&c| tree.name(u64::from(c)).cmp(name)) else {
             return;
         };
         let end = (at + 1 + WINDOW).min(children.len());

@@ -329,6 +329,7 @@ impl DafFs {
             None => return Err(FsError::NotFound),
         };
         self.prefetch.after_lookup(&tree, parent, ino);
+        drop(tree);
         self.getattr(ino)
     }
 

@@ -528,6 +528,7 @@ def main():
             import bench_link
             try:
                 bench_link.link_rows(sys.modules[__name__], WORK, args.rounds, args.http_mib, 20, 100, row, rows)
+                bench_link.peer_mount_rows(sys.modules[__name__], WORK, args.rounds, args.http_mib, 20, 100, row)
                 # One round: fsspec reading 10,000 arrays one at a time takes minutes over the link.
                 bench_link.zarr_rows(sys.modules[__name__], WORK, 1, SMALL, 20, 100, row)
             except (RuntimeError, OSError, subprocess.CalledProcessError) as e:

@@ -520,12 +520,27 @@ def main():
                 log(f"HTTP rows NOT MEASURED: {e}")
                 rows.append({"figure": f"HTTP rows not measured: {str(e).strip()[:200]}", "mounted": float("nan"),
                              "native": None, "unit": "-", "ratio": None, "target": "-"})
-    # 15. H5df source (issue 31): each view of a flat 1 GiB matrix vs a FilesDaf directory's, mount of 10,000 properties.
+    # Remote reads over an emulated link (20 ms a request, 100 MB/s a connection): the matrix vs curl and
+    # aria2c -x 16, and zarr-python reading 10,000 arrays through the mount vs over HTTP with fsspec
+    # (scripts/bench_link.py, scripts/slow_link.py).
+    if wanted("emulated link (scripts/bench_link.py)"):
+        with sections("emulated link (scripts/bench_link.py)", rows):
+            import bench_link
+            try:
+                bench_link.link_rows(sys.modules[__name__], WORK, args.rounds, args.http_mib, 20, 100, row, rows)
+                bench_link.peer_mount_rows(sys.modules[__name__], WORK, args.rounds, args.http_mib, 20, 100, row)
+                # One round: fsspec reading 10,000 arrays one at a time takes minutes over the link.
+                bench_link.zarr_rows(sys.modules[__name__], WORK, 1, SMALL, 20, 100, row)
+            except (RuntimeError, OSError, subprocess.CalledProcessError) as e:
+                log(f"emulated link rows NOT MEASURED: {e}")
+                rows.append({"figure": f"emulated link rows not measured: {str(e).strip()[:200]}",
+                             "mounted": float("nan"), "native": None, "unit": "-", "ratio": None, "target": "-"})
+    # H5df source: each view of a flat 1 GiB matrix vs a FilesDaf directory's, mount of 10,000 properties.
     if wanted("H5df source (scripts/bench_h5df.py)"):
         with sections("H5df source (scripts/bench_h5df.py)", rows):
             import bench_h5df
             bench_h5df.h5df_rows(sys.modules[__name__], WORK, args.rounds, files_dir, row, rows)
-    # 16. The AnnData view: anndata.read_zarr and read_lazy against anndata's own copy (scripts/bench_anndata.py).
+    # The AnnData view: anndata.read_zarr and read_lazy against anndata's own copy (scripts/bench_anndata.py).
     if wanted("AnnData view (scripts/bench_anndata.py)"):
         with sections("AnnData view (scripts/bench_anndata.py)", rows):
             import bench_anndata

@@ -141,6 +141,37 @@ fn every_error_is_one_line_naming_the_problem_and_the_path() {
     }
 }
 
+/// A URL source is named in its error as it was given: `s3://b/p/x.daf.zarr`, never with its
+/// `//` collapsed (`s3:/b/p/...`), whether its scheme is one daf-mount reads or not.
+#[test]
+fn a_url_source_is_named_as_given_in_its_error() {
+    require_fuse!();
+    let tmp = tempfile::tempdir().unwrap();
+    let mnt = tmp.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let mnt_s = mnt.to_str().unwrap();
+    // A port nothing listens on: the S3 source fails at once, naming itself.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    for source in ["s3://b/p/x.daf.zarr", "gs://b/p/x.daf.zarr"] {
+        let out = Command::new(BIN)
+            .args([source, mnt_s, "-f", "-o", "retries=0"])
+            .env("AWS_ENDPOINT_URL", &endpoint)
+            .env("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+            .env("AWS_SECRET_ACCESS_KEY", "not-a-secret")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if is_mounted(&mnt) {
+            let _ = Command::new("fusermount3").arg("-u").arg(&mnt).status();
+        }
+        assert_eq!(out.status.code(), Some(1), "{source}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{source}: {stderr:?}");
+        assert!(stderr.contains(source), "{source}: {stderr}");
+    }
+}
+
 #[test]
 fn help_and_version() {
     let out = Command::new(BIN).arg("--help").output().unwrap();

@@ -163,6 +163,47 @@ fn a_bad_log_file_is_an_error_before_mounting() {
     assert!(!is_mounted(&mnt));
 }
 
+/// A refused background mount with `-v` and a log file says one line on stderr, its error, in
+/// every combination of `-v` and `-f`: the lines logged before the refusal go to the file only.
+#[test]
+fn a_refused_mount_with_a_log_file_says_one_line_on_stderr() {
+    require_fuse!();
+    let tmp = tempfile::tempdir().unwrap();
+    let mnt = mount_point(tmp.path());
+    let plain = tmp.path().join("plain");
+    std::fs::create_dir(&plain).unwrap();
+    let log = tmp.path().join("refused.log");
+    for extra in [&[][..], &["-v"], &["-vv"], &["-f", "-v"]] {
+        let mut args = vec![
+            plain.to_str().unwrap(),
+            mnt.to_str().unwrap(),
+            "-o",
+            "ro",
+            "--log-file",
+            log.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let out = Command::new(BIN).args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{extra:?}: {err}");
+        assert_eq!(
+            err.lines().count(),
+            1,
+            "{extra:?}: one line expected: {err:?}"
+        );
+        assert!(
+            err.starts_with("daf-mount: ") && err.contains("not a daf data set"),
+            "{extra:?}: {err}"
+        );
+        assert!(!is_mounted(&mnt));
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("decode cache"),
+        "-v lines go to the file: {text}"
+    );
+}
+
 /// In a private mount namespace whose `/dev` holds `/dev/log` pointing at a socket the test
 /// listens on, a background daemon without `--log-file` sends its refusal there.
 #[test]

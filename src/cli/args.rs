@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::formats::json::FilesVersion;
 use crate::formats::source::Format;
+use crate::stores::http::s3::parse_addressing;
 use crate::stores::http::{parse_header, HttpOptions};
 use crate::views::anndata::Request;
 use crate::views::{ViewOptions, ViewSelection};
@@ -262,8 +263,9 @@ pub struct MountOptions {
     pub threads: Option<usize>,
     /// `decode_cache=SIZE`: bound of the mount-wide cache of decoded chunks (default 256M).
     pub decode_cache: Option<u64>,
-    /// `cache=`, `cache_size=`, `header=`, `token=`, `timeout=`, `retries=`: how a remote
-    /// source is fetched.
+    /// `cache=`, `cache_size=`, `header=`, `token=`, `timeout=`, `retries=`, and for `s3://`
+    /// `endpoint=`, `region=`, `profile=`, `addressing=`, `no_sign`: how a remote source is
+    /// fetched.
     pub http: HttpOptions,
 }
 
@@ -356,6 +358,10 @@ impl MountOptions {
 
 /// Parses `option` into `http` if it is one of the remote-source options.
 fn remote_option(http: &mut HttpOptions, option: &str) -> Result<bool, CliError> {
+    if option == "no_sign" {
+        http.s3.no_sign = true;
+        return Ok(true);
+    }
     let Some((name, value)) = option.split_once('=') else {
         return Ok(false);
     };
@@ -376,6 +382,19 @@ fn remote_option(http: &mut HttpOptions, option: &str) -> Result<bool, CliError>
             http.timeout = std::time::Duration::from_secs_f64(secs);
         }
         "retries" => http.retries = value.parse().map_err(|_| bad("a count"))?,
+        "endpoint" => {
+            let url = value.to_ascii_lowercase();
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(bad("an http:// or https:// URL"));
+            }
+            http.s3.endpoint = Some(value.to_string())
+        }
+        "region" if !value.is_empty() => http.s3.region = Some(value.to_string()),
+        "profile" if !value.is_empty() => http.s3.profile = Some(value.to_string()),
+        "addressing" => {
+            http.s3.addressing =
+                Some(parse_addressing(value).ok_or_else(|| bad("path or virtual"))?)
+        }
         _ => return Ok(false),
     }
     Ok(true)
@@ -523,6 +542,27 @@ mod tests {
         ));
         assert!(Args::try_parse_from(["daf-mount", "x.daf"]).is_err());
         assert!(Args::try_parse_from(["daf-mount"]).is_err());
+    }
+
+    #[test]
+    fn s3_options_parse() {
+        let o = MountOptions::parse(&[
+            "endpoint=http://127.0.0.1:9000,region=eu-west-1,profile=lab".into(),
+            "addressing=virtual,no_sign".into(),
+        ])
+        .unwrap();
+        let s3 = &o.http.s3;
+        assert_eq!(s3.endpoint.as_deref(), Some("http://127.0.0.1:9000"));
+        assert_eq!(s3.region.as_deref(), Some("eu-west-1"));
+        assert_eq!(s3.profile.as_deref(), Some("lab"));
+        assert_eq!(
+            s3.addressing,
+            Some(crate::stores::http::s3::Addressing::Virtual)
+        );
+        assert!(s3.no_sign);
+        for bad in ["endpoint=ftp://h", "addressing=sideways", "region="] {
+            assert!(MountOptions::parse(&[bad.into()]).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -60,7 +60,7 @@ pub fn run(args: Args) -> Result<(), CliError> {
     if remote {
         if options.rw_given {
             return Err(CliError::Option(
-                "a remote (http/https) source is read-only: -o rw is not possible".into(),
+                "a remote (http, https, s3) source is read-only: -o rw is not possible".into(),
             ));
         }
         options.read_only = true;
@@ -155,6 +155,10 @@ pub fn run(args: Args) -> Result<(), CliError> {
         root_mtime,
         staging,
     ));
+    if remote {
+        // A reader walking the data set file by file has the next small files fetched ahead.
+        core.enable_prefetch();
+    }
     log::info!("built the tree in {:?}", started.elapsed());
     let adapter = FuseAdapter::new(
         core.clone(),

@@ -3,9 +3,9 @@
 //!
 //! Levels and `RUST_LOG` work as with `env_logger` (whose filter is used). Every line is one
 //! line (newlines inside a message become spaces) and, once the mount point is known, starts
-//! with it, so a line in a shared log says which mount it is about. Until a background daemon
-//! detaches, lines also go to stderr (the terminal that started it); in the foreground with a log
-//! file, only to the file.
+//! with it, so a line in a shared log says which mount it is about. With a log file, lines go only
+//! to the file, in either mode (so a refused mount's stderr is its one error line); without one,
+//! until a background daemon detaches, lines also go to stderr (the terminal that started it).
 //!
 //! Syslog is spoken directly: one datagram per line (`<PRI>daf-mount[PID]: MESSAGE`, facility
 //! `daemon`) to the `/dev/log` socket, which journald and rsyslog both listen on; the socket is
@@ -104,6 +104,11 @@ pub fn init(verbose: u8, destination: &Destination) -> Result<(), CliError> {
         env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(default_level))
             // ureq logs request headers at debug (custom ones, tokens included): never shown.
             .filter_module("ureq", log::LevelFilter::Warn)
+            // The S3 signer traces canonical requests (a session token included): never shown,
+            // should its events ever reach the log.
+            .filter_module("aws_sigv4", log::LevelFilter::Warn)
+            .filter_module("aws_smithy_runtime_api", log::LevelFilter::Warn)
+            .filter_module("aws_credential_types", log::LevelFilter::Warn)
             .build();
     let file = match destination {
         Destination::File(path) | Destination::Fallback(path) => {
@@ -131,7 +136,8 @@ pub fn init(verbose: u8, destination: &Destination) -> Result<(), CliError> {
         filter,
         file,
         syslog: (*destination == Destination::Syslog).then(|| Mutex::new(None)),
-        stderr: AtomicBool::new(true),
+        // A log file the user chose takes every line, from the first.
+        stderr: AtomicBool::new(!matches!(destination, Destination::File(_))),
         held: Mutex::new(None),
         fallback: match destination {
             Destination::Fallback(path) => Some(path.clone()),

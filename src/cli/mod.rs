@@ -61,9 +61,6 @@ fn mount(args: Args) -> Result<(), CliError> {
     let listening = !args.foreground && log_file.is_none() && logging::syslog_listening();
     let destination = logging::Destination::choose(args.foreground, log_file, listening, user);
     logging::init(args.verbose, &destination)?;
-    if args.foreground && log_file.is_some() {
-        logging::stop_stderr();
-    }
     run(args)
 }
 

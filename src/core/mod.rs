@@ -10,6 +10,7 @@
 mod changes;
 mod listing;
 pub mod namespace;
+mod prefetch;
 mod presence;
 mod state;
 mod status;
@@ -215,6 +216,8 @@ pub struct DafFs {
     found_at_mount: BTreeSet<String>,
     /// Directory commits seen but not yet durable (`fsync` waits for them).
     unfinished: changes::close::Unfinished,
+    /// Fetching ahead of a reader walking a remote data set.
+    prefetch: prefetch::Prefetch,
     /// Tests only: where a commit into a directory source pauses while it writes payloads
     /// (it says so on the sender, then waits for the receiver).
     #[cfg(test)]
@@ -298,6 +301,7 @@ impl DafFs {
             invalidations: Mutex::new(Vec::new()),
             refused: Mutex::new(HashMap::new()),
             found_at_mount,
+            prefetch: prefetch::Prefetch::default(),
             unfinished: changes::close::Unfinished::default(),
             #[cfg(test)]
             commit_pause: Mutex::new(None),
@@ -318,12 +322,21 @@ impl DafFs {
     /// Looks `name` up in directory `parent`.
     pub fn lookup(&self, parent: u64, name: &OsStr) -> Result<Attr, FsError> {
         let name = name.to_str().ok_or(FsError::NotFound)?;
-        let ino = match self.namespace().child(parent, name) {
+        let tree = self.namespace();
+        let ino = match tree.child(parent, name) {
             Some(Ok(ino)) => ino,
             Some(Err(())) => return Err(FsError::NotDir),
             None => return Err(FsError::NotFound),
         };
+        self.prefetch.after_lookup(&tree, parent, ino);
+        drop(tree);
         self.getattr(ino)
+    }
+
+    /// Lookups hint the files that follow them to their blobs, which a remote source fetches
+    /// ahead of the reader ([`prefetch`]).
+    pub fn enable_prefetch(&self) {
+        self.prefetch.enable();
     }
 
     /// The content of committed file `ino` (produced on first access, then shared), or a copy

@@ -76,8 +76,20 @@ fn bad(path: &str, why: impl Into<String>) -> FormatError {
 
 /// Whether a source argument is a URL (a remote source).
 pub fn is_url(arg: &str) -> bool {
-    let lower = arg.to_ascii_lowercase();
-    lower.starts_with("http://") || lower.starts_with("https://")
+    url_scheme(arg).is_some_and(|s| URL_SCHEMES.iter().any(|k| s.eq_ignore_ascii_case(k)))
+}
+
+/// The URL schemes a source may have (a remote source).
+pub const URL_SCHEMES: [&str; 3] = ["http", "https", "s3"];
+
+/// The scheme of `arg` if it is written as a URL (`SCHEME://…`, the scheme a letter then letters,
+/// digits, `+`, `-` or `.`), whether daf-mount reads that scheme or not.
+pub fn url_scheme(arg: &str) -> Option<&str> {
+    let (scheme, _) = arg.split_once("://")?;
+    let mut bytes = scheme.bytes();
+    let first = bytes.next()?;
+    (first.is_ascii_alphabetic() && bytes.all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b)))
+        .then_some(scheme)
 }
 
 /// A URL without its query string, and the query (without `?`; `None` when absent or empty):
@@ -98,6 +110,17 @@ pub fn split_url_query(arg: &str) -> (String, Option<String>) {
 /// Parses a source path (no file system access). A URL's query string is not part of the
 /// grammar: it is split off first (and never shown in an error).
 pub fn parse_source(arg: &str) -> Result<SourceSpec, FormatError> {
+    if let Some(scheme) = url_scheme(arg).filter(|_| !is_url(arg)) {
+        // Shown as given: a path's `//` would be collapsed (`s3:/b/...`).
+        let shown = crate::stores::http::redact(arg);
+        return Err(bad(
+            &shown,
+            format!(
+                "a URL whose scheme ({scheme}) daf-mount does not read (it reads {})",
+                URL_SCHEMES.join(", ")
+            ),
+        ));
+    }
     let (arg, _query) = split_url_query(arg);
     let arg = arg.as_str();
     if let Some(spec) = parse_h5df(arg)? {
@@ -365,6 +388,21 @@ mod tests {
     use super::*;
 
     const VECTORS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/vectors");
+
+    #[test]
+    fn a_url_of_another_scheme_is_refused_as_given() {
+        let err = parse_source("gs://b/p/x.daf.zarr?sig=s3cret")
+            .unwrap_err()
+            .to_string();
+        assert!(err.ends_with(": gs://b/p/x.daf.zarr"), "{err}");
+        assert!(
+            err.contains("scheme (gs)") && !err.contains("s3cret"),
+            "{err}"
+        );
+        assert_eq!(url_scheme("/data/http://x"), None);
+        assert_eq!(url_scheme("s3+x.y-z://b"), Some("s3+x.y-z"));
+        assert!(parse_source("./gs:/b").is_ok());
+    }
 
     #[test]
     fn a_url_query_string_is_split_off_before_the_grammar() {

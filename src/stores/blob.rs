@@ -50,6 +50,10 @@ pub trait RangeSource: Send + Sync {
     fn made_of(&self) -> Option<Arc<dyn std::any::Any + Send + Sync>> {
         None
     }
+
+    /// A hint that the content will likely be read soon: a source that fetches (a remote
+    /// object) may start fetching it in the background. Never blocks.
+    fn prefetch(&self) {}
 }
 
 /// Whether content that may be absent exists (a remote object the server may answer 404 for).
@@ -296,6 +300,14 @@ impl Blob {
             })),
             ..General::unproduced(None, producer)
         })
+    }
+
+    /// A hint that the content will likely be read soon ([`RangeSource::prefetch`]); nothing for
+    /// a blob that is not ranged or already produced.
+    pub fn prefetch(&self) {
+        if let (Some(source), false) = (self.ranged_source(), self.is_materialized()) {
+            source.prefetch();
+        }
     }
 
     /// Whether reads of this blob are served by ranges (and its whole content was not produced).

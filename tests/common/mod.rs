@@ -5,6 +5,7 @@
 pub mod fault_server;
 pub mod h5;
 pub mod http;
+pub mod s3;
 pub mod s3_listing;
 
 use std::collections::BTreeMap;

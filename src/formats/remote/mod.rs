@@ -14,6 +14,10 @@
 //!
 //! Remote ZIPs (`….daf.zarr.zip`, `….dafs.zarr.zip[#/G]`, `….daf.zip`, `….dafs.zip[#/G]`) are
 //! read by range requests through `stores::http::zip` and then exactly like local archives.
+//!
+//! An `s3://BUCKET/KEY` source is the same, at the HTTP URL of that key in its bucket
+//! (`stores::http::s3::resolve`), with every request signed and its listings `ListObjectsV2` of
+//! the bucket; its errors name it as given.
 
 pub mod walk;
 
@@ -27,7 +31,7 @@ use serde_json::Value;
 use crate::stores::http::listing::Listing;
 use crate::stores::http::object::RemoteObject;
 use crate::stores::http::store::{remote_directory, remote_zip};
-use crate::stores::http::{escape_key, redact, Fetch, HttpClient, HttpOptions};
+use crate::stores::http::{escape_key, redact, s3, Fetch, HttpClient, HttpOptions};
 use crate::stores::{Blob, Bytes, Entry, StoreIndex};
 
 use super::datasets::{archive_datasets, root_dataset};
@@ -57,12 +61,36 @@ fn failed(url: &str, fetch: Fetch) -> FormatError {
 /// (`…?X-Amz-Signature=…`, `…?sv=…&sig=…`, before any `#/GROUP`) goes with every request of the
 /// mount and nowhere else (not in names, paths or logs).
 pub fn open_remote(url: &str, options: &HttpOptions) -> Result<Source, FormatError> {
+    if s3::is_s3(url) {
+        let bad = |why: String| FormatError::BadPath {
+            path: url.to_string(),
+            why,
+        };
+        let bucket = s3::resolve(url, &options.s3, &s3::Config::process()).map_err(bad)?;
+        let client = HttpClient::for_bucket(
+            HttpOptions {
+                query: None,
+                ..options.clone()
+            },
+            Some(bucket.bucket_url),
+            bucket.signer,
+        );
+        // Its errors name the source as given, whatever URL they are about.
+        return open_with(&client, &bucket.url).map_err(|e| match e.to_string() {
+            text if text.contains(url) => e,
+            text => FormatError::Bad(format!("{url}: {text}")),
+        });
+    }
     let (url, query) = split_url_query(url);
-    let url = url.as_str();
     let client = HttpClient::new(HttpOptions {
         query: query.or_else(|| options.query.clone()),
         ..options.clone()
     });
+    open_with(&client, &url)
+}
+
+/// Opens the remote source at `url` (no query string) through `client`.
+fn open_with(client: &Arc<HttpClient>, url: &str) -> Result<Source, FormatError> {
     match parse_source(url)? {
         SourceSpec::Zip {
             path,
@@ -71,7 +99,7 @@ pub fn open_remote(url: &str, options: &HttpOptions) -> Result<Source, FormatErr
             group,
         } => {
             let archive = path.to_string_lossy().into_owned();
-            let store = remote_zip(&client, &archive)?;
+            let store = remote_zip(client, &archive)?;
             let shown = PathBuf::from(redact(&archive));
             let place = |prefix: String| Place::Zip {
                 archive: path.clone(),
@@ -83,7 +111,7 @@ pub fn open_remote(url: &str, options: &HttpOptions) -> Result<Source, FormatErr
         }
         SourceSpec::Directory(_) => {
             let base = url.trim_end_matches('/');
-            let index = remote_zarr_index(&client, base)?;
+            let index = remote_zarr_index(client, base)?;
             let store = remote_directory(base, index);
             let shown = PathBuf::from(redact(base));
             let dataset = root_dataset(&store, &shown, Place::Dir(PathBuf::from(base)))?;

@@ -68,7 +68,14 @@ impl Lister {
         let mut candidates = vec![Lister::Html {
             base: base.to_string(),
         }];
-        if let Some((scheme_host, path)) = split_host(base) {
+        // An S3 source's bucket is known: only its listing is asked.
+        if let Some(bucket) = client.bucket() {
+            let key = base.strip_prefix(bucket)?.trim_matches('/');
+            candidates = vec![Lister::S3 {
+                bucket: bucket.to_string(),
+                prefix: percent_decode(key)?,
+            }];
+        } else if let Some((scheme_host, path)) = split_host(base) {
             let path = percent_decode(path.trim_matches('/')).unwrap_or_default();
             candidates.push(Lister::S3 {
                 bucket: scheme_host.to_string(),

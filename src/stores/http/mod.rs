@@ -11,6 +11,7 @@ pub mod cache;
 pub mod listing;
 pub mod object;
 pub mod range_check;
+pub mod s3;
 pub mod store;
 pub mod zip;
 
@@ -34,6 +35,9 @@ const WHOLE_GET_MIBS: u64 = 8;
 /// Bytes the client reads from a connection at once (ureq's default, 128 KiB, costs a large
 /// read many more system calls).
 const INPUT_BUFFER: usize = 1 << 20;
+
+/// The most of an error answer's body read (for an S3 error document).
+const ERROR_BODY: u64 = 64 << 10;
 
 /// The most a whole GET (a consolidated metadata document) may bring.
 pub const MAX_WHOLE_GET: u64 = 1 << 30;
@@ -60,6 +64,9 @@ pub struct HttpOptions {
     /// added to every request of the mount; set by `formats::remote::open_remote`, never
     /// logged.
     pub query: Option<String>,
+    /// How an `s3://` source is reached and signed (`-o endpoint=`, `region=`, `profile=`,
+    /// `addressing=`, `no_sign`).
+    pub s3: s3::S3Options,
 }
 
 impl Default for HttpOptions {
@@ -73,6 +80,7 @@ impl Default for HttpOptions {
             cache_size: 1 << 30,
             memory_cache: 64 << 20,
             query: None,
+            s3: s3::S3Options::default(),
         }
     }
 }
@@ -186,6 +194,10 @@ pub struct HttpClient {
     stats: Stats,
     /// Fetched blocks, in memory and (optionally) on disk.
     pub cache: BlockCache,
+    /// Signs every request (an S3 source with credentials).
+    signer: Option<s3::Signer>,
+    /// The bucket's URL, for an S3 source (its listings are `ListObjectsV2` there).
+    bucket: Option<String>,
 }
 
 impl std::fmt::Debug for HttpClient {
@@ -197,6 +209,16 @@ impl std::fmt::Debug for HttpClient {
 impl HttpClient {
     /// A client with these options.
     pub fn new(options: HttpOptions) -> Arc<HttpClient> {
+        HttpClient::for_bucket(options, None, None)
+    }
+
+    /// A client for the S3 bucket at `bucket` (a URL), whose requests `signer` signs (none:
+    /// anonymous).
+    pub fn for_bucket(
+        options: HttpOptions,
+        bucket: Option<String>,
+        signer: Option<s3::Signer>,
+    ) -> Arc<HttpClient> {
         let tls = ureq::tls::TlsConfig::builder()
             .root_certs(ureq::tls::RootCerts::PlatformVerifier)
             .build();
@@ -221,7 +243,14 @@ impl HttpClient {
             options,
             stats: Stats::default(),
             cache,
+            signer,
+            bucket,
         })
+    }
+
+    /// The bucket's URL, for an S3 source.
+    pub fn bucket(&self) -> Option<&str> {
+        self.bucket.as_deref()
     }
 
     /// A request (with the mount's headers) that must be done within the timeout, plus the
@@ -247,21 +276,57 @@ impl HttpClient {
         if let Some(range) = range {
             request = request.header("Range", range);
         }
-        let request = request
+        let mut request = request
             .body(())
             .map_err(|e| Fetch::Failed(format!("{}: a bad request: {e}", redact(url))))?;
+        if let Some(signer) = &self.signer {
+            signer
+                .sign(&mut request)
+                .map_err(|e| Fetch::Failed(format!("{}: {e}", redact(url))))?;
+        }
         let request = self
             .agent
             .configure_request(request)
             .timeout_global(Some(deadline))
             .build();
         let response = self.agent.run(request).map_err(|e| transport(url, &e))?;
-        match response.status().as_u16() {
-            404 | 410 => Err(Fetch::NotFound),
-            code if code >= 500 => Err(Fetch::Transient(format!("{}: status {code}", redact(url)))),
-            code if code >= 400 => Err(Fetch::Failed(format!("{}: status {code}", redact(url)))),
-            _ => Ok(response),
+        let code = response.status().as_u16();
+        if code < 400 {
+            return Ok(response);
         }
+        // An S3-compatible store says why in an error document (a missing bucket, a refused
+        // credential): its code and message go into the line.
+        let mut body = Vec::new();
+        let _ = response
+            .into_body()
+            .into_reader()
+            .take(ERROR_BODY)
+            .read_to_end(&mut body);
+        let why = s3::error_of(&body);
+        let shown = redact(url);
+        Err(match (code, why) {
+            (404, Some((code, _))) if code == "NoSuchBucket" => Fetch::Failed(format!(
+                "{shown}: the bucket does not exist (404 NoSuchBucket)"
+            )),
+            (404 | 410, _) => Fetch::NotFound,
+            (_, Some((s3code, message))) if s3::is_credential_refusal(&s3code) => {
+                let whose = match self.signer {
+                    Some(_) => "the credentials were refused",
+                    None => "anonymous access was refused",
+                };
+                Fetch::Failed(format!(
+                    "{shown}: {whose} (status {code} {s3code}: {message})"
+                ))
+            }
+            (500.., Some((s3code, _))) => {
+                Fetch::Transient(format!("{shown}: status {code} {s3code}"))
+            }
+            (500.., None) => Fetch::Transient(format!("{shown}: status {code}")),
+            (_, Some((s3code, message))) => {
+                Fetch::Failed(format!("{shown}: status {code} {s3code}: {message}"))
+            }
+            (_, None) => Fetch::Failed(format!("{shown}: status {code}")),
+        })
     }
 
     /// The whole object at `url`.

@@ -36,6 +36,57 @@ const MAX_READAHEAD_BLOCKS: u64 = 32;
 const PIECE_BLOCKS: u64 = 4;
 /// Most concurrent requests of one read.
 const MAX_PARALLEL: usize = 8;
+/// Threads fetching small objects ahead of the reader ([`RangeSource::prefetch`]): requests in
+/// flight at once, over the keep-alive pool.
+const PREFETCHERS: usize = 16;
+/// Most small objects waiting to be prefetched (more hints are dropped).
+const PREFETCH_QUEUE: usize = 4096;
+
+/// The mount-wide queue of prefetches and its threads (started on first use).
+struct Prefetcher {
+    queue: Mutex<std::collections::VecDeque<Claim>>,
+    ready: Condvar,
+}
+
+impl Prefetcher {
+    fn get() -> &'static Prefetcher {
+        static PREFETCHER: OnceLock<Prefetcher> = OnceLock::new();
+        static STARTED: std::sync::Once = std::sync::Once::new();
+        let prefetcher = PREFETCHER.get_or_init(|| Prefetcher {
+            queue: Mutex::new(std::collections::VecDeque::new()),
+            ready: Condvar::new(),
+        });
+        STARTED.call_once(|| {
+            for n in 0..PREFETCHERS {
+                let spawned = std::thread::Builder::new()
+                    .name(format!("daf-prefetch-{n}"))
+                    .spawn(|| Prefetcher::get().run());
+                if let Err(e) = spawned {
+                    log::warn!("no prefetch thread: {e}");
+                }
+            }
+        });
+        prefetcher
+    }
+
+    fn run(&self) {
+        loop {
+            let claim = {
+                let mut queue = lock(&self.queue);
+                loop {
+                    if let Some(claim) = queue.pop_front() {
+                        break claim;
+                    }
+                    queue = self
+                        .ready
+                        .wait(queue)
+                        .unwrap_or_else(|poisoned| poisoned.into_inner());
+                }
+            };
+            claim.fetch();
+        }
+    }
+}
 
 /// A block some thread is fetching: the others that need it wait here.
 #[derive(Default)]
@@ -123,6 +174,8 @@ pub struct RemoteObject {
     /// Blocks being fetched, with their waiters.
     inflight: Mutex<HashMap<u64, Arc<Pending>>>,
     changed_logged: AtomicBool,
+    /// Whether its version was asked for (a HEAD) so that the disk cache can serve it.
+    asked: AtomicBool,
 }
 
 impl RemoteObject {
@@ -151,6 +204,7 @@ impl RemoteObject {
             frontier: AtomicU64::new(0),
             inflight: Mutex::new(HashMap::new()),
             changed_logged: AtomicBool::new(false),
+            asked: AtomicBool::new(false),
         })
     }
 
@@ -188,6 +242,28 @@ impl RemoteObject {
     fn cached(&self, block: u64) -> Option<Bytes> {
         self.cache_key(block)
             .and_then(|k| self.client.cache.get(&k))
+    }
+
+    /// An object of several blocks whose version is not known yet (its size came from the
+    /// metadata) may have blocks in the disk cache from an earlier mount, keyed by that version:
+    /// one HEAD learns it (and checks the size), once. A failed HEAD is left to the GET to
+    /// report.
+    fn learn_version(&self) -> Result<(), StoreError> {
+        if self.validator.get().is_some()
+            || self.len <= BLOCK
+            || !self.client.cache.has_disk()
+            || self.asked.swap(true, Ordering::Relaxed)
+        {
+            return Ok(());
+        }
+        if let Ok((len, validator)) = self.client.stat(&self.url) {
+            if len != self.len {
+                return Err(self.changed(&format!("{len} bytes, not {}", self.len)));
+            }
+            let _ = self.present.set(true);
+            let _ = self.validator.set(validator);
+        }
+        Ok(())
     }
 
     fn block_len(&self, block: u64) -> u64 {
@@ -356,6 +432,27 @@ impl Presence for RemoteObject {
 }
 
 impl RangeSource for RemoteObject {
+    /// A small object (one block) not cached nor being fetched is queued for the prefetch
+    /// threads; a read that needs it meanwhile waits for that fetch instead of asking again.
+    fn prefetch(&self) {
+        if self.len == 0 || self.len > BLOCK || self.cached(0).is_some() {
+            return;
+        }
+        let Some(me) = self.me.upgrade() else {
+            return;
+        };
+        let prefetcher = Prefetcher::get();
+        let mut queue = lock(&prefetcher.queue);
+        if queue.len() >= PREFETCH_QUEUE {
+            return;
+        }
+        let (mut claims, _) = me.claim(std::iter::once(0));
+        if let Some(claim) = claims.pop() {
+            queue.push_back(claim);
+            prefetcher.ready.notify_one();
+        }
+    }
+
     fn read_range(&self, offset: u64, len: u64) -> Result<Bytes, StoreError> {
         let me = self.me.upgrade().ok_or_else(|| {
             StoreError::Produce(format!("{}: read after its mount ended", redact(&self.url)))
@@ -363,6 +460,7 @@ impl RangeSource for RemoteObject {
         if len == 0 {
             return Ok(Bytes::empty());
         }
+        self.learn_version()?;
         let end = offset + len;
         let (first, last) = (offset / BLOCK, (end - 1) / BLOCK);
         let mut blocks: Vec<Option<Bytes>> = (first..=last).map(|b| self.cached(b)).collect();

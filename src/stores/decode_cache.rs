@@ -12,11 +12,13 @@
 //! There is one cache per process (one mount per daemon): [`cache`] returns it, and the CLI sets
 //! its limit once at mount with [`DecodeCache::set_limit`].
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use super::lock;
 use super::lru::ByteLru;
+use super::StoreError;
 
 /// The default bound of decoded bytes kept: 256 MiB.
 pub const DEFAULT_LIMIT: u64 = 256 << 20;
@@ -32,6 +34,69 @@ pub struct DecodeCache {
     peak: AtomicU64,
     /// Pieces dropped to make room (tests and the log).
     evicted: AtomicU64,
+}
+
+/// The decoded pieces of one blob (a chunked array): kept in a [`DecodeCache`] under an owner
+/// number of their own, each decoded by one thread at a time, a decode that failed on the bytes
+/// themselves remembered and answered from then on; dropped from the cache with the blob.
+pub struct Decoded {
+    cache: &'static DecodeCache,
+    owner: u64,
+    /// Held while a piece is decoded: one decode at a time per blob (a reader of a piece being
+    /// decoded waits, then finds it cached).
+    decoding: Mutex<()>,
+    /// Why pieces could not be decoded, by piece (taken after `decoding`).
+    failed: Mutex<HashMap<u64, String>>,
+}
+
+impl Decoded {
+    /// The pieces of a new blob, kept in `cache`.
+    pub fn new(cache: &'static DecodeCache) -> Decoded {
+        Decoded {
+            cache,
+            owner: cache.owner(),
+            decoding: Mutex::new(()),
+            failed: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Piece `n`: kept, or made by `decode`. `decode` fails with a `StoreError` for a passing
+    /// reason (reading the stored bytes), not remembered, or returns `Err(message)` when the
+    /// bytes do not decode: logged once, and the answer for that piece from then on.
+    pub fn piece(
+        &self,
+        n: u64,
+        decode: impl FnOnce() -> Result<Result<Vec<u8>, String>, StoreError>,
+    ) -> Result<Arc<Vec<u8>>, StoreError> {
+        if let Some(hit) = self.cache.get(self.owner, n) {
+            return Ok(hit);
+        }
+        let _one_at_a_time = lock(&self.decoding);
+        if let Some(hit) = self.cache.get(self.owner, n) {
+            return Ok(hit);
+        }
+        if let Some(e) = lock(&self.failed).get(&n) {
+            return Err(StoreError::Produce(e.clone()));
+        }
+        match decode()? {
+            Ok(data) => {
+                let data = Arc::new(data);
+                self.cache.insert(self.owner, n, data.clone());
+                Ok(data)
+            }
+            Err(message) => {
+                log::error!("{message}");
+                lock(&self.failed).insert(n, message.clone());
+                Err(StoreError::Produce(message))
+            }
+        }
+    }
+}
+
+impl Drop for Decoded {
+    fn drop(&mut self) {
+        self.cache.forget(self.owner);
+    }
 }
 
 /// The process's decode cache.
@@ -143,5 +208,34 @@ mod tests {
         assert!(cache.bytes() <= 40);
         cache.forget(owner);
         assert_eq!(cache.bytes(), 0);
+    }
+
+    #[test]
+    fn a_blobs_pieces_are_decoded_once_and_a_bad_one_is_remembered() {
+        let cache: &'static DecodeCache = Box::leak(Box::new(DecodeCache::new(1 << 20)));
+        let runs = std::cell::Cell::new(0);
+        let decode = |result: Result<Result<Vec<u8>, String>, StoreError>| {
+            runs.set(runs.get() + 1);
+            result
+        };
+        let decoded = Decoded::new(cache);
+        let good = || decode(Ok(Ok(vec![7; 4])));
+        assert_eq!(*decoded.piece(0, good).unwrap(), vec![7; 4]);
+        assert_eq!(*decoded.piece(0, good).unwrap(), vec![7; 4]);
+        assert_eq!(runs.get(), 1, "kept: decoded once");
+        // A passing failure is tried again; a bad piece is not.
+        let passing = || decode(Err(StoreError::Produce("I/O".into())));
+        assert!(decoded.piece(1, passing).is_err());
+        assert!(decoded.piece(1, passing).is_err());
+        assert_eq!(runs.get(), 3);
+        let bad = || decode(Ok(Err("chunk 2 does not decode".into())));
+        for _ in 0..2 {
+            let e = decoded.piece(2, bad).unwrap_err();
+            assert!(e.to_string().contains("chunk 2 does not decode"), "{e}");
+        }
+        assert_eq!(runs.get(), 4, "remembered: decoded once");
+        assert_eq!(cache.bytes(), 4);
+        drop(decoded);
+        assert_eq!(cache.bytes(), 0, "its pieces go with it");
     }
 }

@@ -7,13 +7,13 @@
 //! log line naming the dataset and the chunk) and is not decoded again.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use crate::formats::zarr::chunks::gather;
 use crate::formats::zarr::decode::MAX_DECODED_BYTES;
 use crate::stores::blob::RangeSource;
-use crate::stores::decode_cache::{self, DecodeCache};
-use crate::stores::{lock, Blob, Bytes, StoreError};
+use crate::stores::decode_cache::{self, Decoded};
+use crate::stores::{Blob, Bytes, StoreError};
 
 use super::filters::{decode_chunk, Filter};
 
@@ -46,16 +46,8 @@ pub struct H5Chunks {
     grid: Vec<u64>,
     chunk_bytes: usize,
     stored: HashMap<u64, StoredChunk>,
-    cache: &'static DecodeCache,
-    owner: u64,
-    decoding: Mutex<()>,
-    failed: Mutex<HashMap<u64, String>>,
-}
-
-impl Drop for H5Chunks {
-    fn drop(&mut self) {
-        self.cache.forget(self.owner);
-    }
+    /// Its decoded chunks, in the decode cache.
+    pieces: Decoded,
 }
 
 /// The flat content of a chunked dataset laid out as `layout`, whose stored chunks are `stored`
@@ -109,17 +101,13 @@ pub fn chunked_blob(
             .fold(0, |acc, ((o, c), g)| acc * g + o / c);
         by_position.insert(n, chunk);
     }
-    let cache = decode_cache::cache();
     let source = Arc::new(H5Chunks {
         what,
         layout,
         grid,
         chunk_bytes: chunk_bytes as usize,
         stored: by_position,
-        cache,
-        owner: cache.owner(),
-        decoding: Mutex::new(()),
-        failed: Mutex::new(HashMap::new()),
+        pieces: Decoded::new(decode_cache::cache()),
     });
     Ok(Blob::ranged(len, source))
 }
@@ -130,35 +118,17 @@ impl H5Chunks {
         let Some(stored) = self.stored.get(&n) else {
             return Ok(None);
         };
-        if let Some(hit) = self.cache.get(self.owner, n) {
-            return Ok(Some(hit));
-        }
-        let _one_at_a_time = lock(&self.decoding);
-        if let Some(hit) = self.cache.get(self.owner, n) {
-            return Ok(Some(hit));
-        }
-        if let Some(e) = lock(&self.failed).get(&n) {
-            return Err(StoreError::Produce(e.clone()));
-        }
-        match decode_chunk(
-            &self.layout.pipeline,
-            stored.mask,
-            stored.bytes.as_slice(),
-            self.layout.elem_size as usize,
-            self.chunk_bytes,
-        ) {
-            Ok(data) => {
-                let data = Arc::new(data);
-                self.cache.insert(self.owner, n, data.clone());
-                Ok(Some(data))
-            }
-            Err(e) => {
-                let message = format!("decoding {}: chunk {n}: {e}", self.what);
-                log::error!("{message}");
-                lock(&self.failed).insert(n, message.clone());
-                Err(StoreError::Produce(message))
-            }
-        }
+        let decode = || {
+            let decoded = decode_chunk(
+                &self.layout.pipeline,
+                stored.mask,
+                stored.bytes.as_slice(),
+                self.layout.elem_size as usize,
+                self.chunk_bytes,
+            );
+            Ok(decoded.map_err(|e| format!("decoding {}: chunk {n}: {e}", self.what)))
+        };
+        self.pieces.piece(n, decode).map(Some)
     }
 }
 

@@ -12,11 +12,11 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use crate::stores::blob::RangeSource;
-use crate::stores::decode_cache::{self, DecodeCache};
-use crate::stores::{lock, Blob, Bytes, StoreError};
+use crate::stores::decode_cache::{self, DecodeCache, Decoded};
+use crate::stores::{Blob, Bytes, StoreError};
 
 use crate::formats::zarr::decode::{
     checked_product, decode_numeric_chunk, ArrayKind, ChunkLayout, StoredChunks, MAX_DECODED_BYTES,
@@ -99,19 +99,10 @@ pub struct ForeignDecoder {
     grid: Vec<u64>,
     /// The chunks the store holds, by linear position on the grid.
     stored: HashMap<u64, Arc<Blob>>,
-    /// Where its decoded chunks are kept, and under which owner number.
-    cache: &'static DecodeCache,
-    owner: u64,
-    decoding: Mutex<()>,
-    failed: Mutex<HashMap<u64, String>>,
+    /// Its decoded chunks, in the decode cache.
+    pieces: Decoded,
     /// Chunk decodes run (cache misses), for tests.
     pub decoded: AtomicU64,
-}
-
-impl Drop for ForeignDecoder {
-    fn drop(&mut self) {
-        self.cache.forget(self.owner);
-    }
 }
 
 /// The ranged flat blob of a foreign numeric array with the chunks `stored` (and its decoder,
@@ -157,10 +148,7 @@ pub fn foreign_decoder_in(
         layout,
         grid,
         stored,
-        cache,
-        owner: cache.owner(),
-        decoding: Mutex::new(()),
-        failed: Mutex::new(HashMap::new()),
+        pieces: Decoded::new(cache),
         decoded: AtomicU64::new(0),
     });
     Ok((Blob::ranged(len, decoder.clone()), decoder))
@@ -172,35 +160,16 @@ impl ForeignDecoder {
         let Some(stored) = self.stored.get(&n) else {
             return Ok(None);
         };
-        let cache = self.cache;
-        if let Some(hit) = cache.get(self.owner, n) {
-            return Ok(Some(hit));
-        }
-        let _one_at_a_time = lock(&self.decoding);
-        if let Some(hit) = cache.get(self.owner, n) {
-            return Ok(Some(hit));
-        }
-        if let Some(e) = lock(&self.failed).get(&n) {
-            return Err(StoreError::Produce(e.clone()));
-        }
-        // Reading the stored bytes may fail for a passing reason (I/O): not remembered. By
-        // range: a compressed ZIP member is decompressed without being kept whole.
-        let raw = stored.read_range(0, stored.len()?)?;
-        self.decoded.fetch_add(1, Ordering::Relaxed);
-        log::trace!("{}: decoding chunk {n}", self.what);
-        match decode_numeric_chunk(&self.layout, raw.as_slice()) {
-            Ok(data) => {
-                let data = Arc::new(data);
-                cache.insert(self.owner, n, data.clone());
-                Ok(Some(data))
-            }
-            Err(e) => {
-                let message = format!("decoding {}: chunk {n}: {e}", self.what);
-                log::error!("{message}");
-                lock(&self.failed).insert(n, message.clone());
-                Err(StoreError::Produce(message))
-            }
-        }
+        let decode = || {
+            // Reading the stored bytes may fail for a passing reason (I/O): not remembered. By
+            // range: a compressed ZIP member is decompressed without being kept whole.
+            let raw = stored.read_range(0, stored.len()?)?;
+            self.decoded.fetch_add(1, Ordering::Relaxed);
+            log::trace!("{}: decoding chunk {n}", self.what);
+            Ok(decode_numeric_chunk(&self.layout, raw.as_slice())
+                .map_err(|e| format!("decoding {}: chunk {n}: {e}", self.what)))
+        };
+        self.pieces.piece(n, decode).map(Some)
     }
 }
 

@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::path::Path;
@@ -15,14 +14,14 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use common::{
-    copy_fixture, every_local_source, fusermount_u, io_timeout, is_mounted, TestMount, BIN, PACKED,
-    VECTORS,
+    copy_fixture, every_local_source, fusermount_u, io_timeout, is_mounted, rendered_views,
+    TestMount, BIN, PACKED, VECTORS,
 };
 use daf_mount::core::DafFs;
 use daf_mount::formats::source::{open_source, Format};
 use daf_mount::staging::StagingArea;
 use daf_mount::views::anndata::Request;
-use daf_mount::views::{view_entries, view_roots, ViewKind, ViewNode, ViewOptions, ViewSelection};
+use daf_mount::views::{view_roots, ViewKind, ViewOptions, ViewSelection};
 
 fn options(anndata: Option<&str>, zarr: Format) -> ViewOptions {
     ViewOptions {
@@ -190,28 +189,6 @@ fn walk(dir: &Path) -> Vec<String> {
         .collect()
 }
 
-/// Path → bytes (`None`: a directory) of every view of kind `kind`.
-fn files_of(
-    datasets: &[daf_mount::formats::source::NamedDataset],
-    options: &ViewOptions,
-    kind: Option<ViewKind>,
-) -> BTreeMap<String, Option<Vec<u8>>> {
-    let mut out = BTreeMap::new();
-    for root in view_roots(datasets, options) {
-        if kind.is_some_and(|k| k != root.kind) {
-            continue;
-        }
-        for entry in view_entries(&datasets[root.dataset].dataset, &root) {
-            let bytes = match entry.node {
-                ViewNode::Dir => None,
-                ViewNode::File(blob) => Some(blob.bytes().unwrap().as_slice().to_vec()),
-            };
-            out.insert(entry.path, bytes);
-        }
-    }
-    out
-}
-
 #[test]
 fn the_other_views_are_byte_for_byte_the_same_with_the_anndata_view() {
     // Not the whole of multi_v3.dafs.zarr.zip: its data set g2 has no matrix, so no AnnData view
@@ -231,7 +208,7 @@ fn the_other_views_are_byte_for_byte_the_same_with_the_anndata_view() {
             "cell:gene:expr"
         };
         for zarr in [Format::ZarrV2, Format::ZarrV3] {
-            let plain = files_of(&opened.datasets, &options(None, zarr), None);
+            let plain = rendered_views(&opened.datasets, &options(None, zarr), None);
             let with = options(Some(anndata), zarr);
             let roots = view_roots(&opened.datasets, &with);
             let shown = roots.iter().filter(|r| r.kind == ViewKind::AnnData).count();
@@ -240,10 +217,14 @@ fn the_other_views_are_byte_for_byte_the_same_with_the_anndata_view() {
                 opened.datasets.len(),
                 "{source}: an AnnData view each"
             );
-            let mut others = files_of(&opened.datasets, &with, Some(ViewKind::Files));
-            others.extend(files_of(&opened.datasets, &with, Some(ViewKind::Zarr)));
+            let mut others = rendered_views(&opened.datasets, &with, Some(ViewKind::Files));
+            others.extend(rendered_views(
+                &opened.datasets,
+                &with,
+                Some(ViewKind::Zarr),
+            ));
             assert_eq!(others, plain, "{source} in {zarr:?}");
-            let anndata = files_of(&opened.datasets, &with, Some(ViewKind::AnnData));
+            let anndata = rendered_views(&opened.datasets, &with, Some(ViewKind::AnnData));
             assert!(
                 anndata.keys().all(|p| p.contains(".anndata.zarr")),
                 "{source}"

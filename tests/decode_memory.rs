@@ -7,12 +7,11 @@
 mod common;
 
 use std::fs;
-use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{io_deadline, rss_anon, start_foreground, Unmount};
+use common::{io_deadline, read_and_watch, rss_anon, start_foreground, Unmount};
 
 /// Rows and columns of the generated matrix (Zarr shape `[COLS, ROWS]`), `<u4`: 120 MiB.
 const ROWS: u64 = 4096;
@@ -116,38 +115,6 @@ fn zip_deflated(dir: &Path, archive: &Path) {
     assert!(status.success());
 }
 
-/// Reads `path` whole, checking every value and the daemon's RssAnon as it goes; its most.
-fn read_and_watch(path: PathBuf, pid: u32) -> u64 {
-    let expected_len = ROWS * COLS * 4;
-    assert_eq!(fs::metadata(&path).unwrap().len(), expected_len, "st_size");
-    let mut file = fs::File::open(&path).unwrap();
-    let mut buf = vec![0u8; 4 << 20];
-    let (mut at, mut peak) = (0u64, 0u64);
-    loop {
-        let n = file.read(&mut buf).unwrap();
-        if n == 0 {
-            break;
-        }
-        assert_eq!(at % 4, 0);
-        let mut n = n;
-        // Whole elements only (a short read may end inside one).
-        while n % 4 != 0 {
-            let more = file.read(&mut buf[n..n + 4 - n % 4]).unwrap();
-            assert!(more > 0, "{} ends inside an element", path.display());
-            n += more;
-        }
-        for (i, word) in buf[..n].chunks_exact(4).enumerate() {
-            let k = at / 4 + i as u64;
-            let got = u32::from_le_bytes(word.try_into().unwrap());
-            assert_eq!(got, value(k), "{} element {k}", path.display());
-        }
-        at += n as u64;
-        peak = peak.max(rss_anon(pid));
-    }
-    assert_eq!(at, expected_len);
-    peak
-}
-
 /// Mounts `source` with `-o decode_cache=`, reads the matrix whole through both views (values
 /// checked) and checks the daemon's RssAnon all along.
 fn mount_and_read(source: &Path, name: &str) {
@@ -171,7 +138,10 @@ fn mount_and_read(source: &Path, name: &str) {
         mnt.join(format!("{name}.daf.zarr/matrices/r/c/m/0.0")),
     );
     let peaks = io_deadline(&mnt, Duration::from_secs(120), move || {
-        (read_and_watch(files, pid), read_and_watch(zarr, pid))
+        (
+            read_and_watch(files, pid, ROWS * COLS * 4, value),
+            read_and_watch(zarr, pid, ROWS * COLS * 4, value),
+        )
     });
     let bound = CACHE + SLACK;
     eprintln!(

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use daf_mount::formats::source::{open_source, Format, NamedDataset};
-use daf_mount::views::{view_entries, view_roots, ViewNode, ViewOptions, ViewSelection};
+use daf_mount::views::{ViewOptions, ViewSelection};
 use serde_json::{json, Value};
 
 mod common;
@@ -25,17 +25,7 @@ fn zarr_view(
         dimension_names: names,
         ..ViewOptions::from(ViewSelection::Zarr)
     };
-    let mut out = BTreeMap::new();
-    for root in view_roots(datasets, &options) {
-        for entry in view_entries(&datasets[root.dataset].dataset, &root) {
-            let bytes = match entry.node {
-                ViewNode::Dir => None,
-                ViewNode::File(blob) => Some(blob.bytes().unwrap().as_slice().to_vec()),
-            };
-            out.insert(entry.path, bytes);
-        }
-    }
-    out
+    common::rendered_views(datasets, &options, None)
 }
 
 fn parse(bytes: &[u8]) -> Value {

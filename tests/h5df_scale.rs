@@ -5,12 +5,11 @@
 mod common;
 
 use std::fs;
-use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{h5, io_deadline, rss_anon, start_foreground, Unmount};
+use common::{h5, io_deadline, read_and_watch, rss_anon, start_foreground, Unmount};
 
 /// Rows and columns of the flat matrix (dataspace `[COLS, ROWS]`), UInt32: 256 MiB.
 const ROWS: usize = 8192;
@@ -33,36 +32,6 @@ fn write_big(path: &Path) {
     h5::flat(&group, "m", &[COLS, ROWS], &data);
 }
 
-/// Reads `path` whole in 4 MiB reads, checking every value and the daemon's RssAnon as it goes;
-/// the most RssAnon seen.
-fn read_and_watch(path: PathBuf, pid: u32) -> u64 {
-    let expected_len = (ROWS * COLS * 4) as u64;
-    assert_eq!(fs::metadata(&path).unwrap().len(), expected_len, "st_size");
-    let mut file = fs::File::open(&path).unwrap();
-    let mut buf = vec![0u8; 4 << 20];
-    let (mut at, mut peak) = (0u64, 0u64);
-    loop {
-        let mut n = file.read(&mut buf).unwrap();
-        if n == 0 {
-            break;
-        }
-        while n % 4 != 0 {
-            let more = file.read(&mut buf[n..n + 4 - n % 4]).unwrap();
-            assert!(more > 0, "{} ends inside an element", path.display());
-            n += more;
-        }
-        for (i, word) in buf[..n].chunks_exact(4).enumerate() {
-            let k = at / 4 + i as u64;
-            let got = u32::from_le_bytes(word.try_into().unwrap());
-            assert_eq!(got, value(k), "{} element {k}", path.display());
-        }
-        at += n as u64;
-        peak = peak.max(rss_anon(pid));
-    }
-    assert_eq!(at, expected_len);
-    peak
-}
-
 #[test]
 fn a_large_flat_matrix_is_served_from_the_map_in_both_views() {
     require_fuse!();
@@ -83,7 +52,10 @@ fn a_large_flat_matrix_is_served_from_the_map_in_both_views() {
         mnt.join("big.daf.zarr/matrices/r/c/m/0.0"),
     );
     let peaks = io_deadline(&mnt, Duration::from_secs(120), move || {
-        (read_and_watch(files, pid), read_and_watch(zarr, pid))
+        (
+            read_and_watch(files, pid, (ROWS * COLS * 4) as u64, value),
+            read_and_watch(zarr, pid, (ROWS * COLS * 4) as u64, value),
+        )
     });
     eprintln!(
         "big.h5df: RssAnon {} MiB at mount, peaks {} and {} MiB (bound {} MiB)",

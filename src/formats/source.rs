@@ -129,24 +129,11 @@ pub fn parse_source(arg: &str) -> Result<SourceSpec, FormatError> {
     for (single, multi, layout) in ZIP_SUFFIXES {
         let marker = format!("{multi}#");
         if let Some((container, group)) = arg.split_once(&marker) {
-            let Some(group) = group.strip_prefix('/') else {
-                return Err(bad(arg, format!("expected '#/<group>' after {multi}")));
-            };
-            if group.contains(&marker) {
-                return Err(bad(arg, "more than one '#/' in the path"));
-            }
-            let group = group.trim_matches('/');
-            if group.is_empty() {
-                return Err(bad(arg, "empty group name after '#/'"));
-            }
-            if let Some(why) = group.split('/').find_map(check_name) {
-                return Err(bad(arg, format!("the group has {why}")));
-            }
             return Ok(SourceSpec::Zip {
                 path: PathBuf::from(format!("{container}{multi}")),
                 layout,
                 multi: true,
-                group: Some(group.to_string()),
+                group: Some(group_after(arg, group, multi)?),
             });
         }
         if arg.contains(&format!("{single}#")) {
@@ -174,29 +161,35 @@ pub fn parse_source(arg: &str) -> Result<SourceSpec, FormatError> {
     ))
 }
 
+/// The group of `arg` named by `rest`, what follows `{multi}#` in it: `/GROUP` (which may hold
+/// `/`), every component a valid name.
+fn group_after(arg: &str, rest: &str, multi: &str) -> Result<String, FormatError> {
+    let Some(group) = rest.strip_prefix('/') else {
+        return Err(bad(arg, format!("expected '#/<group>' after {multi}")));
+    };
+    if group.contains(&format!("{multi}#")) {
+        return Err(bad(arg, "more than one '#/' in the path"));
+    }
+    let group = group.trim_matches('/');
+    if group.is_empty() {
+        return Err(bad(arg, "empty group name after '#/'"));
+    }
+    if let Some(why) = group.split('/').find_map(check_name) {
+        return Err(bad(arg, format!("the group has {why}")));
+    }
+    Ok(group.to_string())
+}
+
 /// The H5df forms of the grammar (`x.h5df`, `x.h5dfs#/GROUP`, `x.h5dfs`), if `arg` is one.
 fn parse_h5df(arg: &str) -> Result<Option<SourceSpec>, FormatError> {
     if is_url(arg) {
         return Ok(None);
     }
     if let Some((file, group)) = arg.split_once(".h5dfs#") {
-        let Some(group) = group.strip_prefix('/') else {
-            return Err(bad(arg, "expected '#/<group>' after .h5dfs"));
-        };
-        if group.contains(".h5dfs#") {
-            return Err(bad(arg, "more than one '#/' in the path"));
-        }
-        let group = group.trim_matches('/');
-        if group.is_empty() {
-            return Err(bad(arg, "empty group name after '#/'"));
-        }
-        if let Some(why) = group.split('/').find_map(check_name) {
-            return Err(bad(arg, format!("the group has {why}")));
-        }
         return Ok(Some(SourceSpec::H5df {
             path: PathBuf::from(format!("{file}.h5dfs")),
             multi: true,
-            group: Some(group.to_string()),
+            group: Some(group_after(arg, group, ".h5dfs")?),
         }));
     }
     if arg.contains(".h5df#") {

@@ -302,8 +302,7 @@ impl Blob {
         })
     }
 
-    /// A hint that the content will likely be read soon ([`RangeSource::prefetch`]); nothing for
-    /// a blob that is not ranged or already produced.
+    /// A hint that a ranged blob not yet produced will be read soon ([`RangeSource::prefetch`]).
     pub fn prefetch(&self) {
         if let (Some(source), false) = (self.ranged_source(), self.is_materialized()) {
             source.prefetch();

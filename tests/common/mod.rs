@@ -478,3 +478,68 @@ impl Drop for Unmount {
         let _ = self.0.wait();
     }
 }
+
+/// Reads `path` (of `expected_len` bytes, little-endian `u32`s whose `k`-th is `value(k)`) whole
+/// in 4 MiB reads, checking every value and the RssAnon of process `pid` as it goes: the most
+/// RssAnon seen.
+pub fn read_and_watch(
+    path: PathBuf,
+    pid: u32,
+    expected_len: u64,
+    value: impl Fn(u64) -> u32,
+) -> u64 {
+    use std::io::Read;
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().len(),
+        expected_len,
+        "st_size"
+    );
+    let mut file = std::fs::File::open(&path).unwrap();
+    let mut buf = vec![0u8; 4 << 20];
+    let (mut at, mut peak) = (0u64, 0u64);
+    loop {
+        let mut n = file.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        // Whole elements only (a short read may end inside one).
+        while n % 4 != 0 {
+            let more = file.read(&mut buf[n..n + 4 - n % 4]).unwrap();
+            assert!(more > 0, "{} ends inside an element", path.display());
+            n += more;
+        }
+        for (i, word) in buf[..n].chunks_exact(4).enumerate() {
+            let k = at / 4 + i as u64;
+            let got = u32::from_le_bytes(word.try_into().unwrap());
+            assert_eq!(got, value(k), "{} element {k}", path.display());
+        }
+        at += n as u64;
+        peak = peak.max(rss_anon(pid));
+    }
+    assert_eq!(at, expected_len);
+    peak
+}
+
+/// Every file and directory of the views of `datasets` under `options` whose kind is `kind` (all
+/// kinds: `None`), rendered without a kernel: path → `None` (directory) or the bytes.
+pub fn rendered_views(
+    datasets: &[daf_mount::formats::source::NamedDataset],
+    options: &daf_mount::views::ViewOptions,
+    kind: Option<daf_mount::views::ViewKind>,
+) -> Tree {
+    use daf_mount::views::{view_entries, view_roots, ViewNode};
+    let mut out = BTreeMap::new();
+    for root in view_roots(datasets, options) {
+        if kind.is_some_and(|k| k != root.kind) {
+            continue;
+        }
+        for entry in view_entries(&datasets[root.dataset].dataset, &root) {
+            let bytes = match entry.node {
+                ViewNode::Dir => None,
+                ViewNode::File(blob) => Some(blob.bytes().unwrap().as_slice().to_vec()),
+            };
+            out.insert(entry.path, bytes);
+        }
+    }
+    out
+}

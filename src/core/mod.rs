@@ -173,6 +173,10 @@ struct Handle {
     /// Another process closed the handle after writes the opener's closes have not committed
     /// yet: the release commits them if the opener does not.
     foreign_close: bool,
+    /// For a handle whose open staged a file (a new one, or a replacement of a committed one):
+    /// its path in the mount and the staged file, dropped again if the open is refused after
+    /// all ([`DafFs::abandon`]).
+    staged_by_open: Option<(String, PathBuf)>,
 }
 
 impl Handle {

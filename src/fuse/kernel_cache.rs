@@ -42,7 +42,10 @@ impl FuseAdapter {
     /// no file of its own now (a staged file committed into a ZIP source, now read from the
     /// archive: the same bytes, as a ZIP's committed content never changes). An open of an inode
     /// whose file is another one now (a replacement) while handles on the old one are open is
-    /// refused with `ETXTBSY`: they would make it read or write the old file.
+    /// refused with `ETXTBSY`: they would make it read or write the old file. Such an open first
+    /// waits, at most [`RELEASE_WAIT`], for those handles' releases: the kernel sends a release
+    /// after `close` has returned, so a reader's release is often still on its way (or on
+    /// another worker) when the same process opens the file again to replace it.
     pub(super) fn backing_for(
         &self,
         ino: u64,
@@ -53,27 +56,41 @@ impl FuseAdapter {
         if !self.passthrough.load(Ordering::Relaxed) {
             return Ok(None);
         }
-        let current = self.core.backing_file(ino);
+        let deadline = std::time::Instant::now() + RELEASE_WAIT;
         let mut by_ino = self
             .backing_by_ino
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        let live = by_ino
-            .get(&ino)
-            .and_then(|(id, file)| Some((id.upgrade()?, *file)));
-        let id = match (live, current) {
-            (Some((id, file)), current) => {
-                // The inode's file now: still that file, or (to read) none of its own.
-                let now = current.and_then(|(path, _)| file_id(&path));
-                if now != Some(file) && (write || now.is_some()) {
-                    log::info!(
-                        "inode {ino}: its file changed while handles on the previous one are \
-                         open: refused (ETXTBSY) until they are closed"
-                    );
-                    return Err(super::errors::backing_busy());
-                }
-                id
+        let (live, current) = loop {
+            let current = self.core.backing_file(ino);
+            let live = by_ino
+                .get(&ino)
+                .and_then(|(id, file)| Some((id.upgrade()?, *file)));
+            // The inode's file now: still that file, or (to read) none of its own.
+            let busy = live.as_ref().is_some_and(|(_, file)| {
+                let now = current.as_ref().and_then(|(path, _)| file_id(path));
+                now != Some(*file) && (write || now.is_some())
+            });
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if !busy {
+                break (live, current);
             }
+            if left.is_zero() {
+                log::info!(
+                    "inode {ino}: its file changed while handles on the previous one are \
+                     open: refused (ETXTBSY) until they are closed"
+                );
+                return Err(super::errors::backing_busy());
+            }
+            drop(live);
+            by_ino = self
+                .backing_released
+                .wait_timeout(by_ino, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        };
+        let id = match (live, current) {
+            (Some((id, _)), _) => id,
             (None, None) => return Ok(None),
             (None, Some((path, writable))) => {
                 let Ok(file) = std::fs::OpenOptions::new()
@@ -161,6 +178,11 @@ impl FuseAdapter {
         }
     }
 }
+
+/// How long an open that would replace an inode's backing file waits for the releases of the
+/// handles on the previous one (see `backing_for`): a release already sent is answered within
+/// milliseconds even on a loaded machine; the bound is reached only when a handle is really open.
+const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// How long a reply waits for the kernel to take its invalidations: they take microseconds once
 /// the thread runs, which on a loaded machine can be tens of milliseconds later; the bound is only

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::sync::{Mutex, Weak};
+use std::sync::{Condvar, Mutex, Weak};
 use std::time::SystemTime;
 
 use fuser::{
@@ -50,8 +50,13 @@ pub struct FuseAdapter {
     /// Whether the kernel opens directories without asking (zero-message opendir): a
     /// directory's listing then costs no `opendir` and `releasedir` round trips.
     no_opendir: AtomicBool,
-    /// Registered backing files: shared per inode while some handle uses them.
+    /// Registered backing files: shared per inode while some handle uses them. Held while an
+    /// open decides on an inode's backing file (no other lock is taken under it).
     backing_by_ino: Mutex<HashMap<u64, (Weak<BackingId>, kernel_cache::FileId)>>,
+    /// Signalled (under `backing_by_ino`) when a release drops a handle's backing file: an open
+    /// waiting for the previous file's handles to go (`backing_for`) looks again.
+    backing_released: Condvar,
+    /// The backing file of each open passthrough handle (taken without `backing_by_ino`).
     backing_by_fh: Mutex<HashMap<u64, Arc<BackingId>>>,
     /// Fills the page cache with large non-passthrough files while they are open.
     page_fill: PageFill,
@@ -72,6 +77,7 @@ impl FuseAdapter {
             passthrough: AtomicBool::new(false),
             no_opendir: AtomicBool::new(false),
             backing_by_ino: Mutex::default(),
+            backing_released: Condvar::new(),
             backing_by_fh: Mutex::default(),
             invalidator: std::sync::OnceLock::new(),
         }
@@ -153,7 +159,8 @@ impl Filesystem for FuseAdapter {
             match self.backing_for(ino.0, fh, write, |file| reply.open_backing(file)) {
                 Ok(backing) => Ok((fh, a, backing)),
                 Err(refused) => {
-                    self.core.release(fh);
+                    self.core.abandon(fh);
+                    self.send_invalidations(&[]);
                     Err(refused)
                 }
             }
@@ -375,7 +382,8 @@ impl Filesystem for FuseAdapter {
                 let attr = self.attr(&a);
                 match self.backing_for(a.ino, fh, true, |file| reply.open_backing(file)) {
                     Err(refused) => {
-                        self.core.release(fh);
+                        self.core.abandon(fh);
+                        self.send_invalidations(&[]);
                         reply.error(refused);
                     }
                     Ok(Some(id)) => {
@@ -451,10 +459,19 @@ impl Filesystem for FuseAdapter {
             Ok(())
         });
         self.page_fill.release(fh.0);
-        self.backing_by_fh
+        let backing = self
+            .backing_by_fh
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&fh.0);
+        if let Some(backing) = backing {
+            drop(backing);
+            let _by_ino = self
+                .backing_by_ino
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            self.backing_released.notify_all();
+        }
         self.send_invalidations(&[]);
         reply.ok();
     }

@@ -92,6 +92,7 @@ impl DafFs {
             deferred: false,
             opener: None,
             foreign_close: false,
+            staged_by_open: None,
         };
         self.handles().insert(fh, handle);
         fh
@@ -254,7 +255,11 @@ impl DafFs {
 
     /// Drops the staged file at `mount` (if it is still `disk`): what it hid shows again.
     fn unstage(&self, mount: &str, disk: &Path) {
-        let mut state = self.lock_state();
+        self.unstage_under(self.lock_state(), mount, disk);
+    }
+
+    /// [`unstage`](Self::unstage) under the state lock `state`.
+    fn unstage_under(&self, mut state: Writer<'_>, mount: &str, disk: &Path) {
         let Ok(canonical) = Self::canonical(&state, mount) else {
             return;
         };
@@ -282,16 +287,17 @@ impl DafFs {
         let staging = self.staging_area()?;
         let mut state = self.lock_state();
         let (mount, canonical) = Self::place_new(&state, parent, name, false)?;
-        if let Some(existing) = state
+        let existing = state
             .namespace
             .child(parent, name.to_str().unwrap_or_default())
-            .and_then(Result::ok)
-        {
+            .and_then(Result::ok);
+        let mut made = true;
+        if let Some(existing) = existing {
             match state.namespace.node(existing).map(|n| n.kind()) {
                 _ if exclusive => return Err(FsError::Exists),
                 Some(NodeKind::Dir { .. }) => return Err(FsError::IsDir),
                 Some(NodeKind::File(_)) => Self::rewritable(&state, &mount)?,
-                _ => {}
+                _ => made = false,
             }
         }
         let disk = staging.prepare_parent(&canonical)?;
@@ -301,10 +307,13 @@ impl DafFs {
             .create(true)
             .truncate(true)
             .open(&disk)?;
-        state = state.stage(&canonical, disk, false);
+        state = state.stage(&canonical, disk.clone(), false);
         let ino = state.inodes.ino(&mount);
         drop(state);
         let fh = self.new_handle(ino, Some(file), true);
+        if made {
+            self.staged_by_open(fh, mount, disk);
+        }
         Ok((self.getattr(ino)?, fh))
     }
 
@@ -320,9 +329,37 @@ impl DafFs {
                 // made out of the state lock, then staged under it).
                 let content = if truncate { None } else { Some(blob.bytes()?) };
                 let (path, disk) = self.stage_replacement(&path, content)?;
-                let file = OpenOptions::new().read(true).write(true).open(disk)?;
-                Ok(self.new_handle(self.namespace_ino(&path), Some(file), true))
+                let file = OpenOptions::new().read(true).write(true).open(&disk)?;
+                let fh = self.new_handle(self.namespace_ino(&path), Some(file), true);
+                self.staged_by_open(fh, path, disk);
+                Ok(fh)
             }
+        }
+    }
+
+    /// Records that the open of handle `fh` staged `disk` at `mount`.
+    fn staged_by_open(&self, fh: u64, mount: String, disk: PathBuf) {
+        if let Some(handle) = self.handles().get_mut(&fh) {
+            handle.staged_by_open = Some((mount, disk));
+        }
+    }
+
+    /// Forgets handle `fh`, which the kernel never got (the adapter refused the open after the
+    /// core made it): nothing is committed, and a file its open staged (new, or replacing a
+    /// committed one) is dropped while no other handle uses it, so the open changed nothing (a
+    /// truncating open truncated nothing, a creating one created nothing).
+    pub fn abandon(&self, fh: u64) {
+        let Some(handle) = self.handles().remove(&fh) else {
+            return;
+        };
+        let Some((mount, disk)) = handle.staged_by_open else {
+            return;
+        };
+        // Under the state lock: an open of the staged file makes its handle under it.
+        let state = self.lock_state();
+        let on_staged = |h: &Handle| h.ino == handle.ino && h.file.is_some();
+        if !self.handles().values().any(on_staged) {
+            self.unstage_under(state, &mount, &disk);
         }
     }
 

@@ -1,9 +1,14 @@
 //! `NAME.h5df` (`--h5df`) through real mounts, for every local source kind: its exact size
 //! before the first read, 1,000 random `pread`s against a `cp` of it, `h5dump` opens it, and
 //! the copy mounted again (an H5df source) shows the same FilesDaf and Zarr views, file by file;
-//! a commit through a writable view shows in it; it refuses changes with `EROFS`.
+//! a commit through a writable view shows in it; it refuses changes with `EROFS`; the H5df file
+//! of a remote source is byte for byte the local one's.
 
 mod common;
+// The server of tests/http_sources.rs; this test uses only its start and URLs.
+#[allow(dead_code)]
+#[path = "http_sources/server.rs"]
+mod server;
 
 use std::path::Path;
 use std::process::Command;
@@ -190,4 +195,46 @@ fn without_the_option_there_is_no_h5df_file() {
     require_fuse!();
     let m = mount(&format!("{VECTORS}/zarr_v2.daf.zarr"), false, false);
     assert!(root_names(&m, ".h5df").is_empty());
+}
+
+/// The whole H5df file of `ds`, made and read by ranges as a mount serves it.
+fn h5df_bytes(ds: &daf_mount::formats::source::NamedDataset) -> Vec<u8> {
+    use daf_mount::stores::blob::RangeSource;
+    let file = daf_mount::views::h5df::h5df_file(ds);
+    let size = file.size().unwrap();
+    file.read_range(0, size).unwrap().as_slice().to_vec()
+}
+
+/// A remote source's H5df file (payloads fetched by range when read) is the local one's, byte
+/// for byte (the file is the same for the same data: no times in it).
+#[test]
+fn the_h5df_file_of_a_remote_source_is_the_local_ones() {
+    use daf_mount::formats::remote::open_remote;
+    use daf_mount::stores::http::HttpOptions;
+    let tmp = tempfile::tempdir().unwrap();
+    let copied = Command::new("cp")
+        .arg("-r")
+        .arg(VECTORS)
+        .arg(tmp.path().join("v"))
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let server = server::Server::start(&tmp.path().join("v"));
+    let options = HttpOptions {
+        timeout: std::time::Duration::from_secs(5),
+        ..HttpOptions::default()
+    };
+    for fixture in [
+        "zarr_v2.daf.zarr",
+        "zarr_v3.daf.zarr",
+        "zarr_v3.daf.zarr.zip",
+    ] {
+        let remote = open_remote(&server.url(fixture), &options).unwrap();
+        let local = open_source(&format!("{VECTORS}/{fixture}")).unwrap();
+        let (a, b) = (
+            h5df_bytes(&remote.datasets[0]),
+            h5df_bytes(&local.datasets[0]),
+        );
+        assert!(a == b, "{fixture}: the remote source's H5df file differs");
+    }
 }

@@ -339,6 +339,17 @@ pub fn hdf5_chunk_at(dataset: &hdf5_metno::Dataset, coords: &[u64]) -> Option<(u
     })
 }
 
+/// Frees what libhdf5 keeps on its free lists (`H5garbage_collect`) after a file it made is
+/// closed, then gives the heap's free pages back (`release_free_memory`).
+pub fn hdf5_release_memory() {
+    hdf5_metno::sync::sync(|| {
+        // SAFETY: no arguments; the library frees only the blocks on its own free lists, which
+        // no live object uses; under the library's global lock (`sync`).
+        unsafe { hdf5_sys::h5::H5garbage_collect() };
+    });
+    release_free_memory();
+}
+
 /// A new HDF5 datatype made from the library's `make` (a predefined type's copy, adjusted):
 /// `Err` when a call fails.
 fn hdf5_new_type(

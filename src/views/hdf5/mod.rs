@@ -256,7 +256,8 @@ struct Built {
 pub struct Hdf5File {
     /// What the file is named in logs and errors.
     name: String,
-    /// The plan, until the build takes it.
+    /// The plan, until the build takes it. Its lock is held for the whole build: one build at a
+    /// time, a second caller waits for the first one's result (never a second build).
     plan: Mutex<Option<Plan>>,
     /// The made file, or why it could not be made (set once, under `plan`'s lock).
     built: OnceLock<Result<Built, String>>,
@@ -308,8 +309,11 @@ impl Hdf5File {
             ),
             Err(why) => log::warn!("cannot make {}: {why}", self.name),
         }
+        // Set while the lock is held: a caller that waited on it finds the result, not an empty
+        // plan.
+        let built = self.built.get_or_init(|| made);
         drop(plan);
-        self.built.get_or_init(|| made).as_ref().map_err(fail)
+        built.as_ref().map_err(fail)
     }
 
     /// The bytes of segment `index` from `offset` within it, `len` of them.

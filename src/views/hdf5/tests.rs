@@ -406,3 +406,25 @@ fn the_same_plan_gives_the_same_bytes() {
     );
     assert_eq!(a, b);
 }
+
+#[test]
+fn concurrent_first_reads_share_one_build() {
+    let file = Hdf5File::new("shared.h5", every_kind(&counting(u64::MAX), 100));
+    let sizes: Vec<(u64, usize)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                scope.spawn(|| {
+                    let size = file.size().unwrap();
+                    let built = file.built().unwrap() as *const Built as usize;
+                    (size, built)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(sizes.windows(2).all(|w| w[0] == w[1]), "{sizes:?}");
+    assert!(
+        crate::stores::lock(&file.plan).is_none(),
+        "the plan is dropped once made"
+    );
+}

@@ -4,8 +4,9 @@
 //! allocator's threshold for memory-mapped blocks, handing the heap's free pages back
 //! (`malloc_trim`), and the calls a ZIP append uses to stay out of the readers' way: lowering a
 //! thread's CPU and I/O priority, the kernel's file-to-file copy (`copy_file_range`) and paced
-//! writeback (`sync_file_range`); and the one libhdf5 call the `hdf5` crate does not wrap (a
-//! datatype's class, for H5df's bitfield Bools).
+//! writeback (`sync_file_range`); and the libhdf5 calls the `hdf5` crate does not wrap (a
+//! datatype's class and padding, a chunk's place, for H5df sources; the bitfield and
+//! NUL-terminated string datatypes the HDF5 files of `views::hdf5` are made with).
 //!
 //! Everything above this module works with safe `&[u8]` views and `Vec<u8>` results.
 
@@ -335,6 +336,63 @@ pub fn hdf5_chunk_at(dataset: &hdf5_metno::Dataset, coords: &[u64]) -> Option<(u
             )
         };
         (status >= 0 && addr != hdf5_sys::h5::HADDR_UNDEF).then_some((mask, addr, size))
+    })
+}
+
+/// A new HDF5 datatype made from the library's `make` (a predefined type's copy, adjusted):
+/// `Err` when a call fails.
+fn hdf5_new_type(
+    make: impl FnOnce() -> hdf5_sys::h5i::hid_t,
+) -> hdf5_metno::Result<hdf5_metno::Datatype> {
+    hdf5_metno::sync::sync(|| {
+        let id = make();
+        if id < 0 {
+            return Err(hdf5_metno::Error::from(
+                "an HDF5 datatype could not be made",
+            ));
+        }
+        // SAFETY: `id` is a datatype identifier the library just created for us (refcount 1,
+        // owned by no one else); `from_id` takes that reference over, so the handle closes it
+        // once; the library's global lock is held (`sync`).
+        unsafe { hdf5_metno::from_id::<hdf5_metno::Datatype>(id) }
+    })
+}
+
+/// The 8-bit little-endian bitfield `H5T_STD_B8LE`: how HDF5.jl stores a Julia `Bool`
+/// (`h5df-format.md` §3.1), which the `hdf5` crate's type descriptors do not cover.
+pub fn hdf5_bitfield_type() -> hdf5_metno::Result<hdf5_metno::Datatype> {
+    hdf5_new_type(|| {
+        // SAFETY: `H5T_STD_B8LE` is a predefined type, valid once the library is initialised
+        // (the crate's `sync` does that); `H5Tcopy` only reads it and returns a new identifier
+        // (or a negative value), under the library's global lock held by the caller.
+        unsafe { hdf5_sys::h5t::H5Tcopy(*hdf5_sys::h5t::H5T_STD_B8LE) }
+    })
+}
+
+/// A fixed-length UTF-8 string type of `size` bytes (at least 1), padded `NULLTERM`: how
+/// HDF5.jl stores a String scalar (`h5df-format.md` §3.2; the crate's fixed strings are
+/// `NULLPAD`).
+pub fn hdf5_fixed_utf8_type(size: usize) -> hdf5_metno::Result<hdf5_metno::Datatype> {
+    use hdf5_sys::h5t::{H5T_cset_t, H5T_str_t};
+    hdf5_new_type(|| {
+        // SAFETY: `H5T_C_S1` is a predefined type, valid once the library is initialised;
+        // `H5Tcopy` returns a new identifier that only this closure uses, and the three setters
+        // take it and plain values; every call runs under the library's global lock, held by
+        // the caller. A failing setter leaves the copy to be closed here.
+        unsafe {
+            let id = hdf5_sys::h5t::H5Tcopy(*hdf5_sys::h5t::H5T_C_S1);
+            if id < 0 {
+                return id;
+            }
+            let ok = hdf5_sys::h5t::H5Tset_size(id, size.max(1)) >= 0
+                && hdf5_sys::h5t::H5Tset_cset(id, H5T_cset_t::H5T_CSET_UTF8) >= 0
+                && hdf5_sys::h5t::H5Tset_strpad(id, H5T_str_t::H5T_STR_NULLTERM) >= 0;
+            if !ok {
+                hdf5_sys::h5t::H5Tclose(id);
+                return -1;
+            }
+            id
+        }
     })
 }
 

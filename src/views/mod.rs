@@ -7,6 +7,7 @@
 pub mod anndata;
 pub mod dimensions;
 pub mod files;
+pub mod h5ad;
 pub mod hdf5;
 mod keyed;
 mod layered;

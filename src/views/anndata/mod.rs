@@ -13,7 +13,7 @@
 //! The walk hands its elements to an [`Elements`]: the Zarr store of the view ([`zarr`]: v2
 //! `order: "F"` or v3's `transpose` codec, chunks of at most 8 MiB, the consolidated metadata).
 
-mod derived;
+pub(in crate::views) mod derived;
 pub mod layout;
 mod select;
 #[cfg(test)]
@@ -41,7 +41,7 @@ pub const SUFFIX: &str = ".anndata.zarr";
 
 /// What an array holds.
 #[derive(Clone, Copy)]
-pub(crate) enum Element {
+pub(in crate::views) enum Element {
     Num(NumType),
     Strings,
 }
@@ -64,10 +64,10 @@ impl Element {
 
 /// What an array holds, its shape, and its order (C, or F if `fortran`).
 #[derive(Clone, Copy)]
-pub(crate) struct Array<'a> {
-    pub(crate) element: Element,
-    pub(crate) shape: &'a [u64],
-    pub(crate) fortran: bool,
+pub(in crate::views) struct Array<'a> {
+    pub(in crate::views) element: Element,
+    pub(in crate::views) shape: &'a [u64],
+    pub(in crate::views) fortran: bool,
 }
 
 impl Array<'_> {
@@ -88,7 +88,7 @@ fn encoding(kind: &str, version: &str) -> Value {
 
 /// Where the mapping puts the elements it makes: the Zarr view (`zarr::Builder`), or the plan
 /// of the h5ad file. Parents come before their children.
-pub(crate) trait Elements {
+pub(in crate::views) trait Elements {
     /// Whether names must also suit Zarr v3 (no leading `__`).
     fn v3(&self) -> bool;
     /// A group at `path` (`""`: the root) with its attributes.
@@ -107,7 +107,11 @@ pub(crate) trait Elements {
 
 /// The AnnData of `dataset` under `selection`, element by element into `b`; returns the root's
 /// attributes (given to `b.group("", …)` first).
-pub(crate) fn walk(b: &mut impl Elements, dataset: &Dataset, selection: &Selection) -> Value {
+pub(in crate::views) fn walk(
+    b: &mut impl Elements,
+    dataset: &Dataset,
+    selection: &Selection,
+) -> Value {
     let v3 = b.v3();
     let root_attributes = encoding("anndata", "0.1.0");
     b.group("", root_attributes.clone());

@@ -540,6 +540,11 @@ def main():
         with sections("H5df source (scripts/bench_h5df.py)", rows):
             import bench_h5df
             bench_h5df.h5df_rows(sys.modules[__name__], WORK, args.rounds, files_dir, row, rows)
+    # --h5df: NAME.h5df of the 1 GiB data set, its build at the first stat, cp vs a native file (scripts/bench_h5file.py).
+    if wanted("H5df file (scripts/bench_h5file.py)"):
+        with sections("H5df file (scripts/bench_h5file.py)", rows):
+            import bench_h5file
+            bench_h5file.h5file_rows(sys.modules[__name__], WORK, args.rounds, files_dir, row, rows)
     # The AnnData view: anndata.read_zarr and read_lazy against anndata's own copy (scripts/bench_anndata.py).
     if wanted("AnnData view (scripts/bench_anndata.py)"):
         with sections("AnnData view (scripts/bench_anndata.py)", rows):

@@ -35,6 +35,7 @@ fn mounted_tree(source: &str, selection: ViewSelection) -> Tree {
         zarr: Some(Format::ZarrV2),
         files: Some(FilesVersion::V1_0),
         zip: false,
+        h5df: false,
         dimension_names: false,
         anndata: None,
     };

@@ -21,6 +21,7 @@ fn mount(source: &str, zarr: Format) -> TestMount {
         zarr: Some(zarr),
         files: None,
         zip: false,
+        h5df: false,
         dimension_names: false,
         anndata: None,
     };

@@ -95,6 +95,11 @@ pub struct Args {
     /// of its Zarr view (in the --zarr-format), made on the fly. Also `-o zip`.
     #[arg(long)]
     pub zip: bool,
+    /// Also show NAME.h5df at the mount root for each data set: a read-only HDF5 file in
+    /// DataAxesFormats' H5df layout (h5py, HDF5.jl, h5dump; a copy mounts again), its structure
+    /// made by libhdf5 on first access and its payloads the source's bytes. Also `-o h5df`.
+    #[arg(long)]
+    pub h5df: bool,
     /// Name the dimensions of every array of the Zarr view, so xarray can open it:
     /// `_ARRAY_DIMENSIONS` (Zarr v2) or `dimension_names` (v3), after the axes. Without it the
     /// view is exactly what DataAxesFormats writes. Also `-o dimension_names`.
@@ -224,6 +229,7 @@ impl Args {
             zarr: self.zarr_format.or(options.zarr_format),
             files: self.files_version.or(options.files_version),
             zip: self.zip || options.zip,
+            h5df: self.h5df || options.h5df,
             dimension_names: self.dimension_names || options.dimension_names,
             anndata,
         })
@@ -249,6 +255,8 @@ pub struct MountOptions {
     pub files_version: Option<FilesVersion>,
     /// `zip`: publish each data set's Zarr view as one ZIP file at the mount root.
     pub zip: bool,
+    /// `h5df`: show each data set as one H5df (HDF5) file at the mount root.
+    pub h5df: bool,
     /// `dimension_names`: the Zarr view's arrays carry xarray's dimension names.
     pub dimension_names: bool,
     /// `anndata[=OBS:VAR[:X]]`: the AnnData view, with this value (empty without one).
@@ -285,6 +293,7 @@ impl MountOptions {
                 "auto_unmount" => parsed.auto_unmount = true,
                 "ro" => parsed.read_only = true,
                 "zip" => parsed.zip = true,
+                "h5df" => parsed.h5df = true,
                 "dimension_names" => parsed.dimension_names = true,
                 "anndata" => parsed.anndata = Some(String::new()),
                 _ if option.starts_with("anndata=") => {

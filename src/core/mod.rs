@@ -284,8 +284,7 @@ impl DafFs {
             edit_pause: Arc::default(),
             #[cfg(test)]
             steps: Arc::default(),
-            publisher: options
-                .zip
+            publisher: (options.zip || options.h5df)
                 .then(|| (Mutex::new(Publisher::default()), options)),
         };
         state.rebuild();

@@ -9,7 +9,7 @@ use std::time::SystemTime;
 
 use crate::formats::model::PropertyId;
 use crate::formats::source::NamedDataset;
-use crate::views::publish::{published_path, Publisher};
+use crate::views::publish::{published_paths, Publisher};
 use crate::views::{
     local_entries, view_entries, view_entries_into, EntrySink, ViewEntry, ViewKind, ViewNode,
     ViewOptions, ViewRoot,
@@ -84,8 +84,8 @@ pub(super) struct State {
     /// Tests only: the steps at which a change lets other requests in, and where to pause.
     #[cfg(test)]
     pub(super) steps: Arc<super::steps::Steps>,
-    /// The files made from whole data sets at the mount root (`--zip`), and the options they
-    /// are made with.
+    /// The files made from whole data sets at the mount root (`--zip`, `--h5df`), and the
+    /// options they are made with.
     /// (Behind a lock of its own: a tree is built under the state lock taken shared.)
     pub(super) publisher: Option<(Mutex<Publisher>, ViewOptions)>,
 }
@@ -116,7 +116,7 @@ impl State {
     /// with any of its items).
     pub(super) fn published_paths(&self, dataset: usize) -> Vec<String> {
         match (&self.publisher, self.datasets.get(dataset)) {
-            (Some(_), Some(ds)) => vec![published_path(ds)],
+            (Some((_, options)), Some(ds)) => published_paths(ds, options),
             _ => Vec::new(),
         }
     }
@@ -257,11 +257,15 @@ impl State {
             // A published archive is made of its data set's Zarr view, rendered here once for
             // both.
             let datasets = &self.datasets;
-            rendered = self
-                .roots
-                .iter()
-                .map(|root| Some(view_entries(&datasets[root.dataset].dataset, root)))
-                .collect();
+            rendered = match options.zip {
+                true => self
+                    .roots
+                    .iter()
+                    .map(|root| Some(view_entries(&datasets[root.dataset].dataset, root)))
+                    .collect(),
+                // An H5df file alone is made of the model, not of a view.
+                false => rendered,
+            };
             let roots = &self.roots;
             let zarr_files = |dataset: usize| {
                 let (root, views) = roots

@@ -193,6 +193,7 @@ fn the_view_formats_can_be_chosen() {
                 zarr: Some(zarr_format),
                 files: Some(files_version),
                 zip: false,
+                h5df: false,
                 dimension_names: false,
                 anndata: None,
             };
@@ -398,6 +399,7 @@ fn a_new_axis_that_renames_dimensions_makes_the_kernel_forget_every_named_docume
         zarr: Some(crate::formats::source::Format::ZarrV2),
         files: None,
         zip: false,
+        h5df: false,
         dimension_names: true,
         anndata: None,
     };
@@ -556,6 +558,7 @@ fn the_zarr_view_of_packed_files_is_what_daf_writes() {
         zarr: Some(crate::formats::source::Format::ZarrV3),
         files: None,
         zip: false,
+        h5df: false,
         dimension_names: false,
         anndata: None,
     };

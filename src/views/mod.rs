@@ -8,6 +8,7 @@ pub mod anndata;
 pub mod dimensions;
 pub mod files;
 pub mod h5ad;
+pub mod h5df;
 pub mod hdf5;
 mod keyed;
 mod layered;
@@ -367,6 +368,9 @@ pub struct ViewOptions {
     /// Whether the mount root also shows each data set's Zarr view as one ZIP file (`--zip`,
     /// [`publish`]).
     pub zip: bool,
+    /// Whether the mount root also shows each data set as one H5df (HDF5) file (`--h5df`,
+    /// [`h5df`]).
+    pub h5df: bool,
     /// Whether the Zarr view's arrays carry xarray's dimension names (`--dimension-names`;
     /// see [`dimensions`]); without it the view is byte for byte what Julia writes.
     pub dimension_names: bool,
@@ -382,6 +386,7 @@ impl From<ViewSelection> for ViewOptions {
             zarr: None,
             files: None,
             zip: false,
+            h5df: false,
             dimension_names: false,
             anndata: None,
         }

@@ -543,3 +543,37 @@ pub fn rendered_views(
     }
     out
 }
+
+/// 1,000 `pread`s at random offsets (and lengths) of `mounted`, each equal to `copy`'s bytes;
+/// opened `O_DIRECT`, so that each one reaches the daemon as it is (not the kernel's cache).
+pub fn random_preads(mounted: PathBuf, copy: Vec<u8>) {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&mounted)
+        .unwrap();
+    let size = copy.len() as u64;
+    let mut seed = 0x2545_F491_4F6C_DD1Du64 ^ size;
+    for _ in 0..1000 {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let offset = seed % size;
+        let len = 1 + (seed >> 32) % 5000;
+        let mut buf = vec![0u8; len as usize];
+        let n = file.read_at(&mut buf, offset).unwrap();
+        let end = (offset + len).min(size) as usize;
+        assert_eq!(
+            n,
+            end - offset as usize,
+            "{} at {offset}",
+            mounted.display()
+        );
+        assert!(
+            buf[..n] == copy[offset as usize..end],
+            "{} at {offset}+{len}",
+            mounted.display()
+        );
+    }
+}

@@ -176,9 +176,13 @@ impl DafFs {
         }
     }
 
-    /// Refuses every change at `mount` inside a read-only view (the AnnData view) as a
-    /// read-only file system would.
+    /// Refuses every change at `mount` inside a read-only view (the AnnData view) or of a file
+    /// made of a whole data set (`--zip`, `--h5df`) as a read-only file system would.
     pub(in crate::core) fn changeable(state: &State, mount: &str) -> Result<(), FsError> {
+        let published = |d| state.published_paths(d).iter().any(|p| p == mount);
+        if (0..state.datasets.len()).any(published) {
+            return Err(FsError::ReadOnly);
+        }
         match split_mount(&state.roots, mount) {
             Some((root, _)) if root.layout().read_only() => Err(FsError::ReadOnly),
             _ => Ok(()),

@@ -332,8 +332,17 @@ pub fn published_path(ds: &NamedDataset) -> String {
     format!("{}.daf.zarr.zip", ds.name)
 }
 
+/// The mount paths of the files made from the whole of `ds` under `options`: its published
+/// archive (`--zip`) and its H5df file (`--h5df`).
+pub fn published_paths(ds: &NamedDataset, options: &ViewOptions) -> Vec<String> {
+    let zip = options.zip.then(|| published_path(ds));
+    let h5df = options.h5df.then(|| super::h5df::h5df_path(ds));
+    zip.into_iter().chain(h5df).collect()
+}
+
 impl Publisher {
-    /// The root files of the published archives of `datasets` under `options`. `rendered(i)`
+    /// The root files made of whole data sets under `options`: the published archives of
+    /// `datasets` (`--zip`) and their H5df files (`--h5df`, made on first need). `rendered(i)`
     /// gives the files of data set `i`'s Zarr view when the mount shows it (view-relative
     /// paths, in order): they are not rendered a second time.
     pub fn entries(
@@ -345,6 +354,17 @@ impl Publisher {
         let mut last = HashMap::new();
         let mut entries = Vec::new();
         for (index, ds) in datasets.iter().enumerate() {
+            if options.h5df {
+                entries.push(ViewEntry {
+                    path: super::h5df::h5df_path(ds),
+                    node: ViewNode::File(super::h5df::h5df_file(ds).blob()),
+                    mtime: super::dataset_mtime(&ds.dataset),
+                    elidable: false,
+                });
+            }
+            if !options.zip {
+                continue;
+            }
             let path = published_path(ds);
             let members = match rendered(index) {
                 Some(files) => {

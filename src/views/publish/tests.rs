@@ -17,6 +17,7 @@ fn options(zarr: Option<Format>) -> ViewOptions {
         zarr,
         files: None,
         zip: true,
+        h5df: false,
         dimension_names: false,
         anndata: None,
     }

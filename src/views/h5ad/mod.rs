@@ -19,14 +19,24 @@ use std::time::SystemTime;
 use serde_json::Value;
 
 use crate::formats::model::Dataset;
+use crate::formats::source::NamedDataset;
 use crate::formats::types::NumType;
 use crate::stores::Blob;
 
-use super::anndata::{self, Array, Elements, Selection};
-use super::hdf5::{AttrValue, Content, Element, Plan};
+use super::anndata::{self, Array, Elements, Request, Selection};
+use super::hdf5::{AttrValue, Content, Element, Hdf5File, Plan};
 
-/// The file's suffix (`pbmc.h5ad`).
-pub const SUFFIX: &str = ".h5ad";
+/// The mount path of the h5ad file of `ds` (`pbmc.h5ad`).
+pub fn h5ad_path(ds: &NamedDataset) -> String {
+    format!("{}.h5ad", ds.name)
+}
+
+/// The h5ad file of `ds` under `request` (made on first need), or `None` where the selection
+/// cannot be made (a mount refuses that beforehand: `views::anndata_refusal`).
+pub fn h5ad_file(ds: &NamedDataset, request: &Request) -> Option<Arc<Hdf5File>> {
+    let selection = anndata::select(&ds.name, &ds.dataset, request).ok()?;
+    Some(Hdf5File::new(h5ad_path(ds), plan(&ds.dataset, &selection)))
+}
 
 /// The plan of the h5ad file of `dataset` under `selection`.
 pub fn plan(dataset: &Dataset, selection: &Selection) -> Plan {

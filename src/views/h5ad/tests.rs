@@ -6,8 +6,8 @@ use hdf5_metno::types::VarLenUnicode;
 
 use super::*;
 use crate::formats::files::read_files_daf;
-use crate::stores::dir::open_directory;
 use crate::stores::blob::RangeSource;
+use crate::stores::dir::open_directory;
 use crate::views::hdf5::Hdf5File;
 
 const TINY: &str = concat!(

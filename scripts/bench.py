@@ -550,6 +550,11 @@ def main():
         with sections("AnnData view (scripts/bench_anndata.py)", rows):
             import bench_anndata
             bench_anndata.anndata_rows(sys.modules[__name__], WORK, args.rounds, row, rows)
+    # --h5ad: NAME.h5ad of the 1 GiB data set, cp and read_h5ad(backed) vs anndata's own h5ad (scripts/bench_h5ad.py).
+    if wanted("h5ad file (scripts/bench_h5ad.py)"):
+        with sections("h5ad file (scripts/bench_h5ad.py)", rows):
+            import bench_h5ad
+            bench_h5ad.h5ad_rows(sys.modules[__name__], WORK, args.rounds, files_dir, row, rows)
     if wanted("mount until usable; cp into a ZIP source"):
         with sections("mount until usable; cp into a ZIP source", rows):
             # 7. Mount until usable (the 100,000-entry archive's mounts are the scale rows' of the same archive).

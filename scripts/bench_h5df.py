@@ -58,6 +58,35 @@ def make_many(path, count):
     os.rename(tmp, path)
 
 
+def ceiling_rows(bench, rounds, h5, hm, dm, row):
+    """What bounds the rows above: the smallest FUSE file system serving the matrix's range of the HDF5 file from one
+    map through the page cache (scripts/bench_ceiling.py's `fuse_ceiling`, daf-mount's settings) against the H5df
+    mount's FilesDaf view (daf-mount at the ceiling?) and against the directory mount (passthrough: the ceiling's
+    own share of the target)."""
+    import h5py
+    from bench_ceiling import CEILING, Ceiling, build_example
+    missing = build_example("fuse_ceiling", CEILING, "DAF_CEILING_BIN")
+    if missing:
+        bench.log(f"H5df ceiling rows skipped: {missing}")
+        return
+    with h5py.File(h5, "r") as f:
+        dataset = f["matrices/cell/gene/fraction"]
+        start, length = dataset.id.get_offset(), dataset.id.get_storage_size()
+    c = Ceiling(h5, start, length)
+    try:
+        mounted = os.path.join(hm.path, "big.daf/matrices/cell/gene/fraction.data")
+        directory = os.path.join(dm.path, "big.daf/matrices/cell/gene/fraction.data")
+        bench.dd(c.data)
+        t_h, t_c = bench.interleave(rounds, lambda: bench.dd(mounted), lambda: bench.dd(c.data))
+        row("seq read 1 GiB, FilesDaf view of an H5df vs the FUSE ceiling on the same range (throughput ratio)",
+            t_h, t_c, "s", ">= 0.9")
+        t_c, t_d = bench.interleave(rounds, lambda: bench.dd(c.data), lambda: bench.dd(directory))
+        row("seq read 1 GiB, the FUSE ceiling on the H5df's range vs a FilesDaf directory (throughput ratio)",
+            t_c, t_d, "s", "(the bound)")
+    finally:
+        c.close()
+
+
 def h5df_rows(bench, work, rounds, files_dir, row, rows):
     """Adds the H5df rows; `bench` is scripts/bench.py's module (Mount, dd, interleave, settled, log)."""
     h5 = os.path.join(work, "big.h5df")
@@ -80,6 +109,7 @@ def h5df_rows(bench, work, rounds, files_dir, row, rows):
             row(f"seq read 1 GiB, {view} view of an H5df vs of a FilesDaf directory (throughput ratio)", t_h, t_d, "s",
                 ">= 0.9")
             rss.append(hm.rss_anon_kib())
+        ceiling_rows(bench, rounds, h5, hm, dm, row)
     finally:
         hm.close()
         dm.close()

@@ -71,6 +71,16 @@ BOUNDS = [
     (r"mount until usable, [\d,]+ entries",
      "Reading the source's metadata, then building the inode tree of both views. "
      "[Why](#what-bounds-the-mount-time)"),
+    # H5df sources
+    (r"view of an H5df vs of a FilesDaf directory",
+     "An HDF5 dataset starts inside its file, so it cannot use passthrough: the FUSE page cache's 4 KiB "
+     "pages against the directory's passthrough to large folios. [Why](#what-bounds-the-h5df-rows)"),
+    (r"H5df vs the FUSE ceiling", "daf-mount against the smallest FUSE server of the same range (1: nothing added)."),
+    (r"FUSE ceiling on the H5df",
+     "For information: the most any FUSE filesystem reaches here, the bound of the 0.9 target. "
+     "[Why](#what-bounds-the-h5df-rows)"),
+    (r"RssAnon\) of an H5df daemon", "The inode tree and the HDF5 metadata: payloads are ranges of one map."),
+    (r"mount until usable, H5df", "libhdf5 opening every dataset's object header (address, shape, type)."),
     # peers
     (r"peers: .*/FUSE ceiling",
      "For information: the most any FUSE filesystem reaches against that peer, the bound of the 3 × target. "

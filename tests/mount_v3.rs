@@ -36,6 +36,7 @@ fn mounted_tree(source: &str, selection: ViewSelection) -> Tree {
         files: Some(FilesVersion::V1_0),
         zip: false,
         h5df: false,
+        h5ad: None,
         dimension_names: false,
         anndata: None,
     };

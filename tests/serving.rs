@@ -22,6 +22,7 @@ fn mount(source: &str, zarr: Format) -> TestMount {
         files: None,
         zip: false,
         h5df: false,
+        h5ad: None,
         dimension_names: false,
         anndata: None,
     };

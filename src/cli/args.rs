@@ -112,6 +112,12 @@ pub struct Args {
     /// `-o anndata[=OBS:VAR[:X]]`.
     #[arg(long, value_name = "OBS:VAR[:X]", num_args = 0..=1, default_missing_value = "")]
     pub anndata: Option<String>,
+    /// Also show NAME.h5ad at the mount root for each data set: the AnnData of --anndata as one
+    /// read-only h5ad file (anndata.read_h5ad, scanpy, h5py), its structure made by libhdf5 on
+    /// first access and its payloads the source's bytes. The selection is --anndata's (one
+    /// value for both). Put it after SOURCE and MOUNTPOINT. Also `-o h5ad[=OBS:VAR[:X]]`.
+    #[arg(long, value_name = "OBS:VAR[:X]", num_args = 0..=1, default_missing_value = "")]
+    pub h5ad: Option<String>,
     /// More logging (-v info, -vv debug); RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -224,6 +230,24 @@ impl Args {
             )),
             Some(value) => Some(Request::parse(value).map_err(CliError::Usage)?),
         };
+        let h5ad = match self.h5ad.as_ref().or(options.h5ad.as_ref()) {
+            None => None,
+            Some(value) => Some(Request::parse(value).map_err(CliError::Usage)?),
+        };
+        // One selection for both: the one given (a bare option takes the other's value).
+        let given = |r: &Option<Request>| r.as_ref().filter(|r| **r != Request::default()).cloned();
+        let (anndata, h5ad) = match (given(&anndata), given(&h5ad)) {
+            (Some(a), Some(h)) if a != h => {
+                return Err(CliError::Usage(
+                    "--anndata and --h5ad select differently: give OBS:VAR[:X] once".into(),
+                ))
+            }
+            (Some(chosen), _) | (_, Some(chosen)) => (
+                anndata.map(|_| chosen.clone()),
+                h5ad.map(|_| chosen.clone()),
+            ),
+            (None, None) => (anndata, h5ad),
+        };
         Ok(ViewOptions {
             selection,
             zarr: self.zarr_format.or(options.zarr_format),
@@ -232,6 +256,7 @@ impl Args {
             h5df: self.h5df || options.h5df,
             dimension_names: self.dimension_names || options.dimension_names,
             anndata,
+            h5ad,
         })
     }
 }
@@ -261,6 +286,8 @@ pub struct MountOptions {
     pub dimension_names: bool,
     /// `anndata[=OBS:VAR[:X]]`: the AnnData view, with this value (empty without one).
     pub anndata: Option<String>,
+    /// `h5ad[=OBS:VAR[:X]]`: the h5ad file, with this value (empty without one).
+    pub h5ad: Option<String>,
     /// `rw` was given (refused with a URL source).
     pub rw_given: bool,
     /// `view=both|files|zarr`.
@@ -296,6 +323,10 @@ impl MountOptions {
                 "h5df" => parsed.h5df = true,
                 "dimension_names" => parsed.dimension_names = true,
                 "anndata" => parsed.anndata = Some(String::new()),
+                "h5ad" => parsed.h5ad = Some(String::new()),
+                _ if option.starts_with("h5ad=") => {
+                    parsed.h5ad = Some(option["h5ad=".len()..].to_string())
+                }
                 _ if option.starts_with("anndata=") => {
                     parsed.anndata = Some(option["anndata=".len()..].to_string())
                 }

@@ -284,7 +284,7 @@ impl DafFs {
             edit_pause: Arc::default(),
             #[cfg(test)]
             steps: Arc::default(),
-            publisher: (options.zip || options.h5df)
+            publisher: (options.zip || options.h5df || options.h5ad.is_some())
                 .then(|| (Mutex::new(Publisher::default()), options)),
         };
         state.rebuild();

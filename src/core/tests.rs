@@ -194,6 +194,7 @@ fn the_view_formats_can_be_chosen() {
                 files: Some(files_version),
                 zip: false,
                 h5df: false,
+                h5ad: None,
                 dimension_names: false,
                 anndata: None,
             };
@@ -400,6 +401,7 @@ fn a_new_axis_that_renames_dimensions_makes_the_kernel_forget_every_named_docume
         files: None,
         zip: false,
         h5df: false,
+        h5ad: None,
         dimension_names: true,
         anndata: None,
     };
@@ -559,6 +561,7 @@ fn the_zarr_view_of_packed_files_is_what_daf_writes() {
         files: None,
         zip: false,
         h5df: false,
+        h5ad: None,
         dimension_names: false,
         anndata: None,
     };

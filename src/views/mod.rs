@@ -7,6 +7,7 @@
 pub mod anndata;
 pub mod dimensions;
 pub mod files;
+pub mod h5ad;
 pub mod h5df;
 pub mod hdf5;
 mod keyed;
@@ -376,6 +377,9 @@ pub struct ViewOptions {
     /// Whether each data set also shows as AnnData, and what was asked of the selection
     /// (`--anndata`; see [`anndata`]; only with both views).
     pub anndata: Option<anndata::Request>,
+    /// Whether each data set also shows as one h5ad file (`--h5ad`; see [`h5ad`]), and what was
+    /// asked of its selection (the AnnData view's, when both are shown).
+    pub h5ad: Option<anndata::Request>,
 }
 
 impl From<ViewSelection> for ViewOptions {
@@ -388,6 +392,7 @@ impl From<ViewSelection> for ViewOptions {
             h5df: false,
             dimension_names: false,
             anndata: None,
+            h5ad: None,
         }
     }
 }
@@ -476,13 +481,15 @@ pub fn view_roots(datasets: &[NamedDataset], options: &ViewOptions) -> Vec<ViewR
     roots
 }
 
-/// Why the AnnData view of some data set cannot be shown under `options` (the first such data
-/// set's one line), if it cannot: checked before a mount is made.
+/// Why the AnnData view or h5ad file of some data set cannot be shown under `options` (the
+/// first such data set's one line), if it cannot: checked before a mount is made.
 pub fn anndata_refusal(datasets: &[NamedDataset], options: &ViewOptions) -> Option<String> {
-    let request = options.anndata.as_ref()?;
-    datasets
-        .iter()
-        .find_map(|ds| anndata::select(&ds.name, &ds.dataset, request).err())
+    let requests = [&options.anndata, &options.h5ad];
+    requests.into_iter().flatten().find_map(|request| {
+        datasets
+            .iter()
+            .find_map(|ds| anndata::select(&ds.name, &ds.dataset, request).err())
+    })
 }
 
 /// The entries of one view of a data set.

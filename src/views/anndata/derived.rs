@@ -354,6 +354,70 @@ pub fn ones(count: u64) -> Arc<Blob> {
     Blob::ranged(count, Arc::new(Ones))
 }
 
+/// A column-major `rows` × `cols` numeric matrix (Daf's layout) in C order: the h5ad form of a
+/// matrix stored only as (obs, var), where HDF5 has no F order.
+struct Transposed {
+    source: Arc<Blob>,
+    eltype: NumType,
+    rows: u64,
+    cols: u64,
+    what: String,
+}
+
+impl Elements for Transposed {
+    fn size(&self) -> u64 {
+        self.eltype.size()
+    }
+
+    fn what(&self) -> &str {
+        &self.what
+    }
+
+    /// C-order elements `[first, first + count)`: the rows they touch, gathered column by column
+    /// (one contiguous read of the source per column).
+    fn make(&self, first: u64, count: u64) -> Result<Vec<u8>, StoreError> {
+        let (size, rows, cols) = (self.eltype.size(), self.rows, self.cols);
+        let mut out = vec![0u8; (count * size) as usize];
+        let (top, bottom) = (first / cols, (first + count - 1) / cols + 1);
+        let s = size as usize;
+        for j in 0..cols {
+            let column = self
+                .source
+                .read_range((j * rows + top) * size, (bottom - top) * size)?;
+            let column = column.as_slice();
+            if column.len() as u64 != (bottom - top) * size {
+                return Err(produce(&self.what, "its payload is shorter than its shape"));
+            }
+            for i in top..bottom {
+                let k = i * cols + j;
+                if (first..first + count).contains(&k) {
+                    let (at, from) = (((k - first) * size) as usize, ((i - top) * size) as usize);
+                    out[at..at + s].copy_from_slice(&column[from..from + s]);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Column-major `rows` × `cols` matrix `source` of `eltype` as its C-order `[rows, cols]` array.
+pub fn transposed(
+    source: &Arc<Blob>,
+    eltype: NumType,
+    (rows, cols): (u64, u64),
+    what: &str,
+) -> Arc<Blob> {
+    let transposed = Transposed {
+        source: source.clone(),
+        eltype,
+        rows,
+        cols,
+        what: what.to_string(),
+    };
+    let len = rows.saturating_mul(cols).saturating_mul(eltype.size());
+    Pieces::blob(transposed, len)
+}
+
 /// A column-major `rows` × `cols` String matrix as the vlen-utf8 of its C-order `[rows, cols]`
 /// array (made whole when first read: strings are generated anyway).
 pub fn transposed_strings(strings: &Strings, rows: u64, cols: u64, what: &str) -> Arc<Blob> {
@@ -489,6 +553,46 @@ mod tests {
                 assert!(got.as_slice() == &want[at..at + n], "[{at}, +{n})");
             }
         }
+    }
+
+    #[test]
+    fn a_matrix_is_transposed_by_range() {
+        // Column-major 3 x 2 of Int16: a b c | d e f; C order: a d b e c f.
+        let values: Vec<u8> = [1i16, 2, 3, 4, 5, 6]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let shown = transposed(&blob(values), NumType::Int16, (3, 2), "t");
+        let want: Vec<u8> = [1i16, 4, 2, 5, 3, 6]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        assert_eq!(every_range(&shown), want);
+        // 700 x 500 Float32 (1.4 MB, two pieces, a piece ending inside a row).
+        let (rows, cols) = (700u64, 500u64);
+        let values: Vec<u8> = (0..rows * cols)
+            .flat_map(|k| (k as f32).to_le_bytes())
+            .collect();
+        let shown = transposed(&blob(values), NumType::Float32, (rows, cols), "t");
+        let want: Vec<u8> = (0..rows)
+            .flat_map(|i| (0..cols).map(move |j| j * rows + i))
+            .flat_map(|k| (k as f32).to_le_bytes())
+            .collect();
+        let piece = PIECE as usize;
+        for (at, n) in [
+            (0, want.len()),
+            (piece - 6, 12),
+            (piece, 4),
+            (want.len() - 4, 4),
+        ] {
+            let got = shown.read_range(at as u64, n as u64).unwrap();
+            assert!(got.as_slice() == &want[at..at + n], "[{at}, +{n})");
+        }
+        let short = transposed(&blob(vec![0; 10]), NumType::Int16, (3, 2), "t");
+        assert!(
+            short.read_range(0, 12).is_err(),
+            "a payload shorter than its shape"
+        );
     }
 
     #[test]

@@ -68,7 +68,7 @@ impl Layout for AnnData {
         sink: Option<&EntrySink>,
     ) -> Vec<ViewEntry> {
         let v3 = self.zarr == Format::ZarrV3;
-        super::view_into(dataset, &self.selection, v3, prefix, sink)
+        super::zarr::view_into(dataset, &self.selection, v3, prefix, sink)
     }
 
     /// The view's entries of the element item `id` shows as (its node and what is under it).

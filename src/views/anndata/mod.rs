@@ -2,20 +2,23 @@
 //! store in the AnnData on-disk format (in the mount's Zarr format, v2 or v3), so that
 //! `anndata.read_zarr`, `anndata.experimental.read_lazy` and scanpy open a Daf data set as it is.
 //!
-//! Upstream's mapping (`daf_as_anndata`): obs and var are two axes ([`select`]), X one matrix
-//! between them, `layers` the other matrices of the pair, `obsp`/`varp` the square matrices,
-//! obs/var columns the axes' vectors, `uns` the scalars. A numeric payload is the model's very
-//! blob (split into contiguous chunks of at most 8 MiB when larger: [`chunking`]): a matrix
-//! stored as (var, obs) is X in C order as it is, one stored only as (obs, var) the same bytes in
-//! F order (v2 `order: "F"`, v3's `transpose` codec); a sparse matrix is a `csr_matrix` (or
-//! `csc_matrix`) whose `data` is `nzval`. What is not the source's bytes (0-based sparse indices, densified sparse columns,
-//! documents, strings) is made when read, by range where it can be large ([`derived`]).
+//! Upstream's mapping (`daf_as_anndata`, here [`walk`]): obs and var are two axes ([`select`]),
+//! X one matrix between them, `layers` the other matrices of the pair, `obsp`/`varp` the square
+//! matrices, obs/var columns the axes' vectors, `uns` the scalars. A numeric payload is the
+//! model's very blob: a matrix stored as (var, obs) is X in C order as it is, one stored only as
+//! (obs, var) the same bytes in F order; a sparse matrix is a `csr_matrix` (or `csc_matrix`)
+//! whose `data` is `nzval`. What is not the source's bytes (0-based sparse indices, densified
+//! sparse columns, strings) is made when read, by range where it can be large ([`derived`]).
+//!
+//! The walk hands its elements to an [`Elements`]: the Zarr store of the view ([`zarr`]: v2
+//! `order: "F"` or v3's `transpose` codec, chunks of at most 8 MiB, the consolidated metadata).
 
-mod derived;
+pub(in crate::views) mod derived;
 pub mod layout;
 mod select;
 #[cfg(test)]
 mod tests;
+mod zarr;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -27,11 +30,9 @@ use crate::formats::model::{Dataset, Payload, Property, SparseIndex};
 use crate::formats::scalar::{Scalar, ScalarValue};
 use crate::formats::strings::Strings;
 use crate::formats::types::{ElementType, NumType};
-use crate::formats::zarr::v2::single_chunk_key;
 use crate::stores::{lock, Blob, Bytes};
 
-use super::zarr_v3::{data_type, fill_value};
-use super::{dataset_mtime, EntrySink, ViewBuilder, ViewEntry};
+use super::dataset_mtime;
 
 pub use select::{select, Request, Selection};
 
@@ -40,7 +41,7 @@ pub const SUFFIX: &str = ".anndata.zarr";
 
 /// What an array holds.
 #[derive(Clone, Copy)]
-enum Element {
+pub(in crate::views) enum Element {
     Num(NumType),
     Strings,
 }
@@ -63,10 +64,10 @@ impl Element {
 
 /// What an array holds, its shape, and its order (C, or F if `fortran`).
 #[derive(Clone, Copy)]
-struct Array<'a> {
-    element: Element,
-    shape: &'a [u64],
-    fortran: bool,
+pub(in crate::views) struct Array<'a> {
+    pub(in crate::views) element: Element,
+    pub(in crate::views) shape: &'a [u64],
+    pub(in crate::views) fortran: bool,
 }
 
 impl Array<'_> {
@@ -85,40 +86,15 @@ fn encoding(kind: &str, version: &str) -> Value {
     json!({ "encoding-type": kind, "encoding-version": version })
 }
 
-/// Collects the view's entries and every node's document for the consolidated metadata.
-struct Builder {
-    view: ViewBuilder,
-    v3: bool,
-    mtime: SystemTime,
-    /// v2: every `.zgroup`, `.zattrs` and `.zarray` by path; v3: every node's `zarr.json` but
-    /// the root's, by node path.
-    metadata: BTreeMap<String, Value>,
-}
-
-impl Builder {
-    fn document(&mut self, path: &str, key: String, value: Value) {
-        let (_, blob) = self.view.document(value.to_string().into_bytes());
-        self.view.file(path, blob, self.mtime);
-        self.metadata.insert(key, value);
-    }
-
-    fn group(&mut self, path: &str, attributes: Value) {
-        self.view.dir(path, self.mtime);
-        if self.v3 {
-            if !path.is_empty() {
-                let node =
-                    json!({"attributes": attributes, "node_type": "group", "zarr_format": 3});
-                self.document(&format!("{path}/zarr.json"), path.to_string(), node);
-            }
-        } else {
-            let at = |doc: &str| super::join(path, doc);
-            self.document(&at(".zgroup"), at(".zgroup"), json!({"zarr_format": 2}));
-            self.document(&at(".zattrs"), at(".zattrs"), attributes);
-        }
-    }
-
-    /// `array` at `path`, its content `content`, in the chunks of [`chunking`] (no chunk file
-    /// when the array is empty).
+/// Where the mapping puts the elements it makes: the Zarr view (`zarr::Builder`), or the plan
+/// of the h5ad file. Parents come before their children.
+pub(in crate::views) trait Elements {
+    /// Whether names must also suit Zarr v3 (no leading `__`).
+    fn v3(&self) -> bool;
+    /// A group at `path` (`""`: the root) with its attributes.
+    fn group(&mut self, path: &str, attributes: Value);
+    /// An array at `path` with its attributes: `content` holds its numbers in its order (C, or
+    /// F if `array.fortran`), or its strings in vlen-utf8 in C order.
     fn array(
         &mut self,
         path: &str,
@@ -126,203 +102,17 @@ impl Builder {
         array: Array<'_>,
         content: Arc<Blob>,
         mtime: SystemTime,
-    ) {
-        let Array {
-            element,
-            shape,
-            fortran,
-        } = array;
-        self.view.dir(path, mtime);
-        let grid = chunking(element, shape, fortran);
-        if self.v3 {
-            let eltype = element.element_type();
-            let mut codecs = Vec::new();
-            if fortran {
-                codecs.push(json!({"configuration": {"order": [1, 0]}, "name": "transpose"}));
-            }
-            codecs.push(match element {
-                Element::Num(_) => json!({"configuration": {"endian": "little"}, "name": "bytes"}),
-                Element::Strings => json!({"configuration": {}, "name": "vlen-utf8"}),
-            });
-            let fill: Value = serde_json::from_str(fill_value(eltype)).unwrap_or(Value::Null);
-            let node = json!({
-                "attributes": attributes,
-                "chunk_grid": {"configuration": {"chunk_shape": grid.shape}, "name": "regular"},
-                "chunk_key_encoding": {"configuration": {"separator": "/"}, "name": "default"},
-                "codecs": codecs,
-                "data_type": data_type(eltype),
-                "fill_value": fill,
-                "node_type": "array",
-                "shape": shape,
-                "zarr_format": 3,
-            });
-            self.document(&format!("{path}/zarr.json"), path.to_string(), node);
-        } else {
-            let (dtype, filters) = match element {
-                Element::Num(t) => (t.zarr_dtype(), Value::Null),
-                Element::Strings => ("|O", json!([{"id": "vlen-utf8"}])),
-            };
-            let zarray = json!({
-                "chunks": grid.shape,
-                "compressor": null,
-                "dtype": dtype,
-                "fill_value": null,
-                "filters": filters,
-                "order": if fortran { "F" } else { "C" },
-                "shape": shape,
-                "zarr_format": 2,
-            });
-            let at = |doc: &str| format!("{path}/{doc}");
-            self.document(&at(".zarray"), at(".zarray"), zarray);
-            self.document(&at(".zattrs"), at(".zattrs"), attributes);
-        }
-        if shape.contains(&0) {
-            return;
-        }
-        let size = match element {
-            Element::Num(t) => t.size(),
-            Element::Strings => 0,
-        };
-        let count = shape
-            .get(grid.axis)
-            .map_or(1, |n| n.div_ceil(grid.shape[grid.axis]));
-        for i in 0..count {
-            let mut index = vec![0; shape.len()];
-            if let Some(at) = index.get_mut(grid.axis) {
-                *at = i;
-            }
-            let key = chunk_key(&index, self.v3);
-            let chunk = match count {
-                1 => content.clone(),
-                _ => {
-                    // A block along the split axis: a contiguous range of the content, the last
-                    // one padded to the whole chunk (Zarr stores edge chunks whole).
-                    let full = grid.shape.iter().product::<u64>() * size;
-                    let offset = i * full;
-                    let total = shape.iter().product::<u64>() * size;
-                    let len = full.min(total - offset);
-                    derived::padded(&content, offset, len, full)
-                }
-            };
-            self.view.file_at(&[path, "/", &key], chunk, mtime);
-        }
-    }
-
-    /// The consolidated metadata (v2 `.zmetadata`, v3 the root `zarr.json`), then the entries.
-    fn finish(mut self, root_attributes: Value) -> Vec<ViewEntry> {
-        let metadata = Value::Object(std::mem::take(&mut self.metadata).into_iter().collect());
-        let (path, document) = if self.v3 {
-            let root = json!({
-                "attributes": root_attributes,
-                "consolidated_metadata": {"kind": "inline", "metadata": metadata, "must_understand": false},
-                "node_type": "group",
-                "zarr_format": 3,
-            });
-            ("zarr.json", root)
-        } else {
-            let consolidated = json!({"metadata": metadata, "zarr_consolidated_format": 1});
-            (".zmetadata", consolidated)
-        };
-        let bytes = Bytes::from_vec(document.to_string().into_bytes());
-        self.view.file(path, Blob::ready(bytes), self.mtime);
-        self.view.finish()
-    }
+    );
 }
 
-/// The bytes a chunk of a large numeric array holds at most: zarr-python reads the chunks of an
-/// array concurrently, and an array in one chunk of a GiB reads at half the speed of one in
-/// 8 MiB chunks (measured with zarr-python 3.1 on a local directory: 1.3-2.1 s against 0.64-0.86 s).
-const CHUNK_BYTES: u64 = 8 << 20;
-
-/// The chunks of an array: their shape, and the axis they split (the array is one chunk when
-/// that axis's length is the chunk's).
-struct Grid {
-    shape: Vec<u64>,
-    axis: usize,
-}
-
-/// How an array of `shape` is chunked: numbers in blocks of whole rows (C order) or whole columns
-/// (F order) of at most [`CHUNK_BYTES`] each, so that every chunk is a contiguous range of the
-/// source's bytes; strings (vlen-utf8, not splittable by bytes) and small arrays in one chunk.
-fn chunking(element: Element, shape: &[u64], fortran: bool) -> Grid {
-    let whole = Grid {
-        shape: shape.iter().map(|&n| n.max(1)).collect(),
-        axis: 0,
-    };
-    let Element::Num(t) = element else {
-        return whole;
-    };
-    let axis = if fortran {
-        shape.len().saturating_sub(1)
-    } else {
-        0
-    };
-    let Some(&along) = shape.get(axis) else {
-        return whole;
-    };
-    let other: u64 = shape
-        .iter()
-        .enumerate()
-        .filter(|(a, _)| *a != axis)
-        .map(|(_, n)| n)
-        .product();
-    let block = (CHUNK_BYTES / other.max(1).saturating_mul(t.size())).max(1);
-    if block >= along {
-        return whole;
-    }
-    let mut chunks = whole.shape;
-    chunks[axis] = block;
-    Grid {
-        shape: chunks,
-        axis,
-    }
-}
-
-/// The key of the chunk at grid `index`: `0`, `0.0`, `3.0` (v2, `.`-separated); `c`, `c/0`,
-/// `c/3/0` (v3's default encoding).
-fn chunk_key(index: &[u64], v3: bool) -> String {
-    let parts: Vec<String> = index.iter().map(u64::to_string).collect();
-    match (v3, parts.is_empty()) {
-        (true, true) => "c".to_string(),
-        (true, false) => format!("c/{}", parts.join("/")),
-        (false, true) => single_chunk_key(0).into_owned(),
-        (false, false) => parts.join("."),
-    }
-}
-
-/// Whether a Daf name can be a key of the view (`anndata-view.md` §5): a name Zarr cannot hold
-/// is left out, and logged once.
-fn shown_name(name: &str, v3: bool) -> bool {
-    let fits = !(name.is_empty()
-        || name == "."
-        || name == ".."
-        || name.contains('/')
-        || (v3 && name.starts_with("__")));
-    if !fits {
-        static LOGGED: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
-        if lock(LOGGED.get_or_init(Mutex::default)).insert(name.to_string()) {
-            log::warn!("the AnnData view leaves out {name:?}: Zarr cannot name a node so");
-        }
-    }
-    fits
-}
-
-/// The AnnData view of `dataset` under `selection`, in Zarr v3 if `v3` else v2, rooted at
-/// `prefix`; entries handed to `sink` in batches if given (the rest returned).
-pub fn view_into(
+/// The AnnData of `dataset` under `selection`, element by element into `b`; returns the root's
+/// attributes (given to `b.group("", …)` first).
+pub(in crate::views) fn walk(
+    b: &mut impl Elements,
     dataset: &Dataset,
     selection: &Selection,
-    v3: bool,
-    prefix: &str,
-    sink: Option<&EntrySink>,
-) -> Vec<ViewEntry> {
-    let mtime = dataset_mtime(dataset);
-    let mut b = Builder {
-        view: ViewBuilder::into_sink(prefix, sink),
-        v3,
-        mtime,
-        metadata: BTreeMap::new(),
-    };
+) -> Value {
+    let v3 = b.v3();
     let root_attributes = encoding("anndata", "0.1.0");
     b.group("", root_attributes.clone());
     let (obs, var) = (selection.obs.as_str(), selection.var.as_str());
@@ -342,34 +132,51 @@ pub fn view_into(
         false => (n_var, n_obs),
     };
     if let Some(&(property, flipped)) = joined.get(selection.x.as_str()) {
-        matrix(&mut b, "X", property, shape(flipped), flipped);
+        matrix(b, "X", property, shape(flipped), flipped);
     }
     b.group("layers", encoding("dict", "0.1.0"));
     for (name, (property, flipped)) in &joined {
         if *name != selection.x && shown_name(name, v3) {
             let path = format!("layers/{name}");
-            matrix(&mut b, &path, property, shape(*flipped), *flipped);
+            matrix(b, &path, property, shape(*flipped), *flipped);
         }
     }
     for (group, axis, n) in [("obs", obs, n_obs), ("var", var, n_var)] {
-        dataframe(&mut b, dataset, group, axis, n);
+        dataframe(b, dataset, group, axis, n);
         b.group(&format!("{group}m"), encoding("dict", "0.1.0"));
         b.group(&format!("{group}p"), encoding("dict", "0.1.0"));
         for (name, property) in pair(axis, axis).into_iter().flat_map(|p| p.iter()) {
             if shown_name(name, v3) {
                 let path = format!("{group}p/{name}");
-                matrix(&mut b, &path, property, (n, n), false);
+                matrix(b, &path, property, (n, n), false);
             }
         }
     }
-    uns(&mut b, dataset, selection);
-    b.finish(root_attributes)
+    uns(b, dataset, selection);
+    root_attributes
+}
+
+/// Whether a Daf name can be a key of the view (`anndata-view.md` §5): a name Zarr cannot hold
+/// is left out, and logged once.
+fn shown_name(name: &str, v3: bool) -> bool {
+    let fits = !(name.is_empty()
+        || name == "."
+        || name == ".."
+        || name.contains('/')
+        || (v3 && name.starts_with("__")));
+    if !fits {
+        static LOGGED: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
+        if lock(LOGGED.get_or_init(Mutex::default)).insert(name.to_string()) {
+            log::warn!("the AnnData view leaves out {name:?}: Zarr cannot name a node so");
+        }
+    }
+    fits
 }
 
 /// Matrix `property` at `path`: Daf's column-major `rows` × `cols` bytes; shown as the C-order
 /// `[cols, rows]` array (its natural reading), or if `flipped` (stored as (obs, var) only) as
 /// the `[rows, cols]` array in F order / CSC, so that AnnData's shape is always `[n_obs, n_var]`.
-fn matrix(b: &mut Builder, path: &str, property: &Property, dims: (u64, u64), flipped: bool) {
+fn matrix(b: &mut impl Elements, path: &str, property: &Property, dims: (u64, u64), flipped: bool) {
     let (rows, cols) = dims;
     let shape = match flipped {
         true => [rows, cols],
@@ -434,7 +241,7 @@ fn matrix(b: &mut Builder, path: &str, property: &Property, dims: (u64, u64), fl
 
 /// A String matrix: a 2-D `string-array`, always in C order.
 fn string_matrix(
-    b: &mut Builder,
+    b: &mut impl Elements,
     path: &str,
     strings: &Strings,
     (rows, cols): (u64, u64),
@@ -453,13 +260,13 @@ fn string_matrix(
 }
 
 /// `obs` or `var`: a dataframe indexed by the axis entries, a column per vector of the axis.
-fn dataframe(b: &mut Builder, dataset: &Dataset, group: &str, axis: &str, n: u64) {
+fn dataframe(b: &mut impl Elements, dataset: &Dataset, group: &str, axis: &str, n: u64) {
     let columns: Vec<(&str, &Property)> = dataset
         .vectors
         .get(axis)
         .into_iter()
         .flat_map(|p| p.iter())
-        .filter(|(name, _)| *name != "_index" && shown_name(name, b.v3))
+        .filter(|(name, _)| *name != "_index" && shown_name(name, b.v3()))
         .collect();
     let mut names: Vec<&str> = columns.iter().map(|(name, _)| *name).collect();
     names.sort_unstable();
@@ -513,7 +320,8 @@ fn dataframe(b: &mut Builder, dataset: &Dataset, group: &str, axis: &str, n: u64
 
 /// `uns`: every scalar, then upstream's `store_rename_scalar` of `obs_is`, `var_is` and `X_is`
 /// (removed when the selected name is the default, else set to it).
-fn uns(b: &mut Builder, dataset: &Dataset, selection: &Selection) {
+fn uns(b: &mut impl Elements, dataset: &Dataset, selection: &Selection) {
+    let mtime = dataset_mtime(dataset);
     b.group("uns", encoding("dict", "0.1.0"));
     let mut scalars: BTreeMap<&str, (Scalar, SystemTime)> = dataset
         .scalars
@@ -533,11 +341,11 @@ fn uns(b: &mut Builder, dataset: &Dataset, selection: &Selection) {
                 eltype: ElementType::String,
                 value: ScalarValue::String(chosen.clone()),
             };
-            scalars.insert(key, (scalar, b.mtime));
+            scalars.insert(key, (scalar, mtime));
         }
     }
     for (name, (scalar, mtime)) in scalars {
-        if !shown_name(name, b.v3) {
+        if !shown_name(name, b.v3()) {
             continue;
         }
         let attributes = match scalar.eltype {

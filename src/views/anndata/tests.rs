@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use super::zarr::{chunk_key, chunking, view_into};
 use super::*;
 use crate::formats::files::read_files_daf;
 use crate::stores::dir::open_directory;

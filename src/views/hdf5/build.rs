@@ -325,13 +325,22 @@ fn create_dataset(
     Ok(dataset)
 }
 
-/// Writes the `count` strings of vlen-utf8 `vlen` into `dataset` (1-D, or 2-D by whole rows),
+/// Writes the `count` strings of vlen-utf8 `vlen` into `dataset` (a scalar, 1-D, or 2-D by whole rows),
 /// [`STRING_BATCH`] at a time.
 fn write_strings(dataset: &hdf5_metno::Dataset, vlen: &Blob, count: u64) -> Result<(), String> {
     let data = vlen.bytes().map_err(|e| e.to_string())?;
     let items = decode_vlen(data.as_slice(), count)?;
     let shape = dataset.shape();
     let row = match shape.as_slice() {
+        // A scalar (anndata's `string` element).
+        [] => {
+            let [item] = items.as_slice() else {
+                return Err("a scalar string dataset of other than one string".into());
+            };
+            let text = std::str::from_utf8(item).map_err(|_| "a string not in UTF-8")?;
+            let text = VarLenUnicode::from_str(text).map_err(|_| "a string holding NUL")?;
+            return dataset.as_writer().write_scalar(&text).map_err(h5);
+        }
         [_] => 1,
         [_, columns] => *columns,
         _ => return Err("strings of more than two dimensions".into()),

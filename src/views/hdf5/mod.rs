@@ -273,6 +273,11 @@ impl Hdf5File {
         })
     }
 
+    /// What the file is named (its mount path).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// The file as a blob: its size asked at the first `stat` or read (which makes it).
     pub fn blob(self: &Arc<Hdf5File>) -> Arc<Blob> {
         let sizer = self.clone();

@@ -333,16 +333,17 @@ pub fn published_path(ds: &NamedDataset) -> String {
 }
 
 /// The mount paths of the files made from the whole of `ds` under `options`: its published
-/// archive (`--zip`) and its H5df file (`--h5df`).
+/// archive (`--zip`), its H5df file (`--h5df`) and its h5ad file (`--h5ad`).
 pub fn published_paths(ds: &NamedDataset, options: &ViewOptions) -> Vec<String> {
     let zip = options.zip.then(|| published_path(ds));
     let h5df = options.h5df.then(|| super::h5df::h5df_path(ds));
-    zip.into_iter().chain(h5df).collect()
+    let h5ad = options.h5ad.as_ref().map(|_| super::h5ad::h5ad_path(ds));
+    zip.into_iter().chain(h5df).chain(h5ad).collect()
 }
 
 impl Publisher {
     /// The root files made of whole data sets under `options`: the published archives of
-    /// `datasets` (`--zip`) and their H5df files (`--h5df`, made on first need). `rendered(i)`
+    /// `datasets` (`--zip`), their H5df and h5ad files (`--h5df`, `--h5ad`: made on first need). `rendered(i)`
     /// gives the files of data set `i`'s Zarr view when the mount shows it (view-relative
     /// paths, in order): they are not rendered a second time.
     pub fn entries(
@@ -354,10 +355,12 @@ impl Publisher {
         let mut last = HashMap::new();
         let mut entries = Vec::new();
         for (index, ds) in datasets.iter().enumerate() {
-            if options.h5df {
+            let h5df = options.h5df.then(|| super::h5df::h5df_file(ds));
+            let h5ad = (options.h5ad.as_ref()).and_then(|r| super::h5ad::h5ad_file(ds, r));
+            for file in h5df.into_iter().chain(h5ad) {
                 entries.push(ViewEntry {
-                    path: super::h5df::h5df_path(ds),
-                    node: ViewNode::File(super::h5df::h5df_file(ds).blob()),
+                    path: file.name().to_string(),
+                    node: ViewNode::File(file.blob()),
                     mtime: super::dataset_mtime(&ds.dataset),
                     elidable: false,
                 });

@@ -18,6 +18,7 @@ fn options(zarr: Option<Format>) -> ViewOptions {
         files: None,
         zip: true,
         h5df: false,
+        h5ad: None,
         dimension_names: false,
         anndata: None,
     }

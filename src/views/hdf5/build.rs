@@ -72,8 +72,10 @@ pub(super) fn build(plan: Plan) -> Result<Built, String> {
         create(&mut groups, node, &mut places)?;
     }
     drop(groups);
-    file.close()
-        .map_err(|e| format!("closing the file: {}", h5(e)))?;
+    let closed = file.close();
+    // What libhdf5 and the strings held goes back to the system now, not left in RssAnon.
+    crate::sys::hdf5_release_memory();
+    closed.map_err(|e| format!("closing the file: {}", h5(e)))?;
     let total = temp
         .metadata()
         .map_err(|e| format!("the temporary file: {e}"))?

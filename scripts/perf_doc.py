@@ -81,6 +81,16 @@ BOUNDS = [
      "[Why](#what-bounds-the-h5df-rows)"),
     (r"RssAnon\) of an H5df daemon", "The inode tree and the HDF5 metadata: payloads are ranges of one map."),
     (r"mount until usable, H5df", "libhdf5 opening every dataset's object header (address, shape, type)."),
+    # the H5df file of --h5df
+    (r"first stat of NAME\.h5df",
+     "libhdf5 creating every group and dataset of the file in its temporary file (the structure only)."),
+    (r"cp of NAME\.h5df",
+     f"The read half of `cp`: the FUSE page cache's 4 KiB pages against the native file's large folios. {ZIP}"),
+    (r"first cp \(cold page cache of the mount",
+     "For information: the first `cp` fills the mount's page cache from the source's map."),
+    (r"RssAnon\) of a --h5df daemon",
+     "The inode tree and the file's segments: its structure is a map of the temporary file, its payloads "
+     "ranges of the source's map."),
     # peers
     (r"peers: .*/FUSE ceiling",
      "For information: the most any FUSE filesystem reaches against that peer, the bound of the 3 × target. "

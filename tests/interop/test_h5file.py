@@ -90,10 +90,14 @@ def check_values(h5path, filesdaf, what):
 
 
 def check_layout(h5, walked, what):
-    """Upstream's H5df layout: contiguous datasets, flat payloads 8-byte aligned, empty ones without storage,
-    Bool a bitfield (h5py reads it as uint8), scalars with a scalar dataspace."""
+    """Upstream's H5df layout: UTF-8 link names, contiguous datasets, flat payloads 8-byte aligned, empty ones
+    without storage, Bool a bitfield (h5py reads it as uint8), scalars with a scalar dataspace."""
     for name in walked:
         ds = h5[name]
+        parent, _, leaf = name.rpartition("/")
+        group = h5[parent or "/"]  # kept: its identifier must outlive the link proxy's call
+        link = group.id.links.get_info(leaf.encode())
+        assert link.cset == h5py.h5t.CSET_UTF8, f"{what}: {name}: its link name is not UTF-8"
         assert ds.chunks is None and ds.compression is None, f"{what}: {name} is not contiguous"
         offset = ds.id.get_offset()
         if ds.size == 0:

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use hdf5_metno::dataset::{AllocTime, FillTime};
+use hdf5_metno::plist::link_create::CharEncoding;
 use hdf5_metno::types::{TypeDescriptor, VarLenUnicode};
 use hdf5_metno::{DatasetType, Group, Location};
 
@@ -190,6 +191,7 @@ fn create(
             let group = parent
                 .create_group_builder()
                 .obj_track_times(false)
+                .char_encoding(CharEncoding::Utf8)
                 .create(name)
                 .map_err(|e| at(h5(e)))?;
             write_attrs(&group, &node.attrs).map_err(at)
@@ -258,7 +260,8 @@ fn create_dataset(
     let builder = parent
         .new_dataset_builder()
         .no_chunk()
-        .obj_track_times(false);
+        .obj_track_times(false)
+        .char_encoding(CharEncoding::Utf8);
     let dtype = datatype(plan.element)?;
     let dataset = match plan.content {
         Content::Empty if count == 0 => builder

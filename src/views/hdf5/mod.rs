@@ -46,7 +46,8 @@
 //!   allocation at a multiple of 8 (upstream H5df's file access list), so that a copy of the
 //!   file can be memory-mapped with aligned payloads.
 //!
-//! Datasets are contiguous, unfiltered, without times; the library's default format bounds
+//! Datasets are contiguous, unfiltered, without times; links carry UTF-8 names (as HDF5.jl and
+//! h5py create them); the library's default format bounds
 //! (superblock 0 under libhdf5 1.10, what HDF5.jl and h5py write there).
 
 mod build;

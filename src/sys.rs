@@ -6,7 +6,8 @@
 //! thread's CPU and I/O priority, the kernel's file-to-file copy (`copy_file_range`) and paced
 //! writeback (`sync_file_range`); and the libhdf5 calls the `hdf5` crate does not wrap (a
 //! datatype's class and padding, a chunk's place, for H5df sources; the bitfield and
-//! NUL-terminated string datatypes the HDF5 files of `views::hdf5` are made with).
+//! NUL-terminated string datatypes the HDF5 files of `views::hdf5` are made with, and the release
+//! of libhdf5's free lists after such a file is made).
 //!
 //! Everything above this module works with safe `&[u8]` views and `Vec<u8>` results.
 

@@ -428,3 +428,48 @@ fn concurrent_first_reads_share_one_build() {
         "the plan is dropped once made"
     );
 }
+
+/// The interleaving of a first read that comes while another one builds: the build pauses
+/// inside (its content's size is asked of a sizer that waits), the second reader is started and
+/// must wait for the lock, then the build goes on; both get the one result.
+#[test]
+fn a_read_during_the_build_waits_for_its_result() {
+    use std::sync::mpsc::channel;
+    let (asked, sizer_asked) = channel::<()>();
+    let (go, sizer_go) = channel::<()>();
+    let (asked, sizer_go) = (Mutex::new(asked), Mutex::new(sizer_go));
+    let content = Blob::ranged_sized(
+        move || {
+            crate::stores::lock(&asked).send(()).unwrap();
+            crate::stores::lock(&sizer_go).recv().unwrap();
+            Ok(8)
+        },
+        counting(u64::MAX),
+    );
+    let mut plan = Plan::new((1, 8));
+    plan.dataset(
+        "x",
+        Element::Num(NumType::Float64),
+        vec![1],
+        Content::Bytes(content),
+    );
+    let file = Hdf5File::new("paused.h5", plan);
+    std::thread::scope(|scope| {
+        let first = scope.spawn(|| file.size());
+        // The first reader is inside the build, the plan's lock held.
+        sizer_asked.recv().unwrap();
+        assert!(file.plan.try_lock().is_err());
+        let second = scope.spawn(|| file.size());
+        // The second reader finds nothing built and waits on the lock (give it time to get
+        // there; were it later, it would find the result and pass as well).
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!second.is_finished());
+        go.send(()).unwrap();
+        // The blob asks its sizer again at every use: let the later asks through.
+        for _ in 0..8 {
+            let _ = go.send(());
+        }
+        let (a, b) = (first.join().unwrap(), second.join().unwrap());
+        assert_eq!(a.unwrap(), b.unwrap());
+    });
+}

@@ -96,8 +96,9 @@ fn strings(values: &Strings) -> Content {
     }
 }
 
-/// The number of elements of type `t` in `blob` (0 when its length is unknown: the build then
-/// refuses the mismatch).
+/// The number of elements of type `t` in `blob` (whose length is known: a source's numeric
+/// blobs are sized at mount); 0 when its length cannot be had: the build then refuses the
+/// mismatch.
 fn count(blob: &Blob, t: NumType) -> u64 {
     blob.len().map_or(0, |len| len / t.size())
 }

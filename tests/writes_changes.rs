@@ -7,7 +7,7 @@ mod common;
 use std::io::Write;
 use std::path::Path;
 
-use common::{copy_fixture, io_timeout, TestMount};
+use common::{copy_fixture, io_deadline, io_timeout, TestMount};
 use daf_mount::views::ViewSelection;
 
 /// Writes a whole file and returns what `close` said (`std::fs::write` ignores it).
@@ -83,8 +83,10 @@ fn a_property_read_and_closed_is_replaced_at_once_every_time() {
             })
         })
         .collect();
-    io_timeout(&mount.path, move || {
-        for round in 0..300u32 {
+    // A round takes milliseconds alone, but tens of them beside the spinners and a full test run.
+    let deadline = std::time::Duration::from_secs(120);
+    io_deadline(&mount.path, deadline, move || {
+        for round in 0..150u32 {
             let new: Vec<u8> = [round as f32, 1.0, 2.0]
                 .iter()
                 .flat_map(|v| v.to_le_bytes())

@@ -80,6 +80,20 @@ pub struct Bytes {
 }
 
 impl Bytes {
+    /// The bytes of `parts` one after the other: the one part itself (no copy), else a copy of
+    /// them all (a read across pieces of a file made of pieces).
+    pub fn joined(mut parts: Vec<Bytes>) -> Bytes {
+        if parts.len() == 1 {
+            return parts.remove(0);
+        }
+        let len = parts.iter().map(|p| p.as_slice().len()).sum();
+        let mut out = Vec::with_capacity(len);
+        for part in &parts {
+            out.extend_from_slice(part.as_slice());
+        }
+        Bytes::from_vec(out)
+    }
+
     /// The empty range.
     pub fn empty() -> Bytes {
         Bytes::from_vec(Vec::new())

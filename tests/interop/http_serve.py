@@ -92,3 +92,17 @@ def nginx(root, user=None):
             errors += f.read()
         shutil.rmtree(d, ignore_errors=True)
     raise RuntimeError(f"nginx did not start: {errors}")
+
+
+@contextlib.contextmanager
+def serving(links):
+    """nginx serving a temporary directory of symbolic links ({name: target}: read-only fixtures, served through
+    the links, never copied or written); yields the base URL."""
+    root = tempfile.mkdtemp(prefix="daf-mount-served-")
+    try:
+        for name, target in links.items():
+            os.symlink(os.path.realpath(target), os.path.join(root, name))
+        with nginx(root) as base:
+            yield base
+    finally:
+        shutil.rmtree(root)

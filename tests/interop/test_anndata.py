@@ -9,8 +9,6 @@ edge cases of shared/fixtures/h5df/expected/edge.daf (every element and index ty
 matrices, Bool X, NaN and infinities)."""
 import json
 import os
-import shutil
-import tempfile
 
 import anndata
 import numpy as np
@@ -344,7 +342,7 @@ def test_scanpy_reads_all_of_x(source, selection, fmt):
 def test_remote_sources_show_the_same_anndata():
     """Served by nginx: the AnnData view of a remote mount reads as the local one (values from the remote FilesDaf
     view)."""
-    from http_serve import nginx
+    from http_serve import serving
     remote = {
         "zarr-v2": ("vectors/zarr_v2.daf.zarr", {"zarr_v2": "cell:gene:expr"}),
         "zarr-v3-zip": ("vectors/zarr_v3.daf.zarr.zip", {"zarr_v3": "gene:cell:umis"}),
@@ -352,15 +350,9 @@ def test_remote_sources_show_the_same_anndata():
         "packed-multi-g2": ("packed/zarr_packed.daf.zarr.zip", {"zarr_packed": "batch:gene:expr"}),
         "foreign-v3": ("packed/foreign_v3.daf.zarr", {"foreign_v3": "cell:gene:expr"}),
     }
-    root = tempfile.mkdtemp(prefix="daf-mount-served-")
-    os.symlink(os.path.realpath(VECTORS), os.path.join(root, "vectors"))
-    os.symlink(os.path.realpath(PACKED), os.path.join(root, "packed"))
-    try:
-        with nginx(root) as base:
-            for kind, (path, datasets) in remote.items():
-                selection = next(iter(datasets.values()))
-                for fmt in FORMATS:
-                    with mounted(f"{base}/{path}", *mount_args(selection, fmt)) as mnt:
-                        check_mount(mnt, datasets, fmt, "remote " + kind)
-    finally:
-        shutil.rmtree(root)
+    with serving({"vectors": VECTORS, "packed": PACKED}) as base:
+        for kind, (path, datasets) in remote.items():
+            selection = next(iter(datasets.values()))
+            for fmt in FORMATS:
+                with mounted(f"{base}/{path}", *mount_args(selection, fmt)) as mnt:
+                    check_mount(mnt, datasets, fmt, "remote " + kind)

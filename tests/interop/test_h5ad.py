@@ -169,21 +169,14 @@ def test_scanpy_reads_all_of_x(source, selection):
 def test_remote_sources_show_the_same_h5ad():
     """Served by nginx: the h5ad file of a remote mount reads as the local one (values from the remote FilesDaf
     view)."""
-    import tempfile
-    from http_serve import nginx
+    from http_serve import serving
     remote = {
         "zarr-v2": ("vectors/zarr_v2.daf.zarr", {"zarr_v2": "cell:gene:expr"}),
         "zarr-v3-zip": ("vectors/zarr_v3.daf.zarr.zip", {"zarr_v3": "gene:cell:umis"}),
         "packed-zarr": ("packed/zarr_packed.daf.zarr", {"zarr_packed": "gene:batch:umis"}),
     }
-    root = tempfile.mkdtemp(prefix="daf-mount-served-")
-    os.symlink(os.path.realpath(VECTORS), os.path.join(root, "vectors"))
-    os.symlink(os.path.realpath(PACKED), os.path.join(root, "packed"))
-    try:
-        with nginx(root) as base:
-            for kind, (path, datasets) in remote.items():
-                selection = next(iter(datasets.values()))
-                with mounted(f"{base}/{path}", *mount_args(selection)) as mnt:
-                    check_mount(mnt, datasets, "remote " + kind)
-    finally:
-        shutil.rmtree(root)
+    with serving({"vectors": VECTORS, "packed": PACKED}) as base:
+        for kind, (path, datasets) in remote.items():
+            selection = next(iter(datasets.values()))
+            with mounted(f"{base}/{path}", *mount_args(selection)) as mnt:
+                check_mount(mnt, datasets, "remote " + kind)

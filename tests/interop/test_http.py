@@ -6,7 +6,6 @@ directories, ZarrDaf ZIPs, a group of a multi-data-set ZIP, packed arrays), and
 The known gaps of remote sources are strict expected failures (GAPS, TREE_GAPS): open points of issue 11."""
 import errno
 import os
-import shutil
 import subprocess
 import tempfile
 
@@ -15,7 +14,7 @@ import pytest
 import zarr
 
 from conftest import BIN, ROOT, VECTORS, mounted
-from http_serve import nginx
+from http_serve import serving
 from test_v3 import SOURCES, all_arrays, dataset, same, view_roots, zarr_arrays
 
 ZARR3 = int(zarr.__version__.split(".")[0]) >= 3
@@ -46,14 +45,8 @@ def kinds(gaps=GAPS):
 @pytest.fixture(scope="module")
 def served():
     """nginx serving the fixtures (read-only inputs: served through symbolic links, never copied or written)."""
-    root = tempfile.mkdtemp(prefix="daf-mount-served-")
-    os.symlink(os.path.realpath(VECTORS), os.path.join(root, "vectors"))
-    os.symlink(os.path.realpath(PACKED), os.path.join(root, "packed"))
-    try:
-        with nginx(root) as base:
-            yield base
-    finally:
-        shutil.rmtree(root)
+    with serving({"vectors": VECTORS, "packed": PACKED}) as base:
+        yield base
 
 
 def tree(root):

@@ -237,18 +237,9 @@ impl RangeSource for Publication {
             at += take;
             index += 1;
         }
-        match parts.len() {
-            // A read inside one piece (most reads, inside one member's data): its bytes as they
-            // are, without a copy.
-            1 => Ok(parts.remove(0)),
-            _ => {
-                let mut out = Vec::with_capacity((end - offset) as usize);
-                for part in &parts {
-                    out.extend_from_slice(part.as_slice());
-                }
-                Ok(Bytes::from_vec(out))
-            }
-        }
+        // A read inside one piece (most reads, inside one member's data): its bytes as they
+        // are, without a copy.
+        Ok(Bytes::joined(parts))
     }
 }
 

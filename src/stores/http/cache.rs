@@ -15,7 +15,8 @@
 //! A block file's pages are not left in the kernel's page cache: the block is in the FUSE file's
 //! page cache once read, and a second copy there would hold every fetched byte twice. A file read
 //! is dropped from it at once; a file written is dropped once written back (its dirty pages cannot
-//! be: each write starts the write-back, and the file is dropped again [`DROP_AFTER`] writes later).
+//! be: each write starts the write-back, and the file is dropped again [`DROP_AFTER`] writes later,
+//! or at unmount).
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -305,6 +306,17 @@ impl Disk {
         }
         counted.bytes = Some(used);
         counted.write()
+    }
+}
+
+impl Drop for Disk {
+    /// The files written last: dropped from the page cache if written back by now.
+    fn drop(&mut self) {
+        for path in lock(&self.written).drain(..) {
+            if let Ok(file) = File::open(path) {
+                uncache(&file);
+            }
+        }
     }
 }
 

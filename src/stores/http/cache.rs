@@ -18,14 +18,13 @@
 //! be: each write starts the write-back, and the file is dropped again [`DROP_AFTER`] writes later,
 //! or at unmount).
 
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
-
-use std::collections::VecDeque;
 
 use nix::fcntl::{posix_fadvise, Flock, FlockArg, PosixFadviseAdvice};
 

@@ -117,8 +117,8 @@ BOUNDS = [
      "Both are the kernel's reads of 4 KiB pages from the FUSE page cache, with no request to the daemon; "
      "they differ by where the pages lie. [Why](#remote-bytes-in-the-page-cache-and-the-re-read)"),
     (r"through a mount of the URL",
-     "CPU on 2 cores: the mount must receive like `curl` and deliver like a ZIP mount, about 0.54 of `curl` "
-     "at best. [Why](#what-bounds-the-remote-first-read)"),
+     "CPU on 2 cores: the mount must receive like `curl` and deliver like a ZIP mount (it now uses no more "
+     "than the two together): 0.54–0.70 of `curl` at best, on free cores. [Why](#what-bounds-the-remote-first-read)"),
     (r"re-read of it through the same mount", f"The FUSE page cache's 4 KiB pages, as for ZIP members. {ZIP}"),
     # scale
     (r"worst stall of a concurrent reader",

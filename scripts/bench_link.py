@@ -26,6 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from http_serve import nginx  # noqa: E402
 
 import bench_http  # noqa: E402
+import bench_peers  # noqa: E402  (its dd: a read stopped after 5 s and extrapolated)
 import slow_link  # noqa: E402
 
 
@@ -129,6 +130,7 @@ def peer_mount_rows(bench, work, rounds, mib, delay_ms, rate_mb, row):
         port = start_link(int(base.rsplit(":", 1)[1]), delay_ms, rate_mb)
         url = f"http://127.0.0.1:{port}/{name}"
         times = {"daf-mount": [], **{p: [] for p, b in peers.items() if b}}
+        stopped = set()
         for _ in range(rounds):
             m = bench.Mount(url, "-o", "ro", "--view", "files")
             try:
@@ -145,13 +147,22 @@ def peer_mount_rows(bench, work, rounds, mib, delay_ms, rate_mb, row):
                         subprocess.run([binary, "mount", ":http:", mnt, "--http-url", url + "/", "--read-only",
                                         "--vfs-cache-mode", "full", "--cache-dir", cache, "--daemon"], check=True,
                                        capture_output=True)
+                        wait_mounted(mnt)
+                        times[peer].append(bench.dd(os.path.join(mnt, bench_http.CHUNK)))
                     else:
-                        subprocess.run([binary, "-o", "ro", url + "/", mnt], check=True, capture_output=True)
-                    wait_mounted(mnt)
-                    times[peer].append(bench.dd(os.path.join(mnt, bench_http.CHUNK)))
+                        # httpdirfs 1.2.5 takes nginx for a server without range requests (its check
+                        # fails on nginx, httpdirfs issue 188), refuses the first read, and the mount ends
+                        # ("Transport endpoint is not connected"); its documented way round is
+                        # --no-range-check. Its cache is on (8 MiB segments), as rclone's VFS cache is. A read
+                        # not done after 5 s is stopped and its time extrapolated.
+                        subprocess.run([binary, "--no-range-check", "--cache", "--cache-location", cache, "-o", "ro",
+                                        url + "/", mnt], check=True, capture_output=True)
+                        wait_mounted(mnt)
+                        seconds, extrapolated = bench_peers.dd(os.path.join(mnt, bench_http.CHUNK))
+                        times[peer].append(seconds)
+                        if extrapolated:
+                            stopped.add(peer)
                 except (RuntimeError, subprocess.CalledProcessError) as e:
-                    # Debian's httpdirfs 1.2.5 ends on its first read here ("Transport endpoint is not
-                    # connected"), through the link or not: said, not counted.
                     bench.log(f"link ({link}): {peer} NOT MEASURED: {e}")
                     peers[peer] = None
                 finally:
@@ -162,9 +173,11 @@ def peer_mount_rows(bench, work, rounds, mib, delay_ms, rate_mb, row):
     for peer in peers:
         if times.get(peer):
             seconds = statistics.median(times[peer])
-            bench.log(f"link ({link}): {peer} first read {mib * 2**20 / seconds / 1e6:.0f} MB/s")
+            note = f", {peer} stopped after {bench_peers.READ_LIMIT} s and extrapolated" if peer in stopped else ""
+            bench.log(f"link ({link}): {peer} first read {mib * 2**20 / seconds / 1e6:.0f} MB/s{note}")
             row(f"first read of a {mib} MiB matrix through a mount of the URL vs {peer} of the same URL, over an "
-                f"emulated link ({link}) (throughput ratio)", ours, seconds, "s", ">= 1")
+                f"emulated link ({link}) (throughput ratio{note})", ours, seconds, "s", ">= 1",
+                lower_bound=peer in stopped)
 
 
 READ_ALL = """

@@ -6,7 +6,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::sys::Mmap;
 
@@ -16,6 +16,86 @@ enum Backing {
     Owned(Arc<Vec<u8>>),
     /// A buffer counted against a [`Budget`] for as long as it lives.
     Reserved(Arc<(Vec<u8>, Reservation)>),
+    /// A buffer of a [`Pool`], given back to it when the last range over it is dropped.
+    Pooled(Arc<Pooled>),
+}
+
+/// A process-wide stock of large buffers that are used again (remote response bodies): a buffer
+/// given back is already mapped and faulted in, where a fresh one of that size is a new `mmap`
+/// whose pages the kernel zeroes on first touch and unmaps when freed, which costs more CPU than
+/// filling it. Every buffer of a pool has its one size, so one given back is never grown (zeroed)
+/// again.
+#[derive(Debug)]
+pub struct Pool {
+    /// The buffers given back and not taken again, at most `keep` (a short critical section:
+    /// a push or a pop).
+    free: Mutex<Vec<Vec<u8>>>,
+    keep: usize,
+    size: usize,
+}
+
+/// A buffer taken from a [`Pool`]: `len` bytes, whose old content the taker overwrites.
+#[derive(Debug)]
+pub struct Pooled {
+    data: Vec<u8>,
+    len: usize,
+    /// Where it goes back to (none: a buffer larger than the pool's, freed).
+    pool: Option<&'static Pool>,
+}
+
+impl Pool {
+    /// A pool of buffers of `size` bytes, keeping at most `keep` of those given back.
+    pub const fn new(keep: usize, size: usize) -> Pool {
+        Pool {
+            free: Mutex::new(Vec::new()),
+            keep,
+            size,
+        }
+    }
+
+    /// A buffer of `len` bytes: one given back if there is one (its old content is still there:
+    /// the taker overwrites it), else a new zeroed one; one of its own, not the pool's, if `len`
+    /// is larger than the pool's buffers or less than half of them (it would waste the rest).
+    pub fn take(&'static self, len: usize) -> Pooled {
+        if len > self.size || len * 2 <= self.size {
+            return Pooled {
+                data: vec![0; len],
+                len,
+                pool: None,
+            };
+        }
+        let data = super::lock(&self.free)
+            .pop()
+            .unwrap_or_else(|| vec![0; self.size]);
+        Pooled {
+            data,
+            len,
+            pool: Some(self),
+        }
+    }
+
+    /// Buffers held for reuse.
+    pub fn kept(&self) -> usize {
+        super::lock(&self.free).len()
+    }
+}
+
+impl Pooled {
+    /// The buffer, to be filled.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.data[..self.len]
+    }
+}
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        if let Some(pool) = self.pool {
+            let mut free = super::lock(&pool.free);
+            if free.len() < pool.keep {
+                free.push(std::mem::take(&mut self.data));
+            }
+        }
+    }
 }
 
 /// A process-wide limit on the bytes held by some kind of buffer (decompressed ZIP members).
@@ -129,6 +209,16 @@ impl Bytes {
         }
     }
 
+    /// Takes ownership of a buffer of a [`Pool`] (given back when the last range over it goes).
+    pub fn from_pooled(data: Pooled) -> Bytes {
+        let len = data.len;
+        Bytes {
+            backing: Backing::Pooled(Arc::new(data)),
+            start: 0,
+            len,
+        }
+    }
+
     /// The whole of a memory map.
     pub fn from_map(map: Arc<Mmap>) -> Bytes {
         let len = map.len();
@@ -159,6 +249,7 @@ impl Bytes {
             Backing::Map(map) => map,
             Backing::Owned(vec) => vec,
             Backing::Reserved(held) => &held.0,
+            Backing::Pooled(held) => &held.data,
         };
         &all[self.start..self.start + self.len]
     }
@@ -215,5 +306,33 @@ mod tests {
         drop(part);
         assert_eq!(BUDGET.used(), 0);
         assert!(BUDGET.reserve(100).is_some());
+    }
+
+    #[test]
+    fn pooled_buffers_go_back_when_the_last_range_goes_and_are_used_again() {
+        static POOL: Pool = Pool::new(1, 10);
+        let mut first = POOL.take(8);
+        first.as_mut_slice().copy_from_slice(b"abcdefgh");
+        assert_eq!(POOL.kept(), 0);
+        let at = first.as_mut_slice().as_ptr();
+        let bytes = Bytes::from_pooled(first);
+        let part = bytes.slice(2, 3).unwrap();
+        drop(bytes);
+        assert_eq!(POOL.kept(), 0, "a slice keeps the buffer");
+        assert_eq!(part.as_slice(), b"cde");
+        drop(part);
+        assert_eq!(POOL.kept(), 1);
+        let mut again = POOL.take(6);
+        assert_eq!(again.as_mut_slice().as_ptr(), at, "the same memory");
+        assert_eq!(again.as_mut_slice().len(), 6);
+        let other = POOL.take(10);
+        drop((again, other));
+        assert_eq!(POOL.kept(), 1, "at most `keep` are kept");
+        drop((POOL.take(11), POOL.take(5)));
+        assert_eq!(
+            POOL.kept(),
+            1,
+            "larger and small buffers are not the pool's"
+        );
     }
 }

@@ -74,6 +74,14 @@ impl<K: Eq + Hash + Clone, V: Clone> ByteLru<K, V> {
         dropped
     }
 
+    /// Drops the value of `key`, if kept.
+    pub fn remove(&mut self, key: &K) {
+        if let Some((_, size, stamp)) = self.entries.remove(key) {
+            self.bytes -= size;
+            self.order.remove(&stamp);
+        }
+    }
+
     /// Drops every value whose key `matches`.
     pub fn remove_where(&mut self, matches: impl Fn(&K) -> bool) {
         let gone: Vec<(u64, K)> = self

@@ -11,7 +11,14 @@
 //! a whole: the bytes it holds are counted in `.used`, updated under an exclusive `flock` of
 //! `.lock` by every mount's every write; past the bound the oldest files are removed (by
 //! modification time, which a hit renews) until it holds nine tenths of it.
+//!
+//! A block file's pages are not left in the kernel's page cache: the block is in the FUSE file's
+//! page cache once read, and a second copy there would hold every fetched byte twice. A file read
+//! is dropped from it at once; a file written is dropped once written back (its dirty pages cannot
+//! be: each write starts the write-back, and the file is dropped again [`DROP_AFTER`] writes later,
+//! or at unmount).
 
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::PathBuf;
@@ -19,7 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use nix::fcntl::{Flock, FlockArg};
+use nix::fcntl::{posix_fadvise, Flock, FlockArg, PosixFadviseAdvice};
 
 use crate::stores::lock;
 use crate::stores::lru::ByteLru;
@@ -30,6 +37,10 @@ pub const BLOCK: u64 = 1 << 20;
 
 /// First bytes of a block file (the format's version).
 const MAGIC: &[u8; 8] = b"DAFBLK1\n";
+
+/// Block files written since which a written file is dropped from the page cache again (by then
+/// written back).
+const DROP_AFTER: usize = 32;
 
 /// A temporary file older than this was left by a writer that died.
 const STALE_TEMPORARY: Duration = Duration::from_secs(600);
@@ -47,6 +58,9 @@ pub struct BlockKey {
 struct Disk {
     dir: PathBuf,
     limit: u64,
+    /// The block files written last, to be dropped from the page cache once written back (held
+    /// for a push and a pop, never across I/O).
+    written: Mutex<VecDeque<PathBuf>>,
 }
 
 /// Memory LRU and optional disk cache of blocks.
@@ -101,6 +115,11 @@ impl BlockCache {
         self.remember(key, block);
     }
 
+    /// Drops the block from memory (the disk keeps it): the kernel's page cache holds it now.
+    pub fn forget(&self, key: &BlockKey) {
+        lock(&self.memory).remove(key);
+    }
+
     fn remember(&self, key: &BlockKey, block: Bytes) {
         let size = block.len();
         lock(&self.memory).insert(key.clone(), block, size, self.memory_limit);
@@ -128,7 +147,11 @@ impl Disk {
     /// applied.
     fn open(dir: PathBuf, limit: u64) -> std::io::Result<Disk> {
         std::fs::create_dir_all(&dir)?;
-        let disk = Disk { dir, limit };
+        let disk = Disk {
+            dir,
+            limit,
+            written: Mutex::new(VecDeque::new()),
+        };
         let mut counted = disk.locked()?;
         let now = SystemTime::now();
         for entry in std::fs::read_dir(&disk.dir)?.flatten() {
@@ -178,6 +201,7 @@ impl Disk {
         let mut file = File::open(&path).ok()?;
         let mut data = Vec::new();
         file.read_to_end(&mut data).ok()?;
+        uncache(&file);
         match parse(&data, key) {
             Some((start, len)) => {
                 // A hit renews the file: the oldest are removed first.
@@ -217,7 +241,10 @@ impl Disk {
                 .write(true)
                 .create_new(true)
                 .open(&tmp)?;
-            file.write_all(&out)
+            file.write_all(&out)?;
+            // Starts the write-back (the pages are dropped once it is done, below).
+            uncache(&file);
+            Ok(())
         })();
         if let Err(e) = written {
             let _ = std::fs::remove_file(&tmp);
@@ -234,7 +261,19 @@ impl Disk {
         counted.bytes = counted
             .bytes
             .map(|used| used.saturating_sub(replaced) + added);
-        self.shrink(&mut counted)
+        let shrunk = self.shrink(&mut counted);
+        drop(counted);
+        let done = {
+            let mut written = lock(&self.written);
+            written.push_back(path);
+            (written.len() > DROP_AFTER)
+                .then(|| written.pop_front())
+                .flatten()
+        };
+        if let Some(file) = done.and_then(|path| File::open(path).ok()) {
+            uncache(&file);
+        }
+        shrunk
     }
 
     /// With the lock held: if the count is unknown or past the bound, counts the files and
@@ -267,6 +306,22 @@ impl Disk {
         counted.bytes = Some(used);
         counted.write()
     }
+}
+
+impl Drop for Disk {
+    /// The files written last: dropped from the page cache if written back by now.
+    fn drop(&mut self) {
+        for path in lock(&self.written).drain(..) {
+            if let Ok(file) = File::open(path) {
+                uncache(&file);
+            }
+        }
+    }
+}
+
+/// Drops `file`'s clean pages from the page cache, and starts writing back its dirty ones.
+fn uncache(file: &File) {
+    let _ = posix_fadvise(file, 0, 0, PosixFadviseAdvice::POSIX_FADV_DONTNEED);
 }
 
 /// The directory's lock and its count of bytes (`None`: not known, a scan counts them).
@@ -376,6 +431,34 @@ mod tests {
         // The newest stay.
         assert_eq!(three.get(&key(5)).unwrap().as_slice(), &[5; 1000]);
         assert!(three.get(&key(0)).is_none());
+    }
+
+    /// Bytes of `path` in the page cache (util-linux's `fincore`).
+    fn cached_bytes(path: &std::path::Path) -> u64 {
+        let out = std::process::Command::new("fincore")
+            .args(["--bytes", "--noheadings", "--raw", "--output", "RES"])
+            .arg(path)
+            .output()
+            .expect("fincore (util-linux) runs");
+        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+    }
+
+    #[test]
+    fn a_block_read_from_disk_does_not_stay_in_the_page_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = BlockCache::new(0, Some(dir.path().into()), 1 << 30);
+        cache.put(&key(0), Bytes::from_vec(vec![7; 1 << 20]));
+        let (names, _) = blocks_on_disk(dir.path());
+        let path = dir.path().join(&names[0]);
+        // Written back: its pages are clean, and stay cached unless dropped.
+        File::open(&path).unwrap().sync_all().unwrap();
+        File::open(&path)
+            .unwrap()
+            .read_to_end(&mut Vec::new())
+            .unwrap();
+        assert!(cached_bytes(&path) > 0, "the file is in the page cache");
+        assert_eq!(cache.get(&key(0)).unwrap().as_slice(), &[7; 1 << 20]);
+        assert_eq!(cached_bytes(&path), 0, "a read drops it");
     }
 
     #[test]

@@ -1,8 +1,12 @@
 //! The HTTP(S) client of remote sources: one `ureq` agent (rustls, the system's CA store
-//! through the platform verifier, redirects, a keep-alive pool, a 1 MiB input buffer so a large
-//! body is read in few system calls), the options a mount gives it (timeouts, retries, headers,
-//! bearer token, cache), ranged and whole GETs with bounded retries and backoff, and the
-//! request log (one debug line per request, an info summary at most once a second).
+//! through the platform verifier, redirects, a keep-alive pool, a 256 KiB input buffer), the
+//! options a mount gives it (timeouts, retries, headers, bearer token, cache), ranged and whole
+//! GETs with bounded retries and backoff, and the request log (one debug line per request, an
+//! info summary at most once a second).
+//!
+//! Release builds leave out `trace` log lines (the `log` crate's `release_max_level_debug`):
+//! ureq-proto checks the trace level for every 16 bytes of a body it reads, which cost about a
+//! tenth of the daemon's CPU on a large read.
 //!
 //! Header values (an `Authorization` token included) are never logged; URLs are logged without
 //! their query string (where signed URLs keep their secrets).
@@ -22,7 +26,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::StoreError;
-use crate::stores::http::cache::BlockCache;
+use crate::stores::bytes::Pool;
+use crate::stores::http::cache::{BlockCache, BLOCK};
+use crate::stores::Bytes;
 
 /// Environment variable with extra headers: `NAME:VALUE` pairs separated by newlines.
 pub const HEADERS_ENV: &str = "DAF_MOUNT_HTTP_HEADERS";
@@ -32,15 +38,21 @@ pub const TOKEN_ENV: &str = "DAF_MOUNT_HTTP_TOKEN";
 /// The size a whole GET (a metadata document) is given time for, in MiB.
 const WHOLE_GET_MIBS: u64 = 8;
 
-/// Bytes the client reads from a connection at once (ureq's default, 128 KiB, costs a large
-/// read many more system calls).
-const INPUT_BUFFER: usize = 1 << 20;
+/// Bytes the client reads from a connection at once: large enough that a large read costs few
+/// system calls (ureq's default is 128 KiB), small enough that the body is copied out of it while
+/// it is still in the CPU's cache (1 MiB measured about 0.1 CPU-second more per GiB).
+const INPUT_BUFFER: usize = 256 << 10;
 
 /// The most of an error answer's body read (for an S3 error document).
 const ERROR_BODY: u64 = 64 << 10;
 
 /// The most a whole GET (a consolidated metadata document) may bring.
 pub const MAX_WHOLE_GET: u64 = 1 << 30;
+
+/// The buffers ranged responses are read into, a block ([`BLOCK`]) each, used again once their
+/// blocks are dropped: a sequential read of a large object then fills memory already faulted in.
+/// Up to a readahead window's worth are kept.
+static BODIES: Pool = Pool::new(32, BLOCK as usize);
 
 /// How remote sources are fetched (the `-o` options of a URL mount).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -170,9 +182,9 @@ pub enum Fetch {
 
 /// A response: its body, the object's total size (from `Content-Range` or `Content-Length`) and
 /// its validator.
-pub struct Got {
+pub struct Got<B = Vec<u8>> {
     /// The bytes.
-    pub body: Vec<u8>,
+    pub body: B,
     /// The whole object's size.
     pub total: u64,
     /// Its version.
@@ -337,69 +349,89 @@ impl HttpClient {
     /// The whole object at `url`, an error when it has more than `max` bytes (a directory
     /// listing is given less room than a consolidated metadata document).
     pub fn get_at_most(&self, url: &str, max: u64) -> Result<Got, Fetch> {
-        self.with_retries(url, "", || {
-            let response = self.call("GET", url, WHOLE_GET_MIBS << 20, None)?;
-            let validator = validator_of(&response);
-            let body = read_body(url, response, None, max)?;
-            let total = body.len() as u64;
-            if total > max {
-                return Err(Fetch::Failed(format!(
-                    "{}: more than {} MiB (a metadata document or listing)",
-                    redact(url),
-                    max >> 20
-                )));
-            }
-            Ok(Got {
-                body,
-                total,
-                validator,
-            })
-        })
+        self.retrying(
+            url,
+            "",
+            || {
+                let response = self.call("GET", url, WHOLE_GET_MIBS << 20, None)?;
+                let validator = validator_of(&response);
+                let mut body = Vec::new();
+                response
+                    .into_body()
+                    .into_reader()
+                    .take(max + 1)
+                    .read_to_end(&mut body)
+                    .map_err(|e| dropped(url, e))?;
+                let total = body.len() as u64;
+                if total > max {
+                    return Err(Fetch::Failed(format!(
+                        "{}: more than {} MiB (a metadata document or listing)",
+                        redact(url),
+                        max >> 20
+                    )));
+                }
+                Ok(Got {
+                    body,
+                    total,
+                    validator,
+                })
+            },
+            |g| g.body.len() as u64,
+        )
     }
 
     /// Bytes `[offset, offset + len)` of the object at `url` (one ranged GET; `len` > 0). A
-    /// server that answers with the whole object (no `Range` support) is an error.
-    pub fn get_range(&self, url: &str, offset: u64, len: u64) -> Result<Got, Fetch> {
+    /// server that answers with the whole object (no `Range` support) is an error. The body
+    /// comes in pieces of [`BLOCK`] bytes from `offset` (the last shorter), each read straight
+    /// into a buffer of [`BODIES`].
+    pub fn get_range(&self, url: &str, offset: u64, len: u64) -> Result<Got<Vec<Bytes>>, Fetch> {
         let range = format!("bytes={}-{}", offset, offset + len - 1);
-        self.with_retries(url, &range, || {
-            let response = self.call("GET", url, len, Some(&range))?;
-            if response.status().as_u16() != 206 {
-                return Err(Fetch::Failed(format!(
-                    "{}: the server ignores Range requests (status {} to a ranged GET); \
+        self.retrying(
+            url,
+            &range,
+            || {
+                let response = self.call("GET", url, len, Some(&range))?;
+                if response.status().as_u16() != 206 {
+                    return Err(Fetch::Failed(format!(
+                        "{}: the server ignores Range requests (status {} to a ranged GET); \
                      remote sources need a server that supports them",
-                    redact(url),
-                    response.status().as_u16()
-                )));
-            }
-            let validator = validator_of(&response);
-            // `bytes FIRST-LAST/TOTAL`: exactly the range asked for.
-            let total = header(&response, "Content-Range")
-                .and_then(|r| r.trim().strip_prefix("bytes "))
-                .and_then(|r| r.split_once('/'))
-                .filter(|(got, _)| *got == &range["bytes=".len()..])
-                .and_then(|(_, total)| total.trim().parse::<u64>().ok())
-                .ok_or_else(|| {
-                    Fetch::Failed(format!(
-                        "{}: a 206 without the Content-Range of {range}",
-                        redact(url)
-                    ))
-                })?;
-            let body = read_body(url, response, Some(len), len)?;
-            Ok(Got {
-                body,
-                total,
-                validator,
-            })
-        })
-    }
-
-    fn with_retries(
-        &self,
-        url: &str,
-        what: &str,
-        attempt: impl Fn() -> Result<Got, Fetch>,
-    ) -> Result<Got, Fetch> {
-        self.retrying(url, what, attempt, |g| g.body.len() as u64)
+                        redact(url),
+                        response.status().as_u16()
+                    )));
+                }
+                let validator = validator_of(&response);
+                // `bytes FIRST-LAST/TOTAL`: exactly the range asked for.
+                let total = header(&response, "Content-Range")
+                    .and_then(|r| r.trim().strip_prefix("bytes "))
+                    .and_then(|r| r.split_once('/'))
+                    .filter(|(got, _)| *got == &range["bytes=".len()..])
+                    .and_then(|(_, total)| total.trim().parse::<u64>().ok())
+                    .ok_or_else(|| {
+                        Fetch::Failed(format!(
+                            "{}: a 206 without the Content-Range of {range}",
+                            redact(url)
+                        ))
+                    })?;
+                // Exactly `len` bytes (fewer: the connection dropped).
+                let mut reader = response.into_body().into_reader();
+                let mut body = Vec::new();
+                let mut left = len;
+                while left > 0 {
+                    let mut piece = BODIES.take(left.min(BLOCK) as usize);
+                    reader
+                        .read_exact(piece.as_mut_slice())
+                        .map_err(|e| dropped(url, e))?;
+                    left -= left.min(BLOCK);
+                    body.push(Bytes::from_pooled(piece));
+                }
+                Ok(Got {
+                    body,
+                    total,
+                    validator,
+                })
+            },
+            |g| g.body.iter().map(Bytes::len).sum(),
+        )
     }
 
     fn retrying<T>(
@@ -505,33 +537,12 @@ fn validator_of(response: &Response) -> Validator {
     )
 }
 
-/// The body: exactly `len` bytes when given (fewer: the connection dropped), else at most
-/// `max` + 1 (more is refused by the caller).
-fn read_body(url: &str, response: Response, len: Option<u64>, max: u64) -> Result<Vec<u8>, Fetch> {
-    let dropped = |e: std::io::Error| {
-        Fetch::Transient(format!(
-            "{}: transport error reading the body (connection dropped?): {e}",
-            redact(url)
-        ))
-    };
-    let mut reader = response.into_body().into_reader();
-    match len {
-        Some(len) => {
-            let size = usize::try_from(len)
-                .map_err(|_| Fetch::Failed(format!("{}: {len} bytes asked for", redact(url))))?;
-            let mut body = vec![0; size];
-            reader.read_exact(&mut body).map_err(dropped)?;
-            Ok(body)
-        }
-        None => {
-            let mut body = Vec::new();
-            reader
-                .take(max + 1)
-                .read_to_end(&mut body)
-                .map_err(dropped)?;
-            Ok(body)
-        }
-    }
+/// A body that could not be read whole (retried).
+fn dropped(url: &str, e: std::io::Error) -> Fetch {
+    Fetch::Transient(format!(
+        "{}: transport error reading the body (connection dropped?): {e}",
+        redact(url)
+    ))
 }
 
 impl From<Fetch> for StoreError {

@@ -5,8 +5,8 @@
 //! window (4 MiB, doubling up to 32 MiB while the reads stay sequential) is already on its way, so
 //! the network and the kernel's copying overlap instead of taking turns. A block being fetched is
 //! claimed (`inflight`), so a reader that needs it waits for that fetch instead of asking again.
-//! A block is a slice of the response body, and a read inside one block is a slice of it: no copy
-//! between the body and the kernel.
+//! A response body is read block by block into reused buffers, and a read inside one block is a
+//! slice of it: no copy between the body and the kernel.
 //!
 //! The object's size is known when it is made (predicted from metadata, or from a HEAD) and its
 //! version (ETag or Last-Modified) is recorded at first contact: every later response must agree
@@ -32,6 +32,9 @@ use crate::stores::{Bytes, StoreError};
 /// stay sequential, back to the first after a jump).
 const READAHEAD_BLOCKS: u64 = 4;
 const MAX_READAHEAD_BLOCKS: u64 = 32;
+/// Blocks a sequential reader leaves behind it in memory (the kernel's concurrent reads may come a
+/// little out of order); the ones before are dropped: the kernel's page cache holds them.
+const KEPT_BEHIND: u64 = 2;
 /// Size of one of the concurrent pieces of a large fetch.
 const PIECE_BLOCKS: u64 = 4;
 /// Most concurrent requests of one read.
@@ -171,6 +174,8 @@ pub struct RemoteObject {
     readahead: AtomicU64,
     /// The last block claimed for readahead.
     frontier: AtomicU64,
+    /// Blocks before this one were dropped from memory behind a sequential reader.
+    retired: AtomicU64,
     /// Blocks being fetched, with their waiters.
     inflight: Mutex<HashMap<u64, Arc<Pending>>>,
     changed_logged: AtomicBool,
@@ -202,6 +207,7 @@ impl RemoteObject {
             next: AtomicU64::new(u64::MAX),
             readahead: AtomicU64::new(READAHEAD_BLOCKS),
             frontier: AtomicU64::new(0),
+            retired: AtomicU64::new(0),
             inflight: Mutex::new(HashMap::new()),
             changed_logged: AtomicBool::new(false),
             asked: AtomicBool::new(false),
@@ -298,19 +304,22 @@ impl RemoteObject {
         if first_seen.0.is_some() && *first_seen != got.validator {
             return Err(self.changed("its ETag/Last-Modified changed"));
         }
-        // The blocks are slices of the one response body: no copy.
-        let body = Bytes::from_vec(got.body);
-        let mut blocks = Vec::new();
-        for b in first..=last {
-            let block = body
-                .slice((b - first) * BLOCK, self.block_len(b))
-                .ok_or_else(|| {
-                    StoreError::Produce(format!("{}: a short response", redact(&self.url)))
-                })?;
+        // The body came in blocks (the range starts at a block's start): each is kept as read.
+        let blocks = got.body;
+        let whole = blocks.len() as u64 == last - first + 1
+            && (first..=last)
+                .zip(&blocks)
+                .all(|(b, block)| block.len() == self.block_len(b));
+        if !whole {
+            return Err(StoreError::Produce(format!(
+                "{}: a short response",
+                redact(&self.url)
+            )));
+        }
+        for (b, block) in (first..).zip(&blocks) {
             if let Some(key) = self.cache_key(b) {
                 self.client.cache.put(&key, block.clone());
             }
-            blocks.push(block);
         }
         Ok(blocks)
     }
@@ -365,6 +374,18 @@ impl RemoteObject {
             }
         }
         (claims, waits)
+    }
+
+    /// Drops from memory the blocks before `block` that a sequential reader has passed: each byte
+    /// fetched is then held once, in the kernel's page cache (a block read again, after the
+    /// kernel dropped it or through another view, comes from the disk cache or the server).
+    fn retire_before(&self, block: u64) {
+        let from = self.retired.fetch_max(block, Ordering::Relaxed);
+        for b in from..block {
+            if let Some(key) = self.cache_key(b) {
+                self.client.cache.forget(&key);
+            }
+        }
     }
 
     /// After a sequential read ending in block `last`: keeps the readahead window ahead of it
@@ -472,9 +493,11 @@ impl RangeSource for RemoteObject {
         self.next.store(end, Ordering::Relaxed);
         if sequential {
             me.read_ahead(last);
+            self.retire_before(first.saturating_sub(KEPT_BEHIND));
         } else {
             self.readahead.store(READAHEAD_BLOCKS, Ordering::Relaxed);
             self.frontier.store(last, Ordering::Relaxed);
+            self.retired.store(first, Ordering::Relaxed);
         }
         let fetching: Vec<(u64, Arc<Pending>)> = claims
             .iter()

@@ -82,6 +82,39 @@ mod tests {
     }
 
     #[test]
+    fn a_sequential_reader_leaves_in_memory_only_the_blocks_near_it() {
+        let dir = tempfile::tempdir().unwrap().keep();
+        let content: Vec<u8> = (0..8u32 << 20).map(|i| (i % 251) as u8).collect();
+        std::fs::write(dir.join("big"), &content).unwrap();
+        let server = Server::start(&dir);
+        let client = client();
+        let object = RemoteObject::new(
+            client.clone(),
+            server.url("big"),
+            content.len() as u64,
+            None,
+            false,
+        );
+        let blob = object.into_blob();
+        let piece = 128 << 10;
+        for offset in (0..content.len()).step_by(piece) {
+            let got = blob.read_range(offset as u64, piece as u64).unwrap();
+            assert!(
+                got.as_slice() == &content[offset..offset + piece],
+                "at {offset}"
+            );
+        }
+        // The kernel's page cache holds what was read: memory keeps the last blocks only.
+        let kept = client.cache.memory_used();
+        assert!(
+            kept <= 3 << 20,
+            "{kept} bytes kept in memory after the read"
+        );
+        // A jump back reads the right bytes again.
+        assert!(blob.read_range(0, 10).unwrap().as_slice() == &content[..10]);
+    }
+
+    #[test]
     fn a_remote_zip_conforms() {
         check_store(|files| {
             let dir = tempfile::tempdir().unwrap().keep();

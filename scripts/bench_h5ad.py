@@ -60,6 +60,27 @@ def timed_cp(path, work):
     return elapsed
 
 
+def ceiling_row(bench, rounds, work, mounted, row):
+    """What bounds the rows above: `cp` of the same bytes (a copy of the h5ad) served by the smallest FUSE file
+    system through the page cache (scripts/bench_ceiling.py's `fuse_ceiling`), against `cp` of the mount's file."""
+    from bench_ceiling import CEILING, Ceiling, build_example
+    missing = build_example("fuse_ceiling", CEILING, "DAF_CEILING_BIN")
+    if missing:
+        bench.log(f"h5ad ceiling row skipped: {missing}")
+        return
+    copy = os.path.join(work, "h5ad-ceiling.tmp")
+    subprocess.run(["cp", mounted, copy], check=True)
+    c = Ceiling(copy, 0, os.path.getsize(copy))
+    try:
+        timed_cp(c.data, work)
+        t_m, t_c = bench.interleave(rounds, lambda: timed_cp(mounted, work), lambda: timed_cp(c.data, work))
+        row("cp of NAME.h5ad vs cp of the same bytes from the FUSE ceiling, warm (throughput ratio)", t_m, t_c, "s",
+            ">= 0.9")
+    finally:
+        c.close()
+        os.remove(copy)
+
+
 def h5ad_rows(bench, work, rounds, files_dir, row, rows):
     import bench_anndata
     native = os.path.join(work, "native-dense-gene.h5ad")
@@ -83,6 +104,7 @@ def h5ad_rows(bench, work, rounds, files_dir, row, rows):
         peak_mib = peak.stop() / 1024
         row("read_h5ad(backed='r') and all of X, NAME.h5ad vs anndata's own h5ad, warm (throughput ratio)",
             t_m, t_n, "s", ">= 0.8")
+        ceiling_row(bench, rounds, work, mounted, row)
     finally:
         m.close()
     rows.append({"figure": "daemon RssAnon peak while the h5ad is copied and read", "mounted": peak_mib,

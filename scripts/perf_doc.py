@@ -91,6 +91,14 @@ BOUNDS = [
     (r"RssAnon\) of a --h5df daemon",
      "The inode tree and the file's segments: its structure is a map of the temporary file, its payloads "
      "ranges of the source's map."),
+    # the h5ad file of --h5ad
+    (r"NAME\.h5ad vs cp of the same bytes from the FUSE ceiling",
+     "daf-mount against the smallest FUSE server of the same bytes (1: nothing added)."),
+    (r"cp of NAME\.h5ad|read_h5ad\(backed",
+     "Copying out of the FUSE page cache's 4 KiB pages against the native file's large folios. "
+     "[Why](#what-bounds-the-h5ad-and-h5df-files)"),
+    (r"RssAnon peak while the h5ad",
+     "The inode tree and the file's segments; the payloads are ranges of the source's map."),
     # peers
     (r"peers: .*/FUSE ceiling",
      "For information: the most any FUSE filesystem reaches against that peer, the bound of the 3 × target. "

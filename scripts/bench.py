@@ -274,6 +274,13 @@ def timed(command):
     return time.perf_counter() - start
 
 
+def timed_cp(src, dst):
+    """Seconds of `cp SRC DST`; the copy is removed after."""
+    seconds = timed(["cp", src, dst])
+    os.remove(dst)
+    return seconds
+
+
 def dd(path, skip=0, count=None):
     args = ["dd", f"if={path}", "of=/dev/null", "bs=1M", "iflag=skip_bytes,count_bytes", f"skip={skip}"]
     if count is not None:

@@ -6,6 +6,7 @@ same session config and worker threads, FOPEN_KEEP_CACHE, 1 MiB readahead), side
 
     python scripts/bench_ceiling.py [--rounds R]     (alone: the bench's 1 GiB ZIP data set)
 """
+import contextlib
 import os
 import statistics
 import subprocess
@@ -58,6 +59,22 @@ class Ceiling(ExampleMount):
     def __init__(self, archive, start, length):
         super().__init__(lambda path: [CEILING, archive, str(start), str(length), path], "daf-ceiling-")
         self.data = os.path.join(self.path, "data")
+
+
+@contextlib.contextmanager
+def ceiling_on(bench, path, start, length):
+    """The ceiling serving `length` bytes of `path` from `start`, built first (None, logged, if it cannot be), and
+    closed after."""
+    missing = build_example("fuse_ceiling", CEILING, "DAF_CEILING_BIN")
+    if missing:
+        bench.log(f"the FUSE ceiling rows are left out: {missing}")
+        yield None
+        return
+    c = Ceiling(path, start, length)
+    try:
+        yield c
+    finally:
+        c.close()
 
 
 # Pairs of fresh mounts the four-readers row is measured on (see `ceiling_rows`).

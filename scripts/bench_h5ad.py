@@ -51,33 +51,22 @@ def timed_read(path):
     return float(done.stdout.strip().splitlines()[-1])
 
 
-def timed_cp(path, work):
-    target = os.path.join(work, "h5ad-copy.tmp")
-    start = time.perf_counter()
-    subprocess.run(["cp", path, target], check=True)
-    elapsed = time.perf_counter() - start
-    os.remove(target)
-    return elapsed
-
-
 def ceiling_row(bench, rounds, work, mounted, row):
     """What bounds the rows above: `cp` of the same bytes (a copy of the h5ad) served by the smallest FUSE file
     system through the page cache (scripts/bench_ceiling.py's `fuse_ceiling`), against `cp` of the mount's file."""
-    from bench_ceiling import CEILING, Ceiling, build_example
-    missing = build_example("fuse_ceiling", CEILING, "DAF_CEILING_BIN")
-    if missing:
-        bench.log(f"h5ad ceiling row skipped: {missing}")
-        return
-    copy = os.path.join(work, "h5ad-ceiling.tmp")
+    from bench_ceiling import ceiling_on
+    copy, dst = os.path.join(work, "h5ad-ceiling.tmp"), os.path.join(work, "h5ad-copy.tmp")
     subprocess.run(["cp", mounted, copy], check=True)
-    c = Ceiling(copy, 0, os.path.getsize(copy))
     try:
-        timed_cp(c.data, work)
-        t_m, t_c = bench.interleave(rounds, lambda: timed_cp(mounted, work), lambda: timed_cp(c.data, work))
-        row("cp of NAME.h5ad vs cp of the same bytes from the FUSE ceiling, warm (throughput ratio)", t_m, t_c, "s",
-            ">= 0.9")
+        with ceiling_on(bench, copy, 0, os.path.getsize(copy)) as c:
+            if c is None:
+                return
+            bench.timed_cp(c.data, dst)
+            t_m, t_c = bench.interleave(rounds, lambda: bench.timed_cp(mounted, dst),
+                                        lambda: bench.timed_cp(c.data, dst))
+            row("cp of NAME.h5ad vs cp of the same bytes from the FUSE ceiling, warm (throughput ratio)", t_m, t_c,
+                "s", ">= 0.9")
     finally:
-        c.close()
         os.remove(copy)
 
 
@@ -87,6 +76,7 @@ def h5ad_rows(bench, work, rounds, files_dir, row, rows):
     native_h5ad(files_dir, native)
     bench.recache(native)
     name = os.path.basename(files_dir)[:-len(".daf")]
+    dst = os.path.join(work, "h5ad-copy.tmp")
     m = bench.Mount(files_dir, "-o", "ro", "--anndata", SELECTION, "--h5ad")
     try:
         mounted = os.path.join(m.path, f"{name}.h5ad")
@@ -95,9 +85,9 @@ def h5ad_rows(bench, work, rounds, files_dir, row, rows):
         made = time.perf_counter() - start
         bench.log(f"h5ad: {size} bytes (native {os.path.getsize(native)}), made in {made:.3f} s")
         peak = bench_anndata.Peak(m)
-        timed_cp(mounted, work)  # warm: both files in the page cache
-        timed_cp(native, work)
-        t_m, t_n = bench.interleave(rounds, lambda: timed_cp(mounted, work), lambda: timed_cp(native, work))
+        bench.timed_cp(mounted, dst)  # warm: both files in the page cache
+        bench.timed_cp(native, dst)
+        t_m, t_n = bench.interleave(rounds, lambda: bench.timed_cp(mounted, dst), lambda: bench.timed_cp(native, dst))
         row("cp of NAME.h5ad (--h5ad) of the 1 GiB data set vs cp of anndata's own h5ad, warm (throughput ratio)",
             t_m, t_n, "s", ">= 0.8")
         t_m, t_n = bench.interleave(rounds, lambda: timed_read(mounted), lambda: timed_read(native))

@@ -64,16 +64,13 @@ def ceiling_rows(bench, rounds, h5, hm, dm, row):
     mount's FilesDaf view (daf-mount at the ceiling?) and against the directory mount (passthrough: the ceiling's
     own share of the target)."""
     import h5py
-    from bench_ceiling import CEILING, Ceiling, build_example
-    missing = build_example("fuse_ceiling", CEILING, "DAF_CEILING_BIN")
-    if missing:
-        bench.log(f"H5df ceiling rows skipped: {missing}")
-        return
+    from bench_ceiling import ceiling_on
     with h5py.File(h5, "r") as f:
         dataset = f["matrices/cell/gene/fraction"]
         start, length = dataset.id.get_offset(), dataset.id.get_storage_size()
-    c = Ceiling(h5, start, length)
-    try:
+    with ceiling_on(bench, h5, start, length) as c:
+        if c is None:
+            return
         mounted = os.path.join(hm.path, "big.daf/matrices/cell/gene/fraction.data")
         directory = os.path.join(dm.path, "big.daf/matrices/cell/gene/fraction.data")
         bench.dd(c.data)
@@ -83,8 +80,6 @@ def ceiling_rows(bench, rounds, h5, hm, dm, row):
         t_c, t_d = bench.interleave(rounds, lambda: bench.dd(c.data), lambda: bench.dd(directory))
         row("seq read 1 GiB, the FUSE ceiling on the H5df's range vs a FilesDaf directory (throughput ratio)",
             t_c, t_d, "s", "(the bound)")
-    finally:
-        c.close()
 
 
 def h5df_rows(bench, work, rounds, files_dir, row, rows):

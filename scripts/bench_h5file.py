@@ -37,11 +37,6 @@ def h5file_rows(bench, work, rounds, files_dir, row, rows):
     bench.log(f"build of the H5df file of 10,003 properties: {t:.3f} s ({len(times)} mounts)")
     copy = os.path.join(work, "h5file-copy.h5df")
     dst = os.path.join(work, "h5file-cp.h5df")
-
-    def cp(src):
-        seconds = bench.timed(["cp", src, dst])
-        os.remove(dst)
-        return seconds
     m = bench.Mount(files_dir, "-o", "ro", "--h5df")
     try:
         mounted = os.path.join(m.path, name)
@@ -51,7 +46,8 @@ def h5file_rows(bench, work, rounds, files_dir, row, rows):
             raise RuntimeError(f"{mounted}: st_size {size}, copied {os.path.getsize(copy)}")
         subprocess.run(["h5dump", "-H", copy], check=True, stdout=subprocess.DEVNULL)
         bench.recache(copy)
-        t_m, t_n = bench.interleave(rounds, lambda: cp(mounted), lambda: cp(copy))
+        t_m, t_n = bench.interleave(rounds, lambda: bench.timed_cp(mounted, dst),
+                                    lambda: bench.timed_cp(copy, dst))
         rss = m.rss_anon_kib()
     finally:
         m.close()

@@ -16,11 +16,6 @@ def publish_row(bench, work, rounds, native_zip, label, row):
     """Measures the row with scripts/bench.py's helpers (`bench`: Mount, timed, recache, interleave)."""
     name = os.path.basename(native_zip)
     dst = os.path.join(work, "published-copy.daf.zarr.zip")
-
-    def cp(src):
-        t = bench.timed(["cp", src, dst])
-        os.remove(dst)
-        return t
     bench.recache(native_zip)
     m = bench.Mount(native_zip, "-o", "ro", "--zip")
     try:
@@ -31,7 +26,8 @@ def publish_row(bench, work, rounds, native_zip, label, row):
             raise RuntimeError(f"{published}: st_size {size}, copied {os.path.getsize(dst)}")
         subprocess.run(["unzip", "-tq", dst], check=True, stdout=subprocess.DEVNULL)
         os.remove(dst)
-        t_m, t_n = bench.interleave(rounds, lambda: cp(published), lambda: cp(native_zip))
+        t_m, t_n = bench.interleave(rounds, lambda: bench.timed_cp(published, dst),
+                                    lambda: bench.timed_cp(native_zip, dst))
     finally:
         m.close()
     row(f"cp of the published ZIP (--zip) of the {label} data set vs cp of its native ZIP, warm (throughput ratio)",

@@ -9,13 +9,12 @@ mod common;
 use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use common::{
-    copy_fixture, every_local_source, fusermount_u, io_timeout, is_mounted, rendered_views,
-    TestMount, BIN, PACKED, VECTORS,
+    copy_fixture, every_local_source, io_timeout, rendered_views, run_mount, TestMount, PACKED,
+    VECTORS,
 };
 use daf_mount::core::DafFs;
 use daf_mount::formats::source::{open_source, Format};
@@ -234,23 +233,6 @@ fn the_other_views_are_byte_for_byte_the_same_with_the_anndata_view() {
     }
 }
 
-/// Runs the binary to completion in the background mode (the parent returns once mounted or
-/// refused): (exit code, stderr), and whether `mnt` is mounted after.
-fn run(args: &[&str], mnt: &Path) -> (i32, String, bool) {
-    let out = Command::new(BIN)
-        .args(args)
-        .env_remove("RUST_LOG")
-        .env_remove("RUST_BACKTRACE")
-        .output()
-        .unwrap();
-    let mounted = is_mounted(mnt);
-    if mounted {
-        fusermount_u(mnt);
-    }
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    (out.status.code().unwrap_or(-1), stderr, mounted)
-}
-
 #[test]
 fn a_selection_that_cannot_be_decided_refuses_the_mount_with_one_line() {
     require_fuse!();
@@ -284,7 +266,8 @@ fn a_selection_that_cannot_be_decided_refuses_the_mount_with_one_line() {
         ),
     ];
     for (args, line) in refusals {
-        let (code, stderr, mounted) = run(&args, &mnt);
+        let (code, stderr, listed) = run_mount(&args, &mnt);
+        let mounted = listed.is_some();
         assert_eq!(code, 1, "{args:?}: {stderr}");
         assert_eq!(stderr, format!("{line}\n"), "{args:?}");
         assert!(!mounted, "{args:?}: mounted");
@@ -296,26 +279,19 @@ fn a_selection_that_cannot_be_decided_refuses_the_mount_with_one_line() {
         vec![tiny.as_str(), m, "-o", "anndata=cell"],
     ];
     for args in usage {
-        let (code, stderr, mounted) = run(&args, &mnt);
+        let (code, stderr, listed) = run_mount(&args, &mnt);
+        let mounted = listed.is_some();
         assert_eq!(code, 2, "{args:?}: {stderr}");
         assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
         assert!(stderr.starts_with("daf-mount: "), "{args:?}: {stderr}");
         assert!(!mounted, "{args:?}: mounted");
     }
     // And a selection that holds mounts, with the three views side by side.
-    let out = Command::new(BIN)
-        .args([&tiny, m, "-o", "ro", "--anndata", "cell:gene:expr"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    let mut listed: Vec<String> = fs::read_dir(&mnt)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
-    listed.sort();
-    fusermount_u(&mnt);
+    let args = [tiny.as_str(), m, "-o", "ro", "--anndata", "cell:gene:expr"];
+    let (code, stderr, listed) = run_mount(&args, &mnt);
+    assert_eq!(code, 0, "{stderr}");
     assert_eq!(
-        listed,
+        listed.unwrap(),
         [
             "files_v1_0.anndata.zarr",
             "files_v1_0.daf",

@@ -8,11 +8,10 @@ mod common;
 
 use std::fs;
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use common::{copy_fixture, fusermount_u, io_timeout, is_mounted, TestMount, BIN, VECTORS};
+use common::{change_refusals, copy_fixture, io_timeout, run_mount, TestMount, VECTORS};
 use daf_mount::core::DafFs;
 use daf_mount::formats::source::open_source;
 use daf_mount::staging::StagingArea;
@@ -70,42 +69,18 @@ fn a_committed_vector_shows_in_the_h5ad_file_which_is_read_only() {
         let values: Vec<u8> = [1i32, 2, 3].iter().flat_map(|v| v.to_le_bytes()).collect();
         fs::write(view.join("vectors/cell/added.data"), values).unwrap();
         let after = fs::read(&h5ad).unwrap();
-        let errno = |r: std::io::Result<()>| r.unwrap_err().raw_os_error();
-        let refusals = [
-            errno(fs::OpenOptions::new().write(true).open(&h5ad).map(drop)),
-            errno(fs::remove_file(&h5ad)),
-            errno(fs::rename(&h5ad, h5ad.with_extension("x"))),
-            errno(fs::File::open(&h5ad).and_then(|f| f.set_len(0))),
-        ];
-        (size, before, after, refusals)
+        let refusals = change_refusals(&h5ad);
+        let truncated = fs::File::open(&h5ad).and_then(|f| f.set_len(0));
+        (size, before, after, (refusals, truncated.is_err()))
     });
     assert_eq!(size, before.len() as u64, "st_size before the first read");
-    assert_eq!(refusals[..3], [Some(libc::EROFS); 3]);
-    assert!(refusals[3].is_some(), "truncating the h5ad file");
+    let (refusals, truncation_refused) = refusals;
+    assert_eq!(refusals, [Some(libc::EROFS); 3]);
+    assert!(truncation_refused, "truncating the h5ad file");
     let columns = obs_columns(&before);
     assert!(!columns.contains(&"added".to_string()), "{columns:?}");
     let columns = obs_columns(&after);
     assert!(columns.contains(&"added".to_string()), "{columns:?}");
-}
-
-/// Runs the binary in the background mode: (exit code, stderr, the root's names if mounted).
-fn run(args: &[&str], mnt: &Path) -> (i32, String, Option<Vec<String>>) {
-    let out = Command::new(BIN)
-        .args(args)
-        .env_remove("RUST_LOG")
-        .output()
-        .unwrap();
-    let listed = is_mounted(mnt).then(|| {
-        let mut names: Vec<String> = fs::read_dir(mnt)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        names.sort();
-        fusermount_u(mnt);
-        names
-    });
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    (out.status.code().unwrap_or(-1), stderr, listed)
 }
 
 #[test]
@@ -117,7 +92,7 @@ fn the_command_line_shares_one_selection_with_the_anndata_view() {
     let m = mnt.to_str().unwrap();
     let tiny = format!("{VECTORS}/files_v1_0.daf");
     // A selection that cannot be decided: refused with one line, nothing mounted.
-    let (code, stderr, listed) = run(&[&tiny, m, "--h5ad"], &mnt);
+    let (code, stderr, listed) = run_mount(&[&tiny, m, "--h5ad"], &mnt);
     assert_eq!((code, listed), (1, None), "{stderr}");
     assert!(
         stderr.starts_with("daf-mount: files_v1_0: --anndata: cannot choose obs and var")
@@ -133,7 +108,7 @@ fn the_command_line_shares_one_selection_with_the_anndata_view() {
         "--h5ad",
         "gene:cell:expr",
     ];
-    let (code, stderr, listed) = run(&args, &mnt);
+    let (code, stderr, listed) = run_mount(&args, &mnt);
     assert_eq!((code, listed), (2, None), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     // The h5ad file alone, with its own selection; or both, the bare option taking the other's.
@@ -150,7 +125,7 @@ fn the_command_line_shares_one_selection_with_the_anndata_view() {
         (&[&tiny, m, "--anndata", "cell:gene:expr", "--h5ad"], &both),
     ];
     for (args, names) in mounts {
-        let (code, stderr, listed) = run(args, &mnt);
+        let (code, stderr, listed) = run_mount(args, &mnt);
         assert_eq!(code, 0, "{args:?}: {stderr}");
         let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
         assert_eq!(listed, Some(names), "{args:?}");

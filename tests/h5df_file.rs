@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use common::{
-    assert_same_files, copy_fixture, every_local_source, io_timeout, random_preads, read_tree,
-    TestMount, Tree, VECTORS,
+    assert_same_files, change_refusals, copy_fixture, every_local_source, io_timeout,
+    random_preads, read_tree, TestMount, Tree, VECTORS,
 };
 use daf_mount::core::DafFs;
 use daf_mount::formats::json::FilesVersion;
@@ -162,17 +162,7 @@ fn a_committed_write_changes_the_h5df_file_which_is_read_only() {
         )
         .unwrap();
         let after = std::fs::read(&h5df).unwrap();
-        let errno = |r: std::io::Result<()>| r.unwrap_err().raw_os_error();
-        let refusals = [
-            errno(
-                std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(&h5df)
-                    .map(drop),
-            ),
-            errno(std::fs::remove_file(&h5df)),
-            errno(std::fs::rename(&h5df, h5df.with_extension("x"))),
-        ];
+        let refusals = change_refusals(&h5df);
         (before, after, refusals)
     });
     assert_eq!(refusals, [Some(libc::EROFS); 3]);

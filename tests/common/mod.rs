@@ -355,6 +355,42 @@ pub fn processes_mentioning(needle: &str) -> Vec<i32> {
 /// The daf-mount binary.
 pub const BIN: &str = env!("CARGO_BIN_EXE_daf-mount");
 
+/// Runs the binary in its background mode on `mnt` (the parent returns once mounted or
+/// refused): its exit code, its stderr, and the names at the mount root, sorted, if it mounted
+/// (then unmounted).
+pub fn run_mount(args: &[&str], mnt: &Path) -> (i32, String, Option<Vec<String>>) {
+    let out = std::process::Command::new(BIN)
+        .args(args)
+        .env_remove("RUST_LOG")
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .unwrap();
+    let listed = is_mounted(mnt).then(|| {
+        let names = std::fs::read_dir(mnt).map(|entries| {
+            let mut names: Vec<String> = entries
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            names.sort();
+            names
+        });
+        fusermount_u(mnt);
+        names.unwrap()
+    });
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.code().unwrap_or(-1), stderr, listed)
+}
+
+/// The errors of the changes a read-only file refuses: opening `path` for writing, removing it,
+/// renaming it (each an errno, `None` if it was allowed).
+pub fn change_refusals(path: &Path) -> [Option<i32>; 3] {
+    let errno = |r: std::io::Result<()>| r.err().map(|e| e.raw_os_error().unwrap_or(0));
+    [
+        errno(std::fs::OpenOptions::new().write(true).open(path).map(drop)),
+        errno(std::fs::remove_file(path)),
+        errno(std::fs::rename(path, path.with_extension("x"))),
+    ]
+}
+
 /// Starts `daf-mount ARGS -f --ready-fd 1` and waits (at most 20 s) for its READY line.
 pub fn start_foreground(args: &[&str], stderr: std::process::Stdio) -> std::process::Child {
     start_foreground_within(args, stderr, Duration::from_secs(20))

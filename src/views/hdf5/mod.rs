@@ -55,7 +55,7 @@ mod build;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::formats::types::NumType;
-use crate::stores::blob::RangeSource;
+use crate::stores::blob::{read_pieces, RangeSource};
 use crate::stores::{Blob, Bytes, StoreError};
 
 /// What an HDF5 file is made of: its objects in creation order.
@@ -322,15 +322,14 @@ impl Hdf5File {
         built.as_ref().map_err(fail)
     }
 
-    /// The bytes of segment `index` from `offset` within it, `len` of them.
+    /// The bytes of `segment` from `offset` within it, `len` of them.
     fn segment_bytes(
         &self,
         built: &Built,
-        index: usize,
+        segment: &Segment,
         offset: u64,
         len: u64,
     ) -> Result<Bytes, StoreError> {
-        let segment = built.segments[index];
         match segment.content {
             Some(i) => built.contents[i as usize].read_range(offset, len),
             None => built
@@ -344,37 +343,19 @@ impl Hdf5File {
 impl RangeSource for Hdf5File {
     fn read_range(&self, offset: u64, len: u64) -> Result<Bytes, StoreError> {
         let built = self.built()?;
-        let end = offset.saturating_add(len).min(built.total);
-        // The last segment starting at or before `offset`.
-        let mut index = built
-            .segments
-            .partition_point(|s| s.start <= offset)
-            .saturating_sub(1);
-        let mut at = offset;
-        let mut parts: Vec<Bytes> = Vec::new();
-        while at < end {
-            let Some(segment) = built.segments.get(index) else {
-                break;
-            };
-            let segment_end = built
-                .segments
-                .get(index + 1)
-                .map_or(built.total, |s| s.start);
-            let take = segment_end.min(end) - at;
-            let bytes = self.segment_bytes(built, index, at - segment.start, take)?;
-            if bytes.len() != take {
-                return Err(StoreError::Produce(format!(
-                    "{}: a dataset gave {} bytes where {take} were expected",
-                    self.name,
-                    bytes.len()
-                )));
-            }
-            parts.push(bytes);
-            at += take;
-            index += 1;
-        }
-        // A read inside one segment (most reads of a payload): its bytes, no copy.
-        Ok(Bytes::joined(parts))
+        read_pieces(
+            &built.segments,
+            |s| s.start,
+            built.total,
+            (offset, len),
+            |segment, from, take| self.segment_bytes(built, segment, from, take),
+            |_, got, take| {
+                StoreError::Produce(format!(
+                    "{}: a dataset gave {got} bytes where {take} were expected",
+                    self.name
+                ))
+            },
+        )
     }
 }
 

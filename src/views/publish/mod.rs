@@ -21,7 +21,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::formats::source::NamedDataset;
-use crate::stores::blob::RangeSource;
+use crate::stores::blob::{read_pieces, RangeSource};
 use crate::stores::zip::write::{
     central_record, central_record_len, local_header, local_header_len, padding, trailer,
     FIXED_DOS, TRAILER,
@@ -211,35 +211,19 @@ impl Publication {
 impl RangeSource for Publication {
     fn read_range(&self, offset: u64, len: u64) -> Result<Bytes, StoreError> {
         let plan = self.plan()?;
-        let end = offset.saturating_add(len).min(plan.total);
-        // The last piece starting at or before `offset`.
-        let mut index = plan
-            .pieces
-            .partition_point(|(start, _)| *start <= offset)
-            .saturating_sub(1);
-        let mut at = offset;
-        let mut parts: Vec<Bytes> = Vec::new();
-        while at < end {
-            let Some(&(start, piece)) = plan.pieces.get(index) else {
-                break;
-            };
-            let piece_end = plan.pieces.get(index + 1).map_or(plan.total, |p| p.0);
-            let take = piece_end.min(end) - at;
-            let bytes = self.piece_bytes(plan, piece, at - start, take)?;
-            if bytes.len() != take {
-                return Err(StoreError::Produce(format!(
-                    "published ZIP: member {} gave {} bytes where {take} were expected",
-                    member_name(self, piece),
-                    bytes.len()
-                )));
-            }
-            parts.push(bytes);
-            at += take;
-            index += 1;
-        }
-        // A read inside one piece (most reads, inside one member's data): its bytes as they
-        // are, without a copy.
-        Ok(Bytes::joined(parts))
+        read_pieces(
+            &plan.pieces,
+            |(start, _)| *start,
+            plan.total,
+            (offset, len),
+            |&(_, piece), from, take| self.piece_bytes(plan, piece, from, take),
+            |&(_, piece), got, take| {
+                StoreError::Produce(format!(
+                    "published ZIP: member {} gave {got} bytes where {take} were expected",
+                    member_name(self, piece)
+                ))
+            },
+        )
     }
 }
 

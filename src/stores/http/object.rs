@@ -47,13 +47,16 @@ const PREFETCH_QUEUE: usize = 4096;
 
 /// The mount-wide queue of prefetches and its threads (started on first use).
 struct Prefetcher {
+    /// The claims waiting for a prefetch thread, oldest first. Locked to push, to pop, and to
+    /// take out the claim a reader needs at once; never held while fetching.
     queue: Mutex<std::collections::VecDeque<Claim>>,
     ready: Condvar,
 }
 
+static PREFETCHER: OnceLock<Prefetcher> = OnceLock::new();
+
 impl Prefetcher {
     fn get() -> &'static Prefetcher {
-        static PREFETCHER: OnceLock<Prefetcher> = OnceLock::new();
         static STARTED: std::sync::Once = std::sync::Once::new();
         let prefetcher = PREFETCHER.get_or_init(|| Prefetcher {
             queue: Mutex::new(std::collections::VecDeque::new()),
@@ -70,6 +73,17 @@ impl Prefetcher {
             }
         });
         prefetcher
+    }
+
+    /// The queued prefetch of `object` (a small object: one block), taken out of the queue: a
+    /// reader that needs it fetches it at once instead of waiting behind the hints queued before
+    /// it (up to [`PREFETCH_QUEUE`] of them).
+    fn take(object: &RemoteObject) -> Option<Claim> {
+        let mut queue = lock(&PREFETCHER.get()?.queue);
+        let at = queue
+            .iter()
+            .position(|c| std::ptr::eq(Arc::as_ptr(&c.object), object))?;
+        queue.remove(at)
     }
 
     fn run(&self) {
@@ -454,7 +468,9 @@ impl Presence for RemoteObject {
 
 impl RangeSource for RemoteObject {
     /// A small object (one block) not cached nor being fetched is queued for the prefetch
-    /// threads; a read that needs it meanwhile waits for that fetch instead of asking again.
+    /// threads. A read that needs it while it is queued takes it out of the queue and fetches it
+    /// at once; once a prefetch thread fetches it, the read waits for that fetch instead of asking
+    /// again.
     fn prefetch(&self) {
         if self.len == 0 || self.len > BLOCK || self.cached(0).is_some() {
             return;
@@ -486,7 +502,7 @@ impl RangeSource for RemoteObject {
         let (first, last) = (offset / BLOCK, (end - 1) / BLOCK);
         let mut blocks: Vec<Option<Bytes>> = (first..=last).map(|b| self.cached(b)).collect();
         let missing = (first..=last).filter(|b| blocks[(b - first) as usize].is_none());
-        let (claims, waits) = me.claim(missing);
+        let (mut claims, waits) = me.claim(missing);
         // About where the last read ended (the kernel's concurrent readahead requests may come a
         // little out of order): sequential, so fetch ahead in the background.
         let sequential = offset > 0 && offset.abs_diff(self.next.load(Ordering::Relaxed)) <= BLOCK;
@@ -499,11 +515,13 @@ impl RangeSource for RemoteObject {
             self.frontier.store(last, Ordering::Relaxed);
             self.retired.store(first, Ordering::Relaxed);
         }
+        let queued = waits.contains_key(&0) && self.len <= BLOCK;
         let fetching: Vec<(u64, Arc<Pending>)> = claims
             .iter()
             .flat_map(|c| (c.first..).zip(c.slots.iter().cloned()))
             .chain(waits)
             .collect();
+        claims.extend(queued.then(|| Prefetcher::take(self)).flatten());
         RemoteObject::fetch_claims(claims);
         for (b, pending) in fetching {
             blocks[(b - first) as usize] = Some(pending.wait()?);

@@ -115,6 +115,44 @@ mod tests {
     }
 
     #[test]
+    fn a_read_of_a_file_queued_for_prefetch_does_not_wait_behind_the_queue() {
+        let dir = tempfile::tempdir().unwrap().keep();
+        let server = Server::start(&dir);
+        let client = client();
+        let blobs: Vec<_> = (0..200)
+            .map(|n| {
+                std::fs::write(dir.join(format!("f{n}")), [n as u8; 100]).unwrap();
+                RemoteObject::new(
+                    client.clone(),
+                    server.url(&format!("f{n}")),
+                    100,
+                    None,
+                    false,
+                )
+                .into_blob()
+            })
+            .collect();
+        // Every answer takes 100 ms: the 16 prefetch threads need more than a second for the
+        // queue.
+        server
+            .faults
+            .delay_ms
+            .store(100, std::sync::atomic::Ordering::SeqCst);
+        for blob in &blobs {
+            blob.prefetch();
+        }
+        let last = blobs.last().unwrap();
+        assert_eq!(last.read_range(0, 100).unwrap().as_slice(), &[199u8; 100]);
+        // Answered among the first, not after the 199 hinted before it.
+        let log = server.requests();
+        let at = log
+            .iter()
+            .position(|r| r.starts_with("GET /f199 "))
+            .unwrap();
+        assert!(at < 64, "the read was answered {at}th: {log:?}");
+    }
+
+    #[test]
     fn a_remote_zip_conforms() {
         check_store(|files| {
             let dir = tempfile::tempdir().unwrap().keep();

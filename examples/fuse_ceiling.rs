@@ -12,9 +12,10 @@
 //! Given `splice:http://…`, it does less still: the kernel copies each body once, from the
 //! socket's buffers into the page cache. The body is spliced from the socket into a pipe behind
 //! the reply's header and the pipe into `/dev/fuse` (one worker thread reads the requests; four
-//! answer them, each on its own connection and pipe, writing the replies past fuser). Pipes that
-//! large need `CAP_SYS_RESOURCE` (root). This is the zero-copy path neither ureq nor fuser offers:
-//! it measures what such a path could gain.
+//! answer them, each on its own connection and pipe, writing the replies past fuser). Its 4 MiB
+//! pipes need `CAP_SYS_RESOURCE` or a raised `/proc/sys/fs/pipe-max-size` (the bench raises it
+//! for the run). This is the zero-copy path neither ureq nor fuser offers: it measures what such a
+//! path could gain.
 //!
 //! Same settings as daf-mount's: fuser 0.18, the same `mount_config` (worker threads, `clone_fd`,
 //! read-only), `FOPEN_KEEP_CACHE` on open, replies borrowed from the map (no copy in the daemon),

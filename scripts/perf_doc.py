@@ -144,6 +144,10 @@ BOUNDS = [
     (r"as a local ZIP member",
      "Both are the kernel's reads of 4 KiB pages from the FUSE page cache, with no request to the daemon; "
      "they differ by where the pages lie. [Why](#remote-bytes-in-the-page-cache-and-the-re-read)"),
+    (r"over an emulated link",
+     "The link (20 ms a request, 100 MB/s a connection): the mount reads ahead in concurrent 4 MiB "
+     "range requests and fetches a walker's next small files concurrently. "
+     "[Why](#the-emulated-links-rows)"),
     (r"through a mount of the URL",
      "CPU on 2 cores: the kernel copies each byte out of the socket, into the page cache and out to the "
      "reader; the smallest FUSE server doing only that is no faster, and one splicing the bodies into "

@@ -25,6 +25,7 @@ pub mod dir;
 pub mod http;
 pub mod lru;
 pub mod parallel;
+pub mod ranged;
 pub mod rendered;
 mod sorted;
 pub mod store;

@@ -151,7 +151,7 @@ BOUNDS = [
     (r"through a mount of the URL",
      "CPU on 2 cores: the kernel copies each byte out of the socket, into the page cache and out to the "
      "reader; the smallest FUSE server doing only that is no faster, and one splicing the bodies into "
-     "`/dev/fuse` stays under 0.6 too. [Why](#what-bounds-the-remote-first-read)"),
+     "`/dev/fuse` has a median of about 0.55. [Why](#what-bounds-the-remote-first-read)"),
     (r"smallest FUSE server fed by that URL|vs that smallest FUSE server",
      "The least a FUSE daemon can do with these copies: a ranged GET per read of the kernel, the body "
      "received into a buffer and replied from it. [Why](#what-bounds-the-remote-first-read)"),

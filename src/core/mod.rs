@@ -209,9 +209,10 @@ pub struct DafFs {
     staging: Option<StagingArea>,
     handles: Mutex<HashMap<u64, Handle>>,
     next_handle: AtomicU64,
-    /// Producers that failed for good, not run again.
-    /// What commits and deletes changed, for the kernel to forget.
-    invalidations: Mutex<Vec<Invalidation>>,
+    /// What commits and deletes changed, for the kernel to forget, with the thread whose request
+    /// changed it (that request sends them; `None`: any request may, see `take_invalidations`).
+    /// Locked only to queue and to take.
+    invalidations: Mutex<Vec<(Option<std::thread::ThreadId>, Invalidation)>>,
     /// Items refused by a commit (journal key): the stamps of their staged files then, and how
     /// many tries in a row refused those same files (a refusal is logged once).
     refused: Mutex<HashMap<String, Refused>>,

@@ -165,6 +165,8 @@ impl Filesystem for FuseAdapter {
                 }
             }
         });
+        // What an `O_TRUNC` open staged or dropped (the kernel forgets the size it has).
+        self.send_invalidations(&[ino.0]);
         match opened {
             Ok((fh, a, backing)) => match backing {
                 Some(id) => {
@@ -376,6 +378,8 @@ impl Filesystem for FuseAdapter {
             || self.at_child(parent.0, name),
             || self.core.create(parent.0, name, exclusive),
         );
+        // The kernel holds the directory's lock: what the create changed there goes after it.
+        self.send_invalidations(&[parent.0]);
         match created {
             Ok((a, fh)) => {
                 self.record_opener(req, fh);
@@ -485,10 +489,10 @@ impl Filesystem for FuseAdapter {
         reply: ReplyEmpty,
     ) {
         let at = || self.at(ino.0);
-        answer(
-            reply,
-            guarded_on("fsync", at, || self.core.fsync(ino.0, fh.0)),
-        );
+        let synced = guarded_on("fsync", at, || self.core.fsync(ino.0, fh.0));
+        // A commit's invalidations, before the answer (the kernel holds the file's lock).
+        self.send_invalidations(&[ino.0]);
+        answer(reply, synced);
     }
 
     fn fsyncdir(
@@ -500,18 +504,17 @@ impl Filesystem for FuseAdapter {
         reply: ReplyEmpty,
     ) {
         // `fsync` of a directory finalizes the Zarr arrays being written under it.
-        answer(
-            reply,
-            guarded_on(
-                "fsync of directory",
-                || self.at(ino.0),
-                || {
-                    self.core
-                        .path_of(ino.0)
-                        .map_or(Ok(()), |p| self.core.finalize(&p))
-                },
-            ),
+        let finalized = guarded_on(
+            "fsync of directory",
+            || self.at(ino.0),
+            || {
+                self.core
+                    .path_of(ino.0)
+                    .map_or(Ok(()), |p| self.core.finalize(&p))
+            },
         );
+        self.send_invalidations(&[ino.0]);
+        answer(reply, finalized);
     }
 
     fn destroy(&mut self) {

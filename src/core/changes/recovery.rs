@@ -86,6 +86,8 @@ impl DafFs {
         if let Err(e) = staging.forget_accepted(&done) {
             log::warn!("rewriting the journal of accepted items: {e}");
         }
+        // Made outside any request: the next request sends what the commits changed.
+        self.share_invalidations();
     }
 
     /// Leaves staged file `path` out of later commits (`finalize`) until it changes.

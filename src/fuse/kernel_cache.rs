@@ -167,12 +167,12 @@ impl FuseAdapter {
             return;
         };
         let (sent, done) = std::sync::mpsc::channel();
-        let queue = queue.lock().unwrap_or_else(|p| p.into_inner());
-        let queued = queue.send((now, Some(sent))).is_ok();
+        let queued = crate::stores::lock(&queue.now)
+            .send((now, Some(sent)))
+            .is_ok();
         if !later.is_empty() {
-            let _ = queue.send((later, None));
+            let _ = crate::stores::lock(&queue.later).send((later, None));
         }
-        drop(queue);
         if queued && done.recv_timeout(INVALIDATION_WAIT).is_err() {
             log::debug!("invalidations not sent within {INVALIDATION_WAIT:?}: replying first");
         }
@@ -192,28 +192,46 @@ const INVALIDATION_WAIT: std::time::Duration = std::time::Duration::from_secs(1)
 /// A batch of invalidations, and who waits for them to be sent.
 pub(super) type Batch = (Vec<Invalidation>, Option<std::sync::mpsc::Sender<()>>);
 
-/// Starts the thread that sends invalidations to the kernel, in order; `None` if it cannot start.
-fn start_invalidator(
-    notifier: fuser::Notifier,
-) -> Option<std::sync::Mutex<std::sync::mpsc::Sender<Batch>>> {
-    let (queue, batches) = std::sync::mpsc::channel::<Batch>();
-    let started = std::thread::Builder::new()
-        .name("daf-invalidate".into())
-        .spawn(move || {
-            for (items, sent) in batches {
-                items.iter().for_each(|item| send(&notifier, item));
-                if let Some(sent) = sent {
-                    let _ = sent.send(());
+/// The threads that send invalidations to the kernel, each its batches in order: one for those a
+/// reply waits for, one for those in a directory whose lock the kernel holds until a request's
+/// reply (they wait for that lock, and must not delay the next request's batch behind them).
+#[derive(Debug)]
+pub(super) struct Invalidators {
+    /// Locked to queue a batch.
+    now: std::sync::Mutex<std::sync::mpsc::Sender<Batch>>,
+    /// Locked to queue a batch.
+    later: std::sync::Mutex<std::sync::mpsc::Sender<Batch>>,
+}
+
+/// Starts the threads that send invalidations; `None` if they cannot start.
+fn start_invalidator(notifier: fuser::Notifier) -> Option<Invalidators> {
+    let start = |name: &str| {
+        let (queue, batches) = std::sync::mpsc::channel::<Batch>();
+        let notifier = notifier.clone();
+        let started = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                for (items, sent) in batches {
+                    items.iter().for_each(|item| send(&notifier, item));
+                    if let Some(sent) = sent {
+                        let _ = sent.send(());
+                    }
                 }
+            });
+        match started {
+            Ok(_) => Some(std::sync::Mutex::new(queue)),
+            Err(e) => {
+                log::warn!(
+                    "cannot start an invalidation thread ({e}): invalidations sent by workers"
+                );
+                None
             }
-        });
-    match started {
-        Ok(_) => Some(std::sync::Mutex::new(queue)),
-        Err(e) => {
-            log::warn!("cannot start the invalidation thread ({e}): invalidations sent by workers");
-            None
         }
-    }
+    };
+    Some(Invalidators {
+        now: start("daf-invalidate")?,
+        later: start("daf-inval-later")?,
+    })
 }
 
 /// Tells the kernel to forget `item` (`ENOENT`: it has nothing cached for it).

@@ -60,8 +60,8 @@ pub struct FuseAdapter {
     backing_by_fh: Mutex<HashMap<u64, Arc<BackingId>>>,
     /// Fills the page cache with large non-passthrough files while they are open.
     page_fill: PageFill,
-    /// The queue of the thread that sends invalidations (started with the first).
-    invalidator: std::sync::OnceLock<Option<Mutex<std::sync::mpsc::Sender<kernel_cache::Batch>>>>,
+    /// The threads that send invalidations (started with the first).
+    invalidator: std::sync::OnceLock<Option<kernel_cache::Invalidators>>,
 }
 
 impl FuseAdapter {

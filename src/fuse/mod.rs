@@ -504,15 +504,12 @@ impl Filesystem for FuseAdapter {
         reply: ReplyEmpty,
     ) {
         // `fsync` of a directory finalizes the Zarr arrays being written under it.
-        let finalized = guarded_on(
-            "fsync of directory",
-            || self.at(ino.0),
-            || {
-                self.core
-                    .path_of(ino.0)
-                    .map_or(Ok(()), |p| self.core.finalize(&p))
-            },
-        );
+        let finalize = || {
+            self.core
+                .path_of(ino.0)
+                .map_or(Ok(()), |p| self.core.finalize(&p))
+        };
+        let finalized = guarded_on("fsync of directory", || self.at(ino.0), finalize);
         self.send_invalidations(&[ino.0]);
         answer(reply, finalized);
     }

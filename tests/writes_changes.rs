@@ -17,6 +17,27 @@ fn write_and_close(path: &Path, bytes: &[u8]) -> nix::Result<()> {
     nix::unistd::close(std::os::fd::IntoRawFd::into_raw_fd(f))
 }
 
+/// `body`'s result, run while `n` threads repeat `work` beside it (stopped and joined after).
+fn beside<T>(n: usize, work: impl Fn() + Clone + Send + 'static, body: impl FnOnce() -> T) -> T {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let threads: Vec<_> = (0..n)
+        .map(|_| {
+            let (stop, work) = (stop.clone(), work.clone());
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    work();
+                }
+            })
+        })
+        .collect();
+    let result = body();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    result
+}
+
 #[test]
 fn replacing_a_property_of_a_directory_source_shows_at_once_in_both_views() {
     require_fuse!();
@@ -72,41 +93,28 @@ fn a_property_read_and_closed_is_replaced_at_once_every_time() {
     let mount = TestMount::writable(source.to_str().unwrap(), ViewSelection::Both);
     let path = mount.path.join("files_v1_0.daf/vectors/cell/score.data");
     // Busy cores make the daemon late with the release (the test failed within 40 rounds so before opens waited for it).
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let spinners: Vec<_> = (0..3)
-        .map(|_| {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    std::hint::spin_loop();
-                }
-            })
-        })
-        .collect();
     // A round takes milliseconds alone, but tens of them beside the spinners and a full test run.
     let deadline = std::time::Duration::from_secs(120);
-    io_deadline(&mount.path, deadline, move || {
-        for round in 0..150u32 {
-            let new: Vec<u8> = [round as f32, 1.0, 2.0]
-                .iter()
-                .flat_map(|v| v.to_le_bytes())
-                .collect();
-            let old = std::fs::read(&path)
-                .unwrap_or_else(|e| panic!("round {round}: reading the property: {e}"));
-            assert_eq!(old.len(), 12, "round {round}");
-            let mut f = std::fs::File::create(&path)
-                .unwrap_or_else(|e| panic!("round {round}: replacing open refused: {e}"));
-            f.write_all(&new).unwrap();
-            drop(f);
-            let read = std::fs::read(&path)
-                .unwrap_or_else(|e| panic!("round {round}: reading the replacement: {e}"));
-            assert_eq!(read, new, "round {round}");
-        }
+    beside(3, std::hint::spin_loop, || {
+        io_deadline(&mount.path, deadline, move || {
+            for round in 0..150u32 {
+                let new: Vec<u8> = [round as f32, 1.0, 2.0]
+                    .iter()
+                    .flat_map(|v| v.to_le_bytes())
+                    .collect();
+                let old = std::fs::read(&path)
+                    .unwrap_or_else(|e| panic!("round {round}: reading the property: {e}"));
+                assert_eq!(old.len(), 12, "round {round}");
+                let mut f = std::fs::File::create(&path)
+                    .unwrap_or_else(|e| panic!("round {round}: replacing open refused: {e}"));
+                f.write_all(&new).unwrap();
+                drop(f);
+                let read = std::fs::read(&path)
+                    .unwrap_or_else(|e| panic!("round {round}: reading the replacement: {e}"));
+                assert_eq!(read, new, "round {round}");
+            }
+        })
     });
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    for spinner in spinners {
-        spinner.join().unwrap();
-    }
 }
 
 /// While a handle on a property's file is open, a replacement of it is refused (`ETXTBSY`, after
@@ -329,46 +337,37 @@ fn a_property_deleted_through_one_view_is_gone_from_the_other_when_the_delete_re
     // Readers opening and closing the FilesDaf view's payloads: their requests also end by
     // sending what the kernel must forget, and one of them took the delete's (the delete then
     // answered before its names were forgotten, in a third of the rounds).
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let readers: Vec<_> = (0..4)
-        .map(|_| {
-            let (stop, files) = (stop.clone(), files.clone());
-            std::thread::spawn(move || {
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    for entry in std::fs::read_dir(&files).into_iter().flatten().flatten() {
-                        if entry.path().extension().is_some_and(|e| e == "data") {
-                            let _ = std::fs::read(entry.path());
-                        }
-                    }
-                }
-            })
-        })
-        .collect();
-    let deadline = std::time::Duration::from_secs(120);
-    let stale = io_deadline(&mount.path, deadline, move || {
-        let mut stale = Vec::new();
-        for round in 0..100u32 {
-            let name = format!("p{round}");
-            write_and_close(
-                &files.join(format!("{name}.json")),
-                br#"{"format":"dense","eltype":"UInt32"}"#,
-            )
-            .unwrap();
-            write_and_close(&files.join(format!("{name}.data")), &[1; 12]).unwrap();
-            std::fs::remove_dir_all(zarr.join(&name)).unwrap();
-            let shown = ["data", "json"]
-                .iter()
-                .any(|ext| files.join(format!("{name}.{ext}")).exists());
-            if shown {
-                stale.push(round);
+    let listed = files.clone();
+    let read_payloads = move || {
+        for entry in std::fs::read_dir(&listed).into_iter().flatten().flatten() {
+            if entry.path().extension().is_some_and(|e| e == "data") {
+                let _ = std::fs::read(entry.path());
             }
         }
-        stale
+    };
+    let deadline = std::time::Duration::from_secs(120);
+    let stale = beside(4, read_payloads, || {
+        io_deadline(&mount.path, deadline, move || {
+            let mut stale = Vec::new();
+            for round in 0..100u32 {
+                let name = format!("p{round}");
+                write_and_close(
+                    &files.join(format!("{name}.json")),
+                    br#"{"format":"dense","eltype":"UInt32"}"#,
+                )
+                .unwrap();
+                write_and_close(&files.join(format!("{name}.data")), &[1; 12]).unwrap();
+                std::fs::remove_dir_all(zarr.join(&name)).unwrap();
+                let shown = ["data", "json"]
+                    .iter()
+                    .any(|ext| files.join(format!("{name}.{ext}")).exists());
+                if shown {
+                    stale.push(round);
+                }
+            }
+            stale
+        })
     });
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    for reader in readers {
-        reader.join().unwrap();
-    }
     assert!(
         stale.is_empty(),
         "{} of 100 properties deleted through the Zarr view still shown by the FilesDaf view \
